@@ -1,0 +1,132 @@
+// pybind11 modules: the Backend interface, plus one factory per backend.
+// Compiled once per backend module with UNISHMEM_MODULE_NAME set by CMake.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "backend.hpp"
+#ifdef UNISHMEM_HOST
+#include "host/host_backend.hpp"
+#endif
+
+namespace py = pybind11;
+using namespace unishmem;
+
+namespace {
+
+const char* error_class(ErrorKind k) {
+  switch (k) {
+    case ErrorKind::symmetry: return "SymmetryError";
+    case ErrorKind::not_symmetric: return "NotSymmetricError";
+    case ErrorKind::peer_failure: return "PeerFailure";
+    case ErrorKind::out_of_memory: return "HeapExhaustedError";
+    case ErrorKind::timeout: return "WaitTimeout";
+    case ErrorKind::value: return "ValueError";
+    case ErrorKind::unavailable: return "BackendUnavailable";
+    case ErrorKind::generic: break;
+  }
+  return "UnishmemError";
+}
+
+void translate_errors() {
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      if (e.kind == ErrorKind::value) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+        return;
+      }
+      py::object cls = py::module_::import("unishmem.errors").attr(error_class(e.kind));
+      PyErr_SetString(cls.ptr(), e.what());
+    }
+  });
+}
+
+void bind_interface(py::module_& m) {
+  py::class_<Backend>(m, "Backend")
+      .def_property_readonly("my_pe", &Backend::my_pe)
+      .def_property_readonly("n_pes", &Backend::n_pes)
+      .def_property_readonly("heap_base", &Backend::heap_base)
+      .def_property_readonly("heap_size", &Backend::heap_size)
+      .def("malloc", [](Backend& b, std::size_t bytes, int dtype) { return b.malloc(bytes, DType(dtype)); })
+      .def("free", &Backend::free)
+      .def("heap_free_bytes", &Backend::heap_free_bytes)
+      .def("peer_ptr", &Backend::peer_ptr)
+      .def("team_my_pe", &Backend::team_my_pe)
+      .def("team_n_pes", &Backend::team_n_pes)
+      .def("team_translate_pe", &Backend::team_translate_pe)
+      .def("team_split_strided", &Backend::team_split_strided)
+      .def("team_split_2d", &Backend::team_split_2d)
+      .def("team_destroy", &Backend::team_destroy)
+      .def("put", &Backend::put)
+      .def("get", &Backend::get)
+      .def("put_signal", [](Backend& b, Addr d, Addr s, std::size_t n, Addr sig, std::uint64_t v, int op, int pe,
+                            Stream st) { b.put_signal(d, s, n, sig, v, SignalOp(op), pe, st); })
+      .def("signal_op", [](Backend& b, Addr sig, std::uint64_t v, int op, int pe, Stream st) {
+        b.signal_op(sig, v, SignalOp(op), pe, st);
+      })
+      .def("signal_wait_until", [](Backend& b, Addr sig, int cmp, std::uint64_t v, Stream st) {
+        return b.signal_wait_until(sig, Cmp(cmp), v, st);
+      })
+      .def("signal_fetch", &Backend::signal_fetch)
+      .def("wait_until", [](Backend& b, Addr p, int type, int cmp, std::uint64_t v) {
+        b.wait_until(p, DType(type), Cmp(cmp), v);
+      })
+      .def("test", [](Backend& b, Addr p, int type, int cmp, std::uint64_t v) {
+        return b.test(p, DType(type), Cmp(cmp), v);
+      })
+      .def("quiet", &Backend::quiet)
+      .def("fence", &Backend::fence)
+      .def("atomic", [](Backend& b, int op, int type, Addr dest, std::uint64_t v, std::uint64_t cond, int pe) {
+        return b.atomic(AtomicOp(op), DType(type), dest, v, cond, pe);
+      })
+      .def("barrier", &Backend::barrier)
+      .def("sync", &Backend::sync)
+      .def("broadcast", &Backend::broadcast)
+      .def("fcollect", &Backend::fcollect)
+      .def("alltoall", &Backend::alltoall)
+      .def("reduce", [](Backend& b, int team, Addr d, Addr s, std::size_t n, int type, int op, Stream st) {
+        b.reduce(team, d, s, n, DType(type), ReduceOp(op), st);
+      })
+      .def("reducescatter", [](Backend& b, int team, Addr d, Addr s, std::size_t n, int type, int op, Stream st) {
+        b.reducescatter(team, d, s, n, DType(type), ReduceOp(op), st);
+      })
+      .def("reject_collective", &Backend::reject_collective)
+      .def("finalize", &Backend::finalize)
+      .def("abandon", &Backend::abandon);
+}
+
+// Waits hold the GIL; this lets Ctrl-C (SIGINT) end them with KeyboardInterrupt.
+void check_python_signals() {
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
+  translate_errors();
+  bind_interface(m);
+#ifdef UNISHMEM_HOST
+  using host::HostBackend;
+  py::class_<HostBackend, Backend>(m, "HostBackend")
+      .def(py::init([](std::string token, int pe, int n_pes, std::size_t heap_size, double stall_warn_s,
+                       double timeout_s) {
+             auto b = std::make_unique<HostBackend>(std::move(token), pe, n_pes, heap_size,
+                                                    host::WaitPolicy{stall_warn_s, timeout_s});
+             b->set_wait_check(check_python_signals);
+             return b;
+           }),
+           py::arg("token"), py::arg("pe"), py::arg("n_pes"), py::arg("heap_size"), py::arg("stall_warn_s"),
+           py::arg("timeout_s"))
+      .def("attach_peers", &HostBackend::attach_peers)
+      .def("unlink_own_segment", &HostBackend::unlink_own_segment)
+      .def("peer_heap_base", &HostBackend::peer_heap_base)
+      .def("heap_view", [](HostBackend& b, int pe) {
+        // A writable view of a PE's heap mapping; torch wraps it without copying.
+        return py::memoryview::from_memory(reinterpret_cast<void*>(b.peer_heap_base(pe)),
+                                           static_cast<py::ssize_t>(b.heap_size()), false);
+      })
+      .def_static("unlink_job", &HostBackend::unlink_job);
+  m.attr("segment_prefix") = "unishmem-";
+#endif
+}

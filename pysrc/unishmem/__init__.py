@@ -1,0 +1,84 @@
+"""unishmem: GPU symmetric memory (NVSHMEM, rocSHMEM) and a host shared-memory backend behind one API."""
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+from .enums import CMP, SIGNAL
+from .errors import (BackendUnavailable, HeapExhaustedError, NotInitializedError, NotSymmetricError, PeerFailure,
+                     SymmetryError, UnishmemError, WaitTimeout)
+from .runtime import Runtime, Team, UnishmemWarning
+
+__version__ = "0.1.0"
+__all__ = [
+    "init", "runtime", "Runtime", "Team", "SIGNAL", "CMP", "UnishmemError", "NotInitializedError", "SymmetryError",
+    "NotSymmetricError", "PeerFailure", "BackendUnavailable", "HeapExhaustedError", "WaitTimeout", "UnishmemWarning",
+    "parse_size",
+]
+
+DEFAULT_HEAP_SIZE = 1 << 30
+_lock = threading.Lock()
+_current: Runtime | None = None
+
+
+def parse_size(value) -> int:
+    """Bytes from an int or a string such as '512M', '2G', '1.5GiB', '4096'."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(value), re.IGNORECASE)
+        if not m:
+            raise ValueError(f"heap size {value!r} is not a byte count such as 1073741824, '512M' or '2G'")
+        n = int(float(m.group(1)) * 1024 ** "_KMGT".index(m.group(2).upper() or "_"))
+    if n <= 0:
+        raise ValueError(f"heap size {value!r} must be positive")
+    return n
+
+
+def init(backend: str = "auto", heap_size=None, device=None, group=None) -> Runtime:
+    """Collective: join the job and map the symmetric heap. Returns the process's Runtime.
+    Calling it again with the same arguments returns the same Runtime."""
+    from . import backends, bootstrap
+
+    global _current
+    if backend == "auto":
+        backend = os.environ.get("UNISHMEM_BACKEND", "auto")
+    if heap_size is None:
+        heap_size = os.environ.get("UNISHMEM_SYMMETRIC_SIZE", DEFAULT_HEAP_SIZE)
+    heap_size = parse_size(heap_size)
+    args = (backend, heap_size, None if device is None else str(device), id(group) if group is not None else None)
+    with _lock:
+        if _current is not None:
+            if _current._init_args != args:
+                raise UnishmemError(f"unishmem.init() was already called with (backend, heap_size, device, group) = "
+                                    f"{_current._init_args[:3]}; now asked for {args[:3]}. Finalize the runtime "
+                                    "first to change them")
+            return _current
+        boot = bootstrap.discover(group)
+        try:
+            name = backends.choose(backend)
+            opened = backends.open_backend(name, boot, heap_size, device)
+        except BaseException:
+            boot.close()
+            raise
+        import torch
+
+        version = {"unishmem": __version__, "backend": name, "torch": torch.__version__}
+        # The runtime keeps the bootstrap until finalize: rank 0 may be serving its store to slower peers.
+        _current = Runtime(opened.native, name, opened.device, opened.heap_of, opened.stream_of, args, boot, version)
+        return _current
+
+
+def runtime() -> Runtime:
+    """The current Runtime; NotInitializedError if there is none."""
+    if _current is None:
+        raise NotInitializedError("unishmem is not initialised: call unishmem.init() first")
+    return _current
+
+
+def _forget_runtime(rt: Runtime) -> None:
+    global _current
+    with _lock:
+        if _current is rt:
+            _current = None

@@ -1,0 +1,34 @@
+"""Exception classes. Every error this package raises on purpose subclasses UnishmemError,
+except bad argument values and types, which raise ValueError / TypeError naming the value."""
+
+
+class UnishmemError(RuntimeError):
+    """Base class of unishmem's errors."""
+
+
+class NotInitializedError(UnishmemError):
+    """No runtime is active: call unishmem.init() first (or it was finalized)."""
+
+
+class SymmetryError(UnishmemError):
+    """PEs disagreed on a collective call (size, dtype, order); raised on every PE."""
+
+
+class NotSymmetricError(UnishmemError, ValueError):
+    """A tensor outside the symmetric heap was given where a symmetric one is required."""
+
+
+class PeerFailure(UnishmemError):
+    """A peer PE died or finalized while this PE waited for it."""
+
+
+class BackendUnavailable(UnishmemError):
+    """The requested backend cannot run here; the message says why."""
+
+
+class HeapExhaustedError(UnishmemError, MemoryError):
+    """The symmetric heap has no block large enough; the message gives requested and free bytes."""
+
+
+class WaitTimeout(UnishmemError, TimeoutError):
+    """A wait went on longer than UNISHMEM_WAIT_TIMEOUT seconds; the message says what it waited for."""

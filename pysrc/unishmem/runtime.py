@@ -1,0 +1,546 @@
+"""Runtime and Team: the public host API. Every argument check lives here, once, for every
+backend; the native backends below trust what they are given."""
+from __future__ import annotations
+
+import bisect
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .enums import ATOMIC_DTYPES, ATOMIC_OPS, CMP, DTYPE_CODES, REDUCE_DTYPES, REDUCE_OPS, SIGNAL, WAIT_DTYPES
+from .errors import NotInitializedError, NotSymmetricError, UnishmemError
+
+
+class UnishmemWarning(UserWarning):
+    """Something worth telling that is not an error (leaks found at finalize)."""
+
+
+@dataclass
+class _Allocation:
+    offset: int
+    nbytes: int
+    dtype: torch.dtype
+    live: bool = True
+
+
+_INT_RANGES = {
+    torch.int32: (-(2**31), 2**31), torch.int64: (-(2**63), 2**63),
+    torch.uint32: (0, 2**32), torch.uint64: (0, 2**64),
+}
+
+
+def _bits(value, dtype: torch.dtype, name: str) -> int:
+    """The two's-complement bit pattern of an integer that must fit `dtype`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    lo, hi = _INT_RANGES[dtype]
+    if not lo <= value < hi:
+        raise ValueError(f"{name}={value} does not fit {dtype} (range [{lo}, {hi - 1}])")
+    return value & (2**64 - 1)
+
+
+def _from_bits(bits: int, dtype: torch.dtype) -> int:
+    lo, hi = _INT_RANGES[dtype]
+    bits &= hi - lo - 1
+    return bits - (hi - lo) if lo < 0 and bits >= hi else bits
+
+
+class Team:
+    """A set of PEs that can synchronise and run collectives together. `handle` is what Triton
+    kernels take. Teams made by a split can be destroyed, also as a context manager."""
+
+    def __init__(self, rt: Runtime, handle: int, name: str):
+        self._rt = rt
+        self.handle = handle
+        self.name = name
+        self.my_pe = rt._native.team_my_pe(handle)
+        self.n_pes = rt._native.team_n_pes(handle)
+        self._destroyed = False
+
+    def __repr__(self):
+        state = " destroyed" if self._destroyed else ""
+        return f"<unishmem.Team {self.name} handle={self.handle} my_pe={self.my_pe} n_pes={self.n_pes}{state}>"
+
+    def _check(self) -> int:
+        self._rt._check_active()
+        if self._destroyed:
+            raise ValueError(f"{self!r} was destroyed")
+        return self.handle
+
+    def translate_pe(self, pe: int, other_team: Team) -> int:
+        """`pe` of this team as numbered in `other_team`; -1 if it is not a member."""
+        h = self._check()
+        _check_pe(pe, self.n_pes, f"pe of {self.name}")
+        return self._rt._native.team_translate_pe(h, pe, self._rt._team(other_team).handle)
+
+    def split_strided(self, start: int, stride: int, size: int) -> Team | None:
+        """Collective over this team: members start, start+stride, ... (size of them).
+        Returns None on PEs that are not members."""
+        h = self._check()
+        for name, v, lo in (("start", start, 0), ("stride", stride, 1), ("size", size, 1)):
+            if not isinstance(v, int) or v < lo:
+                raise ValueError(f"split_strided: {name}={v!r} must be an int >= {lo}")
+        last = start + (size - 1) * stride
+        if last >= self.n_pes:
+            raise ValueError(f"split_strided(start={start}, stride={stride}, size={size}) reaches PE {last} "
+                             f"of {self.name}, which has {self.n_pes} PEs")
+        handle = self._rt._native.team_split_strided(h, start, stride, size)
+        return None if handle < 0 else Team(self._rt, handle, f"{self.name}[{start}::{stride}x{size}]")
+
+    def split_2d(self, xrange: int) -> tuple[Team, Team]:
+        """Collective over this team: (the row of `xrange` consecutive PEs, the column of PEs
+        `xrange` apart) that this PE belongs to."""
+        h = self._check()
+        if not isinstance(xrange, int) or xrange < 1:
+            raise ValueError(f"split_2d: xrange={xrange!r} must be an int >= 1")
+        x, y = self._rt._native.team_split_2d(h, xrange)
+        return Team(self._rt, x, f"{self.name}.x{xrange}"), Team(self._rt, y, f"{self.name}.y{xrange}")
+
+    def destroy(self) -> None:
+        if self._destroyed or self._rt._finalized:
+            return
+        if self is self._rt.team_world or self is self._rt.team_node:
+            raise ValueError(f"{self.name} team cannot be destroyed")
+        self._rt._native.team_destroy(self.handle)
+        self._destroyed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+
+def _check_pe(pe, n: int, what: str = "pe") -> int:
+    if isinstance(pe, bool) or not isinstance(pe, int):
+        raise TypeError(f"{what} must be an int, got {pe!r}")
+    if not 0 <= pe < n:
+        raise ValueError(f"{what}={pe} is out of range: there are {n} PEs (0..{n - 1})")
+    return pe
+
+
+class Runtime:
+    """The process's handle on the symmetric heap and its peers. Made by unishmem.init()."""
+
+    def __init__(self, native, backend: str, device: torch.device, heap_of: Callable[[int], torch.Tensor],
+                 stream_of: Callable, init_args: tuple, bootstrap, version: dict):
+        self._native = native
+        self.backend = backend
+        self.device = device
+        self.my_pe = native.my_pe
+        self.n_pes = native.n_pes
+        self.launcher = bootstrap.placement.launcher
+        self._bootstrap = bootstrap
+        self.version = version
+        self._heap_of = heap_of
+        self._stream_of = stream_of
+        self._init_args = init_args
+        self._base = native.heap_base
+        self._heap_size = native.heap_size
+        self._typed: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        self._allocs: dict[int, _Allocation] = {}
+        self._offsets: list[int] = []  # sorted keys of _allocs
+        self._finalized = False
+        self.team_world = Team(self, 0, "world")
+        self.team_node = Team(self, 1, "node")
+
+    def __repr__(self):
+        return (f"<unishmem.Runtime backend={self.backend} pe={self.my_pe}/{self.n_pes} device={self.device} "
+                f"heap={self._heap_size} bytes>")
+
+    # ---- lifetime ---------------------------------------------------------------------------
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.finalize()
+        else:
+            self._teardown(collective=False)  # peers learn of the error instead of waiting for us
+
+    def finalize(self) -> None:
+        """Collective. Frees whatever is still allocated (warning about it) and leaves the job."""
+        if self._finalized:
+            return
+        self._teardown(collective=True)
+
+    def _teardown(self, collective: bool) -> None:
+        live = [a for a in self._allocs.values() if a.live]
+        if live and collective:
+            warnings.warn(f"PE {self.my_pe}: finalize freed {len(live)} symmetric allocation(s) still live "
+                          f"({sum(a.nbytes for a in live)} bytes); free them with rt.free()", UnishmemWarning,
+                          stacklevel=3)
+        for a in live:
+            a.live = False
+        self._finalized = True
+        from . import _forget_runtime
+
+        _forget_runtime(self)
+        try:
+            (self._native.finalize if collective else self._native.abandon)()
+        finally:
+            self._bootstrap.close()
+
+    def _check_active(self) -> None:
+        if self._finalized:
+            raise NotInitializedError("this runtime was finalized; call unishmem.init() for a new one")
+
+    # ---- symmetric memory -------------------------------------------------------------------
+
+    def _typed_heap(self, pe: int, dtype: torch.dtype) -> torch.Tensor:
+        key = (pe, dtype)
+        if key not in self._typed:
+            self._typed[key] = self._heap_of(pe).view(dtype)
+        return self._typed[key]
+
+    def empty(self, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Collective: an uninitialised tensor in the symmetric heap."""
+        self._check_active()
+        shape = _shape(shape)
+        if dtype not in DTYPE_CODES:
+            raise TypeError(f"dtype {dtype} is not supported in the symmetric heap (supported: "
+                            f"{', '.join(str(d) for d in DTYPE_CODES)})")
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * itemsize
+        offset = self._native.malloc(nbytes, DTYPE_CODES[dtype]) - self._base
+        alloc = _Allocation(offset, nbytes, dtype)
+        self._allocs[offset] = alloc
+        bisect.insort(self._offsets, offset)
+        t = self._typed_heap(self.my_pe, dtype).as_strided(shape, _contiguous_strides(shape), offset // itemsize)
+        t._unishmem_allocation = alloc
+        return t
+
+    def _filled(self, shape, value, dtype) -> torch.Tensor:
+        t = self.empty(shape, dtype)
+        t.fill_(value)
+        self._native.sync(0, 0)  # no peer may write into it before every PE has filled its copy
+        return t
+
+    def zeros(self, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return self._filled(shape, 0, dtype)
+
+    def full(self, shape, value, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return self._filled(shape, value, dtype)
+
+    def empty_like(self, other: torch.Tensor) -> torch.Tensor:
+        return self.empty(tuple(other.shape), other.dtype)
+
+    def signals(self, n: int) -> torch.Tensor:
+        """Collective: n zeroed uint64 signal words."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"signals(n): n={n!r} must be an int >= 1")
+        return self.zeros((n,), torch.uint64)
+
+    def free(self, t: torch.Tensor) -> None:
+        """Collective and explicit: nothing is freed by garbage collection."""
+        self._check_active()
+        addr, _ = self._local(t, "tensor to free")
+        # A bad address goes to the backend too, which checks the call across PEs: every PE raises.
+        try:
+            self._native.free(addr)
+        except ValueError as e:
+            if not self._in_heap(addr, 0):
+                raise NotSymmetricError(f"rt.free: the tensor at {addr:#x} is not in the symmetric heap") from e
+            raise
+        alloc = self._allocs[addr - self._base]
+        alloc.live = False
+        del self._allocs[alloc.offset]
+        self._offsets.remove(alloc.offset)
+
+    def is_symmetric(self, t: torch.Tensor) -> bool:
+        """True for any view into this PE's symmetric heap."""
+        return (isinstance(t, torch.Tensor) and t.device == self.device and not self._finalized
+                and self._in_heap(t.data_ptr(), 0))
+
+    def peer(self, t: torch.Tensor, pe: int) -> torch.Tensor | None:
+        """PE `pe`'s copy of symmetric tensor `t`, for direct loads and stores; None if unreachable."""
+        self._check_active()
+        self._symmetric(t, "tensor", contiguous=False)
+        _check_pe(pe, self.n_pes)
+        if self._native.peer_ptr(t.data_ptr(), pe) == 0:
+            return None
+        offset = t.data_ptr() - self._base
+        return self._typed_heap(pe, t.dtype).as_strided(t.shape, t.stride(), offset // t.element_size())
+
+    # ---- argument checks ----------------------------------------------------------------------
+
+    def _in_heap(self, addr: int, nbytes: int) -> bool:
+        return self._base <= addr and addr + nbytes <= self._base + self._heap_size
+
+    def _local(self, t, name: str, contiguous: bool = True) -> tuple[int, int]:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device != self.device:
+            raise ValueError(f"{name} is on {t.device}, but this runtime's device is {self.device}")
+        if contiguous and not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (shape {tuple(t.shape)}, strides {t.stride()})")
+        return t.data_ptr(), t.numel() * t.element_size()
+
+    def _symmetric(self, t, name: str, contiguous: bool = True) -> tuple[int, int]:
+        addr, nbytes = self._local(t, name, contiguous)
+        own = getattr(t, "_unishmem_allocation", None)
+        if own is not None and not own.live:
+            raise NotSymmetricError(f"{name} was freed (use after free): allocate it again with rt.empty()")
+        if not self._in_heap(addr, nbytes):
+            raise NotSymmetricError(f"{name} (at {addr:#x}, {nbytes} bytes) is not in the symmetric heap; "
+                                    "allocate it with rt.empty()/zeros()/signals()")
+        offset = addr - self._base
+        i = bisect.bisect_right(self._offsets, offset) - 1
+        alloc = self._allocs[self._offsets[i]] if i >= 0 else None
+        if alloc is None or offset >= alloc.offset + max(alloc.nbytes, 1):
+            raise NotSymmetricError(f"{name} (heap offset {offset}) is in no live allocation (freed?)")
+        if offset + nbytes > alloc.offset + alloc.nbytes:
+            raise ValueError(f"{name} spans {nbytes} bytes from heap offset {offset}, past the end of its "
+                             f"allocation ({alloc.nbytes} bytes at offset {alloc.offset})")
+        return addr, nbytes
+
+    def _signal(self, sig, name: str = "signal") -> int:
+        addr, _ = self._symmetric(sig, name)
+        if sig.dtype != torch.uint64 or sig.numel() != 1:
+            raise TypeError(f"{name} must be a 1-element torch.uint64 view of rt.signals(), got "
+                            f"{sig.dtype} with {sig.numel()} elements")
+        return addr
+
+    def _word(self, t, name: str, dtypes) -> int:
+        addr, _ = self._symmetric(t, name)
+        if t.dtype not in dtypes or t.numel() != 1:
+            raise TypeError(f"{name} must be a 1-element symmetric tensor of {', '.join(map(str, dtypes))}; got "
+                            f"{t.dtype} with {t.numel()} elements")
+        return addr
+
+    def _team(self, team) -> Team:
+        if team is None:
+            return self.team_world
+        if not isinstance(team, Team) or team._rt is not self:
+            raise TypeError(f"team must be a unishmem.Team of this runtime or None, got {team!r}")
+        team._check()
+        return team
+
+    @staticmethod
+    def _same_kind(dest, source, what: str, dest_elems: int | None = None):
+        """dest and source agree in dtype, and dest has `dest_elems` elements (default: as many as source)."""
+        if dest.dtype != source.dtype:
+            raise TypeError(f"{what}: dest is {dest.dtype} but source is {source.dtype}")
+        expected = source.numel() if dest_elems is None else dest_elems
+        if dest.numel() != expected:
+            raise ValueError(f"{what}: dest has {dest.numel()} elements, expected {expected} "
+                             f"for a source of {source.numel()}")
+
+    # ---- host-initiated communication -------------------------------------------------------
+
+    def put(self, dest, source, pe: int, stream=None) -> None:
+        """Copy local `source` into PE `pe`'s `dest` (symmetric)."""
+        self._check_active()
+        d, n = self._symmetric(dest, "dest")
+        s, _ = self._local(source, "source")
+        self._same_kind(dest, source, "put")
+        self._native.put(d, s, n, _check_pe(pe, self.n_pes), self._stream_of(stream))
+
+    def get(self, dest, source, pe: int, stream=None) -> None:
+        """Copy PE `pe`'s `source` (symmetric) into local `dest`."""
+        self._check_active()
+        d, n = self._local(dest, "dest")
+        s, _ = self._symmetric(source, "source")
+        self._same_kind(dest, source, "get")
+        self._native.get(d, s, n, _check_pe(pe, self.n_pes), self._stream_of(stream))
+
+    def put_signal(self, dest, source, signal, value: int, pe: int, op=SIGNAL.SET, stream=None) -> None:
+        """put, then update PE `pe`'s `signal` once the data has arrived."""
+        self._check_active()
+        d, n = self._symmetric(dest, "dest")
+        s, _ = self._local(source, "source")
+        self._same_kind(dest, source, "put_signal")
+        self._native.put_signal(d, s, n, self._signal(signal), _bits(value, torch.uint64, "value"),
+                                int(SIGNAL(op)), _check_pe(pe, self.n_pes), self._stream_of(stream))
+
+    def signal_op(self, signal, value: int, pe: int, op=SIGNAL.SET, stream=None) -> None:
+        self._check_active()
+        self._native.signal_op(self._signal(signal), _bits(value, torch.uint64, "value"), int(SIGNAL(op)),
+                               _check_pe(pe, self.n_pes), self._stream_of(stream))
+
+    def signal_wait_until(self, signal, cmp, value: int, stream=None) -> int:
+        """Wait until the local `signal` compares true against `value`; returns the value seen."""
+        self._check_active()
+        return self._native.signal_wait_until(self._signal(signal), int(CMP(cmp)), _bits(value, torch.uint64, "value"),
+                                              self._stream_of(stream))
+
+    def signal_fetch(self, signal) -> int:
+        self._check_active()
+        return self._native.signal_fetch(self._signal(signal))
+
+    def wait_until(self, ivar, cmp, value: int) -> None:
+        """Wait until the local 1-element int32/int64/uint32/uint64 `ivar` compares true against `value`."""
+        self._check_active()
+        addr = self._word(ivar, "ivar", WAIT_DTYPES)
+        self._native.wait_until(addr, DTYPE_CODES[ivar.dtype], int(CMP(cmp)), _bits(value, ivar.dtype, "value"))
+
+    def test(self, ivar, cmp, value: int) -> bool:
+        self._check_active()
+        addr = self._word(ivar, "ivar", WAIT_DTYPES)
+        return self._native.test(addr, DTYPE_CODES[ivar.dtype], int(CMP(cmp)), _bits(value, ivar.dtype, "value"))
+
+    def quiet(self, stream=None) -> None:
+        self._check_active()
+        self._native.quiet(self._stream_of(stream))
+
+    def fence(self) -> None:
+        self._check_active()
+        self._native.fence()
+
+    def _atomic(self, op: str, dest, pe: int, value: int = 0, cond: int = 0) -> int:
+        self._check_active()
+        addr = self._word(dest, "dest", ATOMIC_DTYPES)
+        v, c = _bits(value, dest.dtype, "value"), _bits(cond, dest.dtype, "cond")
+        out = self._native.atomic(ATOMIC_OPS[op], DTYPE_CODES[dest.dtype], addr, v, c, _check_pe(pe, self.n_pes))
+        return _from_bits(out, dest.dtype)
+
+    def atomic_fetch(self, dest, pe: int) -> int:
+        return self._atomic("fetch", dest, pe)
+
+    def atomic_set(self, dest, value: int, pe: int) -> None:
+        self._atomic("set", dest, pe, value)
+
+    def atomic_swap(self, dest, value: int, pe: int) -> int:
+        return self._atomic("swap", dest, pe, value)
+
+    def atomic_compare_swap(self, dest, cond: int, value: int, pe: int) -> int:
+        """Set PE `pe`'s `dest` to `value` if it equals `cond`; returns the old value."""
+        return self._atomic("compare_swap", dest, pe, value, cond)
+
+    def atomic_fetch_add(self, dest, value: int, pe: int) -> int:
+        return self._atomic("fetch_add", dest, pe, value)
+
+    def atomic_add(self, dest, value: int, pe: int) -> None:
+        self._atomic("add", dest, pe, value)
+
+    def atomic_fetch_inc(self, dest, pe: int) -> int:
+        return self._atomic("fetch_inc", dest, pe)
+
+    def atomic_inc(self, dest, pe: int) -> None:
+        self._atomic("inc", dest, pe)
+
+    def atomic_fetch_and(self, dest, value: int, pe: int) -> int:
+        return self._atomic("fetch_and", dest, pe, value)
+
+    def atomic_and(self, dest, value: int, pe: int) -> None:
+        self._atomic("and", dest, pe, value)
+
+    def atomic_fetch_or(self, dest, value: int, pe: int) -> int:
+        return self._atomic("fetch_or", dest, pe, value)
+
+    def atomic_or(self, dest, value: int, pe: int) -> None:
+        self._atomic("or", dest, pe, value)
+
+    def atomic_fetch_xor(self, dest, value: int, pe: int) -> int:
+        return self._atomic("fetch_xor", dest, pe, value)
+
+    def atomic_xor(self, dest, value: int, pe: int) -> None:
+        self._atomic("xor", dest, pe, value)
+
+    # ---- synchronisation and collectives ------------------------------------------------------
+    # A PE whose arguments fail the checks still enters the collective, marked as rejected,
+    # so that every member raises instead of waiting for it.
+
+    def _collective(self, team, check: Callable[[Team], tuple], run: Callable) -> None:
+        self._check_active()
+        team = self._team(team)
+        try:
+            args = check(team)
+        except (TypeError, ValueError) as e:
+            self._native.reject_collective(team.handle)
+            raise e
+        run(team.handle, *args)
+
+    def barrier_all(self, stream=None) -> None:
+        self.barrier(None, stream)
+
+    def sync_all(self, stream=None) -> None:
+        self.sync(None, stream)
+
+    def barrier(self, team=None, stream=None) -> None:
+        """Complete this PE's outstanding puts, then wait for every member of `team`."""
+        self._collective(team, lambda t: (self._stream_of(stream),), self._native.barrier)
+
+    def sync(self, team=None, stream=None) -> None:
+        """Wait for every member of `team` (no completion of outstanding puts)."""
+        self._collective(team, lambda t: (self._stream_of(stream),), self._native.sync)
+
+    def _pair(self, dest, source, what: str, dest_elems: int | None = None, overlap_ok: bool = False):
+        d, dn = self._symmetric(dest, "dest")
+        s, sn = self._symmetric(source, "source")
+        self._same_kind(dest, source, what, dest_elems)
+        if not overlap_ok and d < s + sn and s < d + dn:
+            raise ValueError(f"{what}: dest and source overlap")
+        return d, s, sn
+
+    def broadcast(self, dest, source, root: int, team=None, stream=None) -> None:
+        """Copy `source` of the team's PE `root` into every member's `dest`."""
+        def check(t):
+            d, s, n = self._pair(dest, source, "broadcast", overlap_ok=dest.data_ptr() == source.data_ptr())
+            return d, s, n, _check_pe(root, t.n_pes, "root"), self._stream_of(stream)
+        self._collective(team, check, self._native.broadcast)
+
+    def fcollect(self, dest, source, team=None, stream=None) -> None:
+        """All-gather: `dest` receives the team's `source` blocks in team order."""
+        def check(t):
+            d, s, n = self._pair(dest, source, "fcollect", source.numel() * t.n_pes)
+            return d, s, n, self._stream_of(stream)
+        self._collective(team, check, self._native.fcollect)
+
+    def alltoall(self, dest, source, team=None, stream=None) -> None:
+        """Block j of this PE's `source` goes to block my_pe of member j's `dest`."""
+        def check(t):
+            d, s, n = self._pair(dest, source, "alltoall")
+            if source.numel() % t.n_pes:
+                raise ValueError(f"alltoall: {source.numel()} elements do not split into {t.n_pes} equal blocks")
+            return d, s, n // t.n_pes, self._stream_of(stream)
+        self._collective(team, check, self._native.alltoall)
+
+    def _reduction(self, dest, source, op, what: str, stream):
+        def check(t):
+            if op not in REDUCE_OPS:
+                raise ValueError(f"{what}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
+            if source.dtype not in REDUCE_DTYPES:
+                raise TypeError(f"{what}: dtype {source.dtype} is not supported (supported: "
+                                f"{', '.join(map(str, REDUCE_DTYPES))})")
+            if what == "reducescatter" and source.numel() % t.n_pes:
+                raise ValueError(f"reducescatter: {source.numel()} elements do not split into {t.n_pes} blocks")
+            scatter = what == "reducescatter"
+            d, s, _ = self._pair(dest, source, what, source.numel() // t.n_pes if scatter else None,
+                                 overlap_ok=not scatter and dest.data_ptr() == source.data_ptr())
+            return d, s, dest.numel(), DTYPE_CODES[source.dtype], REDUCE_OPS[op], self._stream_of(stream)
+        return check
+
+    def reduce(self, dest, source, op: str = "sum", team=None, stream=None) -> None:
+        """All-reduce of `source` into `dest` over `team` (dest may be source)."""
+        self._collective(team, self._reduction(dest, source, op, "reduce", stream), self._native.reduce)
+
+    def reducescatter(self, dest, source, op: str = "sum", team=None, stream=None) -> None:
+        """Reduce `source` over `team`; member i receives block i of the result in `dest`."""
+        self._collective(team, self._reduction(dest, source, op, "reducescatter", stream),
+                         self._native.reducescatter)
+
+
+def _shape(shape) -> tuple[int, ...]:
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
+    for s in shape:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ValueError(f"shape {shape} has an invalid dimension {s!r}")
+    return shape
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
