@@ -176,15 +176,18 @@ void HostBackend::unlink_own_segment() {
 
 // ---- waiting -------------------------------------------------------------------------------
 
-void HostBackend::check_peers(const std::string& waiting_for) {
+void HostBackend::check_peers(const std::string& waiting_for, int awaited) {
+  // A finalized peer has passed finalize's barrier, so every PE has entered finalize: only a
+  // wait on that very peer, or one not tied to a peer, can no longer finish.
   for (int p = 0; p < n_pes_; ++p) {
     if (p == pe_ || !maps_[p].data()) continue;
     const std::uint32_t state = load_acquire(ctl(p)->state);
-    if (state == kFinalized || state == kAbandoned)
+    const bool finalized = state == kFinalized;
+    if ((finalized && (awaited < 0 || awaited == p)) || state == kAbandoned)
       throw Error(ErrorKind::peer_failure, "PE " + std::to_string(p) +
-                                               (state == kFinalized ? " finalized" : " left the job after an error") +
+                                               (finalized ? " finalized" : " left the job after an error") +
                                                " while PE " + std::to_string(pe_) + " was waiting for " + waiting_for);
-    if (!process_alive(pids_[p]))
+    if (!finalized && !process_alive(pids_[p]))
       throw Error(ErrorKind::peer_failure, "PE " + std::to_string(p) + " (pid " + std::to_string(pids_[p]) +
                                                ") died while PE " + std::to_string(pe_) + " was waiting for " +
                                                waiting_for);
@@ -192,9 +195,9 @@ void HostBackend::check_peers(const std::string& waiting_for) {
 }
 
 template <class Done, class Describe>
-void HostBackend::wait(Done&& done, Describe&& describe) {
+void HostBackend::wait(Done&& done, Describe&& describe, int awaited) {
   wait_for(done, describe, policy_, [&] {
-    check_peers(describe());
+    check_peers(describe(), awaited);
     if (external_check_) external_check_();
   });
 }
@@ -221,7 +224,8 @@ void HostBackend::team_barrier(int team) {
     const std::uint64_t& word = ctl(m)->arrive[team].value;
     wait([&] { return load_acquire(word) >= target; },
          [&] { return "PE " + std::to_string(m) + " to reach barrier #" + std::to_string(e) + " of team " +
-                      std::to_string(team); });
+                      std::to_string(team); },
+         m);
   }
 }
 

@@ -114,9 +114,10 @@ class HostBackend final : public Backend {
   int claim_slot(std::uint64_t taken, int skip = -1) const;
   void make_team(int slot, std::vector<int> members);
 
+  // awaited: the PE whose action ends the wait, or -1 when any PE's could.
   template <class Done, class Describe>
-  void wait(Done&& done, Describe&& describe);
-  void check_peers(const std::string& waiting_for);
+  void wait(Done&& done, Describe&& describe, int awaited = -1);
+  void check_peers(const std::string& waiting_for, int awaited);
   void team_barrier(int team);
   // Internal all-gather of a few words over a team (two team barriers).
   std::vector<std::array<std::uint64_t, kXchgWords>> exchange(int team, const std::uint64_t* words, int n);

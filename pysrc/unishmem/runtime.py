@@ -254,16 +254,16 @@ class Runtime:
     def is_symmetric(self, t: torch.Tensor) -> bool:
         """True for any view into this PE's symmetric heap."""
         return (isinstance(t, torch.Tensor) and t.device == self.device and not self._finalized
-                and self._in_heap(t.data_ptr(), 0))
+                and self._in_heap(_address(t), 0))
 
     def peer(self, t: torch.Tensor, pe: int) -> torch.Tensor | None:
         """PE `pe`'s copy of symmetric tensor `t`, for direct loads and stores; None if unreachable."""
         self._check_active()
         self._symmetric(t, "tensor", contiguous=False)
         _check_pe(pe, self.n_pes)
-        if self._native.peer_ptr(t.data_ptr(), pe) == 0:
+        if self._native.peer_ptr(_address(t), pe) == 0:
             return None
-        offset = t.data_ptr() - self._base
+        offset = _address(t) - self._base
         return self._typed_heap(pe, t.dtype).as_strided(t.shape, t.stride(), offset // t.element_size())
 
     # ---- argument checks ----------------------------------------------------------------------
@@ -278,7 +278,7 @@ class Runtime:
             raise ValueError(f"{name} is on {t.device}, but this runtime's device is {self.device}")
         if contiguous and not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (shape {tuple(t.shape)}, strides {t.stride()})")
-        return t.data_ptr(), t.numel() * t.element_size()
+        return _address(t), t.numel() * t.element_size()
 
     def _symmetric(self, t, name: str, contiguous: bool = True) -> tuple[int, int]:
         addr, nbytes = self._local(t, name, contiguous)
@@ -480,7 +480,7 @@ class Runtime:
     def broadcast(self, dest, source, root: int, team=None, stream=None) -> None:
         """Copy `source` of the team's PE `root` into every member's `dest`."""
         def check(t):
-            d, s, n = self._pair(dest, source, "broadcast", overlap_ok=dest.data_ptr() == source.data_ptr())
+            d, s, n = self._pair(dest, source, "broadcast", overlap_ok=_address(dest) == _address(source))
             return d, s, n, _check_pe(root, t.n_pes, "root"), self._stream_of(stream)
         self._collective(team, check, self._native.broadcast)
 
@@ -511,7 +511,7 @@ class Runtime:
                 raise ValueError(f"reducescatter: {source.numel()} elements do not split into {t.n_pes} blocks")
             scatter = what == "reducescatter"
             d, s, _ = self._pair(dest, source, what, source.numel() // t.n_pes if scatter else None,
-                                 overlap_ok=not scatter and dest.data_ptr() == source.data_ptr())
+                                 overlap_ok=not scatter and _address(dest) == _address(source))
             return d, s, dest.numel(), DTYPE_CODES[source.dtype], REDUCE_OPS[op], self._stream_of(stream)
         return check
 
@@ -523,6 +523,11 @@ class Runtime:
         """Reduce `source` over `team`; member i receives block i of the result in `dest`."""
         self._collective(team, self._reduction(dest, source, op, "reducescatter", stream),
                          self._native.reducescatter)
+
+
+def _address(t: torch.Tensor) -> int:
+    """Where a tensor's first element lives; unlike data_ptr(), also right for empty tensors."""
+    return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
 
 
 def _shape(shape) -> tuple[int, ...]:
