@@ -1,0 +1,86 @@
+"""Teams: world, node, strided and 2-D splits, translation, team barriers."""
+import torch
+
+from spmd import spmd
+
+
+@spmd
+def test_split_strided_even_and_odd(rt):
+    evens = rt.team_world.split_strided(0, 2, (rt.n_pes + 1) // 2)
+    odds = rt.team_world.split_strided(1, 2, rt.n_pes // 2) if rt.n_pes > 1 else None
+    mine = evens if rt.my_pe % 2 == 0 else odds
+    assert mine is not None and (odds is None or evens is None)
+    assert mine.my_pe == rt.my_pe // 2
+    assert mine.n_pes == ((rt.n_pes + 1) // 2 if rt.my_pe % 2 == 0 else rt.n_pes // 2)
+    for pe in range(mine.n_pes):
+        world_pe = 2 * pe + rt.my_pe % 2
+        assert mine.translate_pe(pe, rt.team_world) == world_pe
+        assert rt.team_world.translate_pe(world_pe, mine) == pe
+    other = 1 - rt.my_pe % 2
+    if other < rt.n_pes:
+        assert rt.team_world.translate_pe(other, mine) == -1
+    # a barrier, a sync and a collective on the sub-team only
+    rt.barrier(mine)
+    rt.sync(mine)
+    src = rt.full(1, rt.my_pe, dtype=torch.int64)
+    dst = rt.zeros(mine.n_pes, dtype=torch.int64)
+    rt.fcollect(dst, src, team=mine)
+    assert dst.tolist() == [2 * i + rt.my_pe % 2 for i in range(mine.n_pes)]
+    rt.free(src)
+    rt.free(dst)
+    mine.destroy()
+
+
+@spmd(sizes=(4,))
+def test_split_2d(rt):
+    x, y = rt.team_world.split_2d(2)
+    assert (x.n_pes, y.n_pes) == (2, 2)
+    assert x.my_pe == rt.my_pe % 2 and y.my_pe == rt.my_pe // 2
+    assert x.translate_pe(0, rt.team_world) == rt.my_pe - rt.my_pe % 2
+    assert y.translate_pe(1, rt.team_world) == 2 + rt.my_pe % 2
+    total = rt.full(1, rt.my_pe + 1, dtype=torch.int32)
+    rt.reduce(total, total, "sum", team=x)
+    assert total.item() == (3 if rt.my_pe < 2 else 7)
+    rt.reduce(total, total, "sum", team=y)
+    assert total.item() == 10
+    rt.free(total)
+    with x, y:
+        rt.barrier(x)
+        rt.barrier(y)
+
+
+@spmd
+def test_split_2d_uneven(rt):
+    x, y = rt.team_world.split_2d(3)
+    assert x.n_pes == min(3, rt.n_pes - rt.my_pe // 3 * 3)
+    assert y.my_pe == rt.my_pe // 3
+    x.destroy()
+    y.destroy()
+
+
+@spmd
+def test_team_slots_are_reused(rt):
+    # far more splits than there are team slots: destroy gives them back
+    for i in range(150):
+        with rt.team_world.split_strided(0, 1, rt.n_pes) as t:
+            assert t.n_pes == rt.n_pes and t.my_pe == rt.my_pe
+            if i % 50 == 0:
+                rt.barrier(t)
+
+
+@spmd(sizes=(4,))
+def test_nested_split_and_translation(rt):
+    first3 = rt.team_world.split_strided(0, 1, 3)
+    if rt.my_pe == 3:
+        assert first3 is None
+        return
+    tail = first3.split_strided(1, 1, 2)  # world PEs 1 and 2
+    if rt.my_pe == 0:
+        assert tail is None
+    else:
+        assert tail.n_pes == 2 and tail.translate_pe(tail.my_pe, rt.team_world) == rt.my_pe
+        assert tail.translate_pe(0, first3) == 1
+        rt.barrier(tail)
+        tail.destroy()
+    rt.barrier(first3)
+    first3.destroy()
