@@ -1,0 +1,144 @@
+"""Bad input: a clear exception naming the value, on every PE involved, and nothing lost."""
+import pytest
+import torch
+
+import unishmem
+from unishmem import CMP, NotInitializedError, NotSymmetricError, SymmetryError, UnishmemError
+from spmd import spmd
+
+
+def raises(exc, match, fn, *args, **kwargs):
+    with pytest.raises(exc, match=match):
+        fn(*args, **kwargs)
+
+
+@spmd
+def test_local_argument_errors(rt):
+    x = rt.zeros(8, dtype=torch.float32)
+    raises(ValueError, f"pe={rt.n_pes} is out of range", rt.put, x, torch.zeros(8), rt.n_pes)
+    raises(ValueError, "pe=-1 is out of range", rt.get, torch.zeros(8), x, -1)
+    raises(TypeError, "pe must be an int", rt.put, x, torch.zeros(8), 0.5)
+    raises(NotSymmetricError, "dest .* is not in the symmetric heap", rt.put, torch.zeros(8), torch.zeros(8), 0)
+    raises(NotSymmetricError, "source .* is not in the symmetric heap", rt.get, torch.zeros(8), torch.zeros(8), 0)
+    raises(TypeError, "dest is torch.float32 but source is torch.float64", rt.put, x,
+           torch.zeros(8, dtype=torch.float64), 0)
+    raises(ValueError, "dest has 8 elements, expected 9", rt.put, x, torch.zeros(9), 0)
+    raises(ValueError, "is on meta, but this runtime's device is cpu", rt.put, x, torch.zeros(8, device="meta"), 0)
+    raises(ValueError, "must be contiguous", rt.put, x[::2], torch.zeros(4), 0)
+    raises(TypeError, "must be a torch.Tensor", rt.put, x, [0.0] * 8, 0)
+    past_end = torch.as_strided(x, (100,), (1,))  # a view reaching past its allocation
+    raises(ValueError, "past the end of its allocation", rt.put, past_end, torch.zeros(100), 0)
+    sig = rt.signals(2)
+    raises(TypeError, "1-element torch.uint64", rt.signal_op, sig, 1, 0)
+    raises(TypeError, "1-element torch.uint64", rt.signal_fetch, x[:1])
+    raises(ValueError, "value=-1 does not fit torch.uint64", rt.signal_op, sig[0], -1, 0)
+    raises(ValueError, "6 is not a valid CMP", rt.signal_wait_until, sig[0], 6, 0)
+    i32 = rt.zeros(1, dtype=torch.int32)
+    raises(ValueError, "value=2147483648 does not fit torch.int32", rt.atomic_add, i32, 2**31, 0)
+    raises(TypeError, "1-element symmetric tensor of torch.int32", rt.atomic_add, x[:1], 1, 0)
+    raises(ValueError, "shape .* invalid dimension -3", rt.empty, (2, -3))
+    raises(TypeError, "dtype torch.complex64 is not supported", rt.empty, 4, torch.complex64)
+    raises(ValueError, f"pe of world={rt.n_pes} is out of range", rt.team_world.translate_pe, rt.n_pes,
+           rt.team_world)
+    raises(ValueError, "reaches PE", rt.team_world.split_strided, 0, 1, rt.n_pes + 1)
+    raises(ValueError, "world team cannot be destroyed", rt.team_world.destroy)
+    for t in (x, sig, i32):
+        rt.free(t)
+
+
+@spmd
+def test_use_after_free(rt):
+    x = rt.zeros(16)
+    view = x[4:8]
+    rt.free(x)
+    raises(NotSymmetricError, "dest was freed", rt.put, x, torch.zeros(16), 0)
+    raises(NotSymmetricError, "in no live allocation", rt.put, view, torch.zeros(4), 0)
+    raises(ValueError, "not a live symmetric allocation", rt.free, x)  # double free, on every PE
+    y = rt.zeros(16)  # the heap is intact
+    rt.free(y)
+
+
+@spmd(sizes=(2, 4))
+def test_asymmetric_allocation_raises_on_every_pe(rt):
+    free_before = rt._native.heap_free_bytes()
+    size = 100 if rt.my_pe == rt.n_pes - 1 else 64
+    with pytest.raises(SymmetryError, match="symmetric allocation differs between PEs") as info:
+        rt.empty(size, dtype=torch.float32)
+    assert "400 bytes of float32" in str(info.value) and "256 bytes of float32" in str(info.value)
+    with pytest.raises(SymmetryError, match="differs between PEs"):
+        rt.empty(8, dtype=torch.float32 if rt.my_pe else torch.int32)
+    assert rt._native.heap_free_bytes() == free_before  # nothing was allocated
+    ok = rt.zeros(64)  # and the next allocation works everywhere
+    ok.fill_(rt.my_pe)
+    rt.barrier_all()
+    out = torch.empty(64)
+    rt.get(out, ok, 0)
+    assert (out == 0).all()
+    rt.free(ok)
+
+
+@spmd(sizes=(2, 4))
+def test_mismatched_collectives_raise_on_every_pe(rt):
+    src = rt.zeros(8, dtype=torch.float32)
+    dst = rt.zeros(8 * rt.n_pes, dtype=torch.float32)
+    small = rt.zeros(4, dtype=torch.float32)
+    # different sizes on different PEs
+    with pytest.raises(SymmetryError, match="fcollect of 32 bytes.*fcollect of 16 bytes|fcollect of 16 bytes.*fcollect of 32"):
+        rt.fcollect(dst[:4 * rt.n_pes] if rt.my_pe == 0 else dst, small if rt.my_pe == 0 else src)
+    rt.barrier_all()
+    # one PE's arguments are wrong: it raises its own error, every other PE a SymmetryError
+    if rt.my_pe == 1:
+        raises(ValueError, "dest has 8 elements, expected", rt.reduce, src, small)
+    else:
+        raises(SymmetryError, "PE 1 rejected its arguments", rt.reduce, src, src)
+    rt.barrier_all()
+    # a barrier against a collective
+    if rt.my_pe == 0:
+        raises(SymmetryError, "reduce of 32 bytes of float32 with op max", rt.barrier_all)
+    else:
+        raises(SymmetryError, "called barrier", rt.reduce, src, src, "max")
+    rt.barrier_all()
+    for op in ("mean", "avg"):
+        raises(ValueError, f"op='{op}' is not one of sum, min, max, prod", rt.reduce, src, src, op)
+    raises(ValueError, "dest and source overlap", rt.fcollect, dst, dst[:8])
+    raises(ValueError, "root=9 is out of range", rt.broadcast, src, src, 9)
+    for t in (src, dst, small):
+        rt.free(t)
+
+
+@spmd
+def test_heap_exhaustion_names_requested_and_free_bytes(rt):
+    heap = rt._heap_size
+    with pytest.raises(unishmem.HeapExhaustedError, match=rf"requested {heap + 4} bytes, \d+ bytes free") as info:
+        rt.empty(heap + 4, dtype=torch.uint8)
+    assert isinstance(info.value, MemoryError)
+    x = rt.zeros(1024)  # nothing was lost
+    rt.free(x)
+
+
+@spmd
+def test_init_twice_with_other_arguments(rt):
+    raises(UnishmemError, "already called", unishmem.init, heap_size="128M")
+    raises(UnishmemError, "already called", unishmem.init, backend="host", heap_size=rt._heap_size + 4096)
+    assert unishmem.init(heap_size=rt._heap_size) is rt
+
+
+@spmd
+def test_unavailable_backends_say_why(rt):
+    raises(ValueError, "backend='cuda' is not one of", unishmem.backends.open_backend, "cuda", None, 0, None)
+    for name in ("nvshmem", "rocshmem"):
+        raises(unishmem.BackendUnavailable, f"the {name} backend is not built", unishmem.backends.native_module, name)
+
+
+@spmd
+def test_use_after_finalize(rt):
+    # runs last in this module's job: the harness's own finalize is then a no-op
+    x = rt.zeros(4)
+    team = rt.team_world
+    rt.finalize()
+    raises(NotInitializedError, "finalized", rt.put, x, torch.zeros(4), 0)
+    raises(NotInitializedError, "finalized", rt.barrier_all)
+    raises(NotInitializedError, "finalized", rt.empty, 4)
+    raises(NotInitializedError, "finalized", team.split_strided, 0, 1, 1)
+    raises(NotInitializedError, "not initialised", unishmem.runtime)
+    assert x.sum().item() == 0  # tensors still held stay safe to touch
