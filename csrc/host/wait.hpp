@@ -41,7 +41,12 @@ void wait_for(Done&& done, Describe&& describe, const WaitPolicy& policy, const 
     auto now = clock::now();
     if (now >= next_check) {
       next_check = now + std::chrono::milliseconds(10);
-      check();
+      try {
+        check();
+      } catch (...) {
+        if (done()) return;  // the peer did its part just before it left
+        throw;
+      }
       double waited = std::chrono::duration<double>(now - start).count();
       if (!warned && policy.stall_warn_s > 0 && waited > policy.stall_warn_s) {
         report_stall(describe(), waited);

@@ -1,0 +1,50 @@
+"""PE programs that fail on purpose, for the launcher and failure tests. argv[1] picks the failure."""
+import os
+import signal
+import sys
+import time
+
+import torch
+
+import unishmem
+
+
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")  # one write per line: PEs share the terminal
+    sys.stdout.flush()
+from unishmem import CMP, PeerFailure
+
+mode = sys.argv[1]
+rt = unishmem.init(heap_size="16M")
+victim = rt.n_pes - 1
+sig = rt.signals(1)
+say(f"READY pe={rt.my_pe} pid={os.getpid()}")
+start = time.monotonic()
+try:
+    if mode == "kill" and rt.my_pe == victim:
+        time.sleep(0.5)  # let the others settle into their waits
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif mode == "raise" and rt.my_pe == victim:
+        time.sleep(0.5)
+        raise RuntimeError("this PE fails on purpose")
+    if mode in ("kill", "raise"):
+        if rt.my_pe % 2:
+            rt.barrier_all()
+        else:
+            rt.signal_wait_until(sig, CMP.EQ, 1)  # never signalled
+    elif mode == "hang":  # wait until interrupted
+        rt.signal_wait_until(sig, CMP.EQ, 1)
+    elif mode == "stall":  # nobody will ever signal: the wait must time out and say what it waited for
+        rt.signal_wait_until(sig, CMP.EQ, 42)
+    elif mode == "leak_segment":  # a segment a crashed PE would leave behind: the launcher removes it
+        open(f"/dev/shm/unishmem-{os.environ['UNISHMEM_JOB_TOKEN']}-{rt.n_pes + 7}", "w").close()
+        os._exit(3)
+except PeerFailure as e:
+    say(f"PEERFAILURE pe={rt.my_pe} after={time.monotonic() - start:.2f}s: {e}")
+    sys.exit(3)
+except KeyboardInterrupt:
+    say(f"INTERRUPTED pe={rt.my_pe}")
+    sys.exit(130)
+except unishmem.WaitTimeout as e:
+    say(f"TIMEOUT pe={rt.my_pe}: {e}")
+    sys.exit(4)

@@ -1,0 +1,192 @@
+"""Launchers and failure behaviour: unishmem run, mpirun, torchrun, srun-style environments, a dead PE,
+Ctrl-C, stalls, and shared-memory segments that must never outlive their job."""
+import glob
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from spmd import launch
+
+PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
+SMOKE = os.path.join(PROGRAMS, "smoke.py")
+FAILURES = os.path.join(PROGRAMS, "failures.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def ok_lines(output: str, n: int, launcher: str) -> None:
+    lines = sorted(re.findall(r"^OK pe=(\d+) n=(\d+) launcher=(.*)$", output, re.M))
+    assert lines == [(str(pe), str(n), launcher) for pe in range(n)], output
+
+
+def segments() -> set:
+    return set(glob.glob("/dev/shm/unishmem-*"))
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_unishmem_run(n):
+    proc = launch([SMOKE], n, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ok_lines(proc.stdout, n, "unishmem run")
+
+
+def test_python_dash_m_unishmem_run_and_command_forms():
+    proc = subprocess.run([sys.executable, "-m", "unishmem", "run", "-n", "2", sys.executable, SMOKE],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ok_lines(proc.stdout, 2, "unishmem run")
+
+
+def test_single_process_without_launcher():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UNISHMEM_", "OMPI_", "PMI_", "SLURM_"))}
+    proc = subprocess.run([sys.executable, SMOKE], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    ok_lines(proc.stdout, 1, "none (single process)")
+
+
+@pytest.mark.parametrize("mode", ["kill", "raise"])
+def test_dead_pe_raises_peer_failure_everywhere(mode):
+    before = segments()
+    proc = launch([FAILURES, mode], 4, timeout=120)
+    out = proc.stdout + proc.stderr
+    failures = re.findall(r"^PEERFAILURE pe=(\d) after=([\d.]+)s: (.*)$", proc.stdout, re.M)
+    assert sorted(pe for pe, _, _ in failures) == ["0", "1", "2"], out
+    for _, after, msg in failures:
+        assert float(after) < 10.0, out
+        assert re.search(r"PE 3 \(pid \d+\) died while PE \d was waiting for", msg), msg
+    status = "was killed by signal SIGKILL" if mode == "kill" else "exited with status 1"
+    assert re.search(rf"unishmem run: PE 3 \(pid \d+\) {status}", proc.stderr), out
+    assert proc.returncode == (137 if mode == "kill" else 1)
+    assert segments() <= before
+
+
+def test_ctrl_c_stops_every_pe():
+    before = segments()
+    cmd = [sys.executable, "-m", "unishmem", "run", "-n", "4", FAILURES, "hang"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = []
+    deadline = time.monotonic() + 60
+    while len(pids) < 4 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        m = re.match(r"READY pe=\d pid=(\d+)", line)
+        if m:
+            pids.append(int(m.group(1)))
+    assert len(pids) == 4
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "interrupted; stopping 4 PE(s)" in err
+    assert len(re.findall(r"^INTERRUPTED pe=\d", out, re.M)) == 4, out + err  # each PE saw KeyboardInterrupt
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert segments() <= before
+
+
+def test_launcher_removes_segments_a_crashed_pe_left():
+    before = segments()
+    proc = launch([FAILURES, "leak_segment"], 2, timeout=60)
+    assert proc.returncode == 3
+    assert segments() <= before
+
+
+def test_stalled_wait_warns_then_times_out():
+    proc = launch([FAILURES, "stall"], 1, timeout=60,
+                  env={"UNISHMEM_STALL_WARN": "0.3", "UNISHMEM_WAIT_TIMEOUT": "1.5"})
+    assert proc.returncode == 4, proc.stderr
+    assert re.search(r"still waiting after \d+ s for signal at heap offset \d+ to become == 42", proc.stderr)
+    assert re.search(r"TIMEOUT pe=0: gave up after \d+ s waiting for signal at heap offset \d+ to become == 42 "
+                     r"\(it is 0\)", proc.stdout), proc.stdout
+
+
+def test_segment_is_private_and_named_by_job_token():
+    from unishmem import _host
+
+    token = "t" + os.urandom(6).hex()
+    backend = _host.HostBackend(token, 0, 1, 1 << 20, 30.0, 10.0)
+    path = f"/dev/shm/unishmem-{token}-0"
+    try:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        backend.attach_peers()
+        backend.unlink_own_segment()
+        assert not os.path.exists(path)  # the mapping lives on; the name is gone
+        backend.finalize()
+    finally:
+        _host.HostBackend.unlink_job(token, 1)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torchrun():
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", str(_free_port()), SMOKE],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ok_lines(proc.stdout, 2, "torchrun")
+
+
+def test_existing_process_group():
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", str(_free_port()), SMOKE, "--group"],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ok_lines(proc.stdout, 2, "torch.distributed group")
+
+
+def test_mpirun():
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun not found (.ci/run installs Open MPI from PyPI)")
+    proc = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, SMOKE],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    ok_lines(proc.stdout, 2, "mpirun (Open MPI)")
+
+
+@pytest.mark.parametrize("flavour", ["srun", "mpich"])
+def test_launcher_environments_without_a_channel(flavour):
+    """srun and MPICH's Hydra only say who each rank is; rank 0 then serves the rendezvous.
+    The variables are set here as those launchers set them (neither is installed here)."""
+    n = 2
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UNISHMEM_", "OMPI_", "PMI_", "SLURM_"))}
+    procs = []
+    for rank in range(n):
+        if flavour == "srun":
+            extra = dict(SLURM_PROCID=rank, SLURM_NTASKS=n, SLURM_LOCALID=rank, SLURM_NTASKS_PER_NODE=n,
+                         SLURM_JOB_ID=4242, SLURM_STEP_ID=0)
+        else:
+            extra = dict(PMI_RANK=rank, PMI_SIZE=n, MPI_LOCALRANKID=rank, MPI_LOCALNRANKS=n)
+        procs.append(subprocess.Popen([sys.executable, SMOKE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=dict(env, **{k: str(v) for k, v in extra.items()})))
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    name = "srun" if flavour == "srun" else "mpirun (MPICH)"
+    ok_lines("".join(o for o, _ in outs), n, name)
+    assert not glob.glob("/tmp/unishmem-*.rendezvous")
+
+
+def test_unishmem_info():
+    proc = subprocess.run([sys.executable, "-m", "unishmem", "info"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^  host\s+built", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^  nvshmem\s+not built", proc.stdout, re.M), proc.stdout
+    assert "/dev/shm" in proc.stdout
+
+
+def test_demo_runs_at_four_pes():
+    proc = launch([os.path.join(ROOT, "examples", "demo.py")], 4, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "demo passed on 4 PEs" in proc.stdout, proc.stdout
