@@ -89,11 +89,21 @@ class GroupBootstrap(Bootstrap):
         self._group = group
 
     def _allgather(self, seq, obj):
+        # Pickled bytes through tensor all_gathers (all_gather_object would need numpy).
+        import torch
         import torch.distributed as dist
 
-        out = [None] * self.size
-        dist.all_gather_object(out, obj, group=self._group)
-        return out
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(self._group) == "nccl" \
+            else torch.device("cpu")
+        payload = pickle.dumps(obj)
+        sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(self.size)]
+        dist.all_gather(sizes, torch.tensor([len(payload)], device=device), group=self._group)
+        longest = max(int(s.item()) for s in sizes)
+        mine = torch.zeros(longest, dtype=torch.uint8, device=device)
+        mine[:len(payload)] = torch.tensor(list(payload), dtype=torch.uint8)
+        parts = [torch.empty(longest, dtype=torch.uint8, device=device) for _ in range(self.size)]
+        dist.all_gather(parts, mine, group=self._group)
+        return [pickle.loads(bytes(p[:int(n.item())].tolist())) for p, n in zip(parts, sizes)]
 
 
 def _env_int(*names: str) -> int | None:
