@@ -29,7 +29,7 @@ std::size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
 // Error kinds map one-to-one onto the Python exception classes (bindings.cpp).
-enum class ErrorKind { generic, symmetry, not_symmetric, peer_failure, out_of_memory, timeout, value, unavailable };
+enum class ErrorKind { generic, symmetry, not_symmetric, peer_failure, out_of_memory, timeout, deadlock, value, unavailable };
 
 struct Error : std::runtime_error {
   ErrorKind kind;

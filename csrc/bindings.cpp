@@ -20,6 +20,7 @@ const char* error_class(ErrorKind k) {
     case ErrorKind::peer_failure: return "PeerFailure";
     case ErrorKind::out_of_memory: return "HeapExhaustedError";
     case ErrorKind::timeout: return "WaitTimeout";
+    case ErrorKind::deadlock: return "DeadlockError";
     case ErrorKind::value: return "ValueError";
     case ErrorKind::unavailable: return "BackendUnavailable";
     case ErrorKind::generic: break;
@@ -110,14 +111,14 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   using host::HostBackend;
   py::class_<HostBackend, Backend>(m, "HostBackend")
       .def(py::init([](std::string token, int pe, int n_pes, std::size_t heap_size, double stall_warn_s,
-                       double timeout_s) {
+                       double timeout_s, double deadlock_s) {
              auto b = std::make_unique<HostBackend>(std::move(token), pe, n_pes, heap_size,
-                                                    host::WaitPolicy{stall_warn_s, timeout_s});
+                                                    host::WaitPolicy{stall_warn_s, timeout_s, deadlock_s});
              b->set_wait_check(check_python_signals);
              return b;
            }),
            py::arg("token"), py::arg("pe"), py::arg("n_pes"), py::arg("heap_size"), py::arg("stall_warn_s"),
-           py::arg("timeout_s"))
+           py::arg("timeout_s"), py::arg("deadlock_s") = 5.0)
       .def("attach_peers", &HostBackend::attach_peers)
       .def("unlink_own_segment", &HostBackend::unlink_own_segment)
       .def("peer_heap_base", &HostBackend::peer_heap_base)

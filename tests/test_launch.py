@@ -105,6 +105,18 @@ def test_stalled_wait_warns_then_times_out():
                      r"\(it is 0\)", proc.stdout), proc.stdout
 
 
+def test_deadlock_is_reported_by_every_pe():
+    proc = launch([FAILURES, "deadlock"], 3, timeout=60, env={"UNISHMEM_DEADLOCK_TIMEOUT": "1"})
+    lines = re.findall(r"^DEADLOCK pe=(\d) after=([\d.]+)s: (.*)$", proc.stdout, re.M)
+    assert sorted(pe for pe, _, _ in lines) == ["0", "1", "2"], proc.stdout + proc.stderr
+    for _, after, msg in lines:
+        assert float(after) < 10
+        assert "every PE has been waiting" in msg
+        assert "PE 0 waits for PE 1 to reach barrier" in msg or "PE 0 waits for PE 2 to reach barrier" in msg, msg
+        assert re.search(r"PE 1 waits for signal at heap offset \d+ to become == 1", msg), msg
+    assert proc.returncode == 5
+
+
 def test_segment_is_private_and_named_by_job_token():
     from unishmem import _host
 

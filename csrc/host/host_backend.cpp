@@ -194,9 +194,62 @@ void HostBackend::check_peers(const std::string& waiting_for, int awaited) {
   }
 }
 
+// NOTE [deadlock]: a PE in a slow wait keeps its `waits` counter odd. When every PE is
+// waiting and no counter has moved for deadlock_s seconds, no PE can ever make another's
+// wait finish (only PEs write the heap), so each of them raises instead of hanging.
+void HostBackend::check_deadlock() {
+  if (policy_.deadlock_s <= 0) return;
+  std::vector<std::uint64_t> now(n_pes_);
+  for (int p = 0; p < n_pes_; ++p) {
+    now[p] = maps_[p].data() ? load_acquire(ctl(p)->waits.value) : 0;
+    if (!(now[p] & 1)) {
+      deadlock_snapshot_.clear();
+      return;
+    }
+  }
+  const auto t = std::chrono::steady_clock::now();
+  if (now != deadlock_snapshot_) {
+    deadlock_snapshot_ = now;
+    deadlock_since_ = t;
+    return;
+  }
+  if (std::chrono::duration<double>(t - deadlock_since_).count() < policy_.deadlock_s) return;
+  std::string what = "deadlock: every PE has been waiting for " + std::to_string(int(policy_.deadlock_s)) +
+                     " s and none can make progress:";
+  for (int p = 0; p < n_pes_; ++p) {
+    char buf[sizeof(ControlArea::waiting_for)];
+    std::memcpy(buf, ctl(p)->waiting_for, sizeof buf);
+    buf[sizeof buf - 1] = 0;
+    what += " PE " + std::to_string(p) + " waits for " + buf + (p + 1 < n_pes_ ? ";" : "");
+  }
+  deadlock_snapshot_.clear();
+  throw Error(ErrorKind::deadlock, what);
+}
+
 template <class Done, class Describe>
 void HostBackend::wait(Done&& done, Describe&& describe, int awaited) {
+  std::uint64_t& waits = ctl(pe_)->waits.value;
+  bool marked = false;
+  struct Unmark {  // leave the odd (waiting) state however the wait ends
+    std::uint64_t& w;
+    bool& m;
+    ~Unmark() {
+      if (m) store_release(w, w + 1);
+    }
+  } unmark{waits, marked};
   wait_for(done, describe, policy_, [&] {
+    if (!marked) {
+      std::string what = describe();
+      std::snprintf(ctl(pe_)->waiting_for, sizeof(ControlArea::waiting_for), "%s", what.c_str());
+      store_release(waits, waits + 1);
+      marked = true;
+    }
+    try {
+      check_deadlock();  // before check_peers: a peer that already reported it may have exited
+    } catch (const Error&) {
+      marked = false;  // stay "waiting", so that every other PE reaches the same verdict
+      throw;
+    }
     check_peers(describe(), awaited);
     if (external_check_) external_check_();
   });

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -34,6 +35,8 @@ struct ControlArea {
   std::uint32_t state;
   Padded arrive[kMaxTeams];         // barrier arrivals per team slot, monotonic
   Padded teams_in_use;              // bitmap of slots this PE belongs to
+  Padded waits;                     // odd while this PE is in a slow wait (see NOTE [deadlock])
+  char waiting_for[192];            // what that wait is for, for the deadlock report
   // What this PE's collective on each slot is, by barrier parity (see enter_collective).
   std::uint64_t collective[kMaxTeams][2][2];
   alignas(64) std::uint64_t xchg[kXchgWords];
@@ -118,6 +121,7 @@ class HostBackend final : public Backend {
   template <class Done, class Describe>
   void wait(Done&& done, Describe&& describe, int awaited = -1);
   void check_peers(const std::string& waiting_for, int awaited);
+  void check_deadlock();
   void team_barrier(int team);
   // Internal all-gather of a few words over a team (two team barriers).
   std::vector<std::array<std::uint64_t, kXchgWords>> exchange(int team, const std::uint64_t* words, int n);
@@ -137,6 +141,8 @@ class HostBackend final : public Backend {
   Allocator allocator_;
   std::array<std::optional<Team>, kMaxTeams> teams_;
   std::uint64_t call_seq_ = 0;  // symmetric calls so far (alloc, free)
+  std::vector<std::uint64_t> deadlock_snapshot_;  // every PE's `waits` when all were first seen waiting
+  std::chrono::steady_clock::time_point deadlock_since_;
   bool unlinked_ = false;
   bool finalized_ = false;
 };

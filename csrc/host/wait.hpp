@@ -13,6 +13,7 @@ namespace unishmem::host {
 struct WaitPolicy {
   double stall_warn_s = 30.0;  // print once what is being waited for
   double timeout_s = 300.0;    // then raise; <= 0 waits forever
+  double deadlock_s = 5.0;     // every PE waiting this long with no progress is a deadlock; <= 0: never
 };
 
 // Called periodically during a wait; throws to abort it (dead peer, Ctrl-C).

@@ -6,14 +6,14 @@ import re
 import threading
 
 from .enums import CMP, SIGNAL
-from .errors import (BackendUnavailable, HeapExhaustedError, NotInitializedError, NotSymmetricError, PeerFailure,
+from .errors import (BackendUnavailable, DeadlockError, HeapExhaustedError, NotInitializedError, NotSymmetricError, PeerFailure,
                      SymmetryError, UnishmemError, WaitTimeout)
 from .runtime import Runtime, Team, UnishmemWarning
 
 __version__ = "0.1.0"
 __all__ = [
     "init", "runtime", "Runtime", "Team", "SIGNAL", "CMP", "UnishmemError", "NotInitializedError", "SymmetryError",
-    "NotSymmetricError", "PeerFailure", "BackendUnavailable", "HeapExhaustedError", "WaitTimeout", "UnishmemWarning",
+    "NotSymmetricError", "PeerFailure", "BackendUnavailable", "HeapExhaustedError", "WaitTimeout", "DeadlockError", "UnishmemWarning",
     "parse_size",
 ]
 

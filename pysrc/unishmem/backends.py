@@ -76,9 +76,10 @@ def open_host(boot: Bootstrap, heap_size: int, device) -> Opened:
     token = os.environ.get("UNISHMEM_JOB_TOKEN") or boot.broadcast(secrets.token_hex(8))
     wait_timeout = float(os.environ.get("UNISHMEM_WAIT_TIMEOUT", "300"))
     stall_warn = float(os.environ.get("UNISHMEM_STALL_WARN", "30"))
+    deadlock = float(os.environ.get("UNISHMEM_DEADLOCK_TIMEOUT", "5"))
     try:
         native = agree(boot, "creating the shared-memory segment", lambda: _host.HostBackend(
-            token, boot.rank, boot.size, heap_size, stall_warn, wait_timeout))
+            token, boot.rank, boot.size, heap_size, stall_warn, wait_timeout, deadlock))
         agree(boot, "mapping the peers' segments", native.attach_peers)
         native.unlink_own_segment()  # every PE holds every mapping: the names have done their job
     except BaseException:

@@ -32,3 +32,7 @@ class HeapExhaustedError(UnishmemError, MemoryError):
 
 class WaitTimeout(UnishmemError, TimeoutError):
     """A wait went on longer than UNISHMEM_WAIT_TIMEOUT seconds; the message says what it waited for."""
+
+
+class DeadlockError(UnishmemError):
+    """Every PE is waiting and none can make progress; the message says what each waits for."""

@@ -36,6 +36,11 @@ try:
         rt.signal_wait_until(sig, CMP.EQ, 1)
     elif mode == "stall":  # nobody will ever signal: the wait must time out and say what it waited for
         rt.signal_wait_until(sig, CMP.EQ, 42)
+    elif mode == "deadlock":  # PE 0 waits in a barrier, the others on a signal nobody sends
+        if rt.my_pe == 0:
+            rt.barrier_all()
+        else:
+            rt.signal_wait_until(sig, CMP.EQ, 1)
     elif mode == "leak_segment":  # a segment a crashed PE would leave behind: the launcher removes it
         open(f"/dev/shm/unishmem-{os.environ['UNISHMEM_JOB_TOKEN']}-{rt.n_pes + 7}", "w").close()
         os._exit(3)
@@ -45,6 +50,9 @@ except PeerFailure as e:
 except KeyboardInterrupt:
     say(f"INTERRUPTED pe={rt.my_pe}")
     sys.exit(130)
+except unishmem.DeadlockError as e:
+    say(f"DEADLOCK pe={rt.my_pe} after={time.monotonic() - start:.1f}s: {e}")
+    sys.exit(5)
 except unishmem.WaitTimeout as e:
     say(f"TIMEOUT pe={rt.my_pe}: {e}")
     sys.exit(4)
