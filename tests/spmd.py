@@ -26,6 +26,7 @@ import traceback
 import pytest
 
 SIZES = (1, 2, 4)
+JOB_ENV = {"UNISHMEM_SYMMETRIC_SIZE": "64M", "UNISHMEM_WAIT_TIMEOUT": "60"}
 JOB_TIMEOUT_S = 300
 REGISTRY: dict[str, list] = {}  # module file -> [(name, fn, sizes)]
 _JOBS: dict[tuple[str, int], dict] = {}
@@ -56,11 +57,14 @@ def launch(args: list[str], n_pes: int, timeout: float = JOB_TIMEOUT_S, env=None
 
 
 def _job(module_file: str, n_pes: int) -> dict:
+    """Results of the module's job at n_pes. A module may add variables for its PEs in SPMD_ENV."""
     key = (module_file, n_pes)
     if key not in _JOBS:
+        module_env = next((getattr(m, "SPMD_ENV", {}) for m in list(sys.modules.values())
+                           if getattr(m, "__file__", None) and os.path.abspath(m.__file__) == module_file), {})
         with tempfile.TemporaryDirectory() as out:
             proc = launch([os.path.abspath(__file__), "run", module_file, out], n_pes,
-                          env={"UNISHMEM_SYMMETRIC_SIZE": "64M", "UNISHMEM_WAIT_TIMEOUT": "60"})
+                          env={**JOB_ENV, **module_env})
             results: dict[str, list] = {}
             for pe in range(n_pes):
                 path = os.path.join(out, f"pe{pe}.jsonl")

@@ -196,9 +196,11 @@ void HostBackend::check_peers(const std::string& waiting_for, int awaited) {
 
 // NOTE [deadlock]: a PE in a slow wait keeps its `waits` counter odd. When every PE is
 // waiting and no counter has moved for deadlock_s seconds, no PE can ever make another's
-// wait finish (only PEs write the heap), so each of them raises instead of hanging.
+// wait finish (only PEs write the heap). The PE that sees it first tells the others by writing
+// each one's counter value into its `deadlock_verdict`, so every PE still in that wait raises.
 void HostBackend::check_deadlock() {
   if (policy_.deadlock_s <= 0) return;
+  if (load_acquire(ctl(pe_)->deadlock_verdict.value) == load_acquire(ctl(pe_)->waits.value)) raise_deadlock();
   std::vector<std::uint64_t> now(n_pes_);
   for (int p = 0; p < n_pes_; ++p) {
     now[p] = maps_[p].data() ? load_acquire(ctl(p)->waits.value) : 0;
@@ -214,6 +216,11 @@ void HostBackend::check_deadlock() {
     return;
   }
   if (std::chrono::duration<double>(t - deadlock_since_).count() < policy_.deadlock_s) return;
+  for (int p = 0; p < n_pes_; ++p) std::atomic_ref<std::uint64_t>(ctl(p)->deadlock_verdict.value).store(now[p]);
+  raise_deadlock();
+}
+
+void HostBackend::raise_deadlock() {
   std::string what = "deadlock: every PE has been waiting for " + std::to_string(int(policy_.deadlock_s)) +
                      " s and none can make progress:";
   for (int p = 0; p < n_pes_; ++p) {
@@ -244,12 +251,7 @@ void HostBackend::wait(Done&& done, Describe&& describe, int awaited) {
       store_release(waits, waits + 1);
       marked = true;
     }
-    try {
-      check_deadlock();  // before check_peers: a peer that already reported it may have exited
-    } catch (const Error&) {
-      marked = false;  // stay "waiting", so that every other PE reaches the same verdict
-      throw;
-    }
+    check_deadlock();  // before check_peers: a peer that already reported it may have exited
     check_peers(describe(), awaited);
     if (external_check_) external_check_();
   });

@@ -37,6 +37,7 @@ struct ControlArea {
   Padded teams_in_use;              // bitmap of slots this PE belongs to
   Padded waits;                     // odd while this PE is in a slow wait (see NOTE [deadlock])
   char waiting_for[192];            // what that wait is for, for the deadlock report
+  Padded deadlock_verdict;          // written by the PE that found a deadlock: our `waits` value then
   // What this PE's collective on each slot is, by barrier parity (see enter_collective).
   std::uint64_t collective[kMaxTeams][2][2];
   alignas(64) std::uint64_t xchg[kXchgWords];
@@ -122,6 +123,7 @@ class HostBackend final : public Backend {
   void wait(Done&& done, Describe&& describe, int awaited = -1);
   void check_peers(const std::string& waiting_for, int awaited);
   void check_deadlock();
+  [[noreturn]] void raise_deadlock();
   void team_barrier(int team);
   // Internal all-gather of a few words over a team (two team barriers).
   std::vector<std::array<std::uint64_t, kXchgWords>> exchange(int team, const std::uint64_t* words, int n);

@@ -11,10 +11,18 @@ from .errors import (BackendUnavailable, DeadlockError, HeapExhaustedError, NotI
 from .runtime import Runtime, Team, UnishmemWarning
 
 __version__ = "0.1.0"
+
+
+def jit(fn=None, **kwargs):
+    """@unishmem.jit: triton.jit plus vendor bitcode linking and module init (see triton_support)."""
+    from .triton_support import jit as _jit
+
+    return _jit(fn, **kwargs)
+
 __all__ = [
     "init", "runtime", "Runtime", "Team", "SIGNAL", "CMP", "UnishmemError", "NotInitializedError", "SymmetryError",
     "NotSymmetricError", "PeerFailure", "BackendUnavailable", "HeapExhaustedError", "WaitTimeout", "DeadlockError", "UnishmemWarning",
-    "parse_size",
+    "parse_size", "jit",
 ]
 
 DEFAULT_HEAP_SIZE = 1 << 30

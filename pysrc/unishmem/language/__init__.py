@@ -1,0 +1,32 @@
+"""unishmem.language: the Triton device library. Kernels call NVSHMEM (CUDA targets) or rocSHMEM
+(HIP targets) device functions as extern calls, and the host backend's primitives under
+TRITON_INTERPRET=1. Every function is generated from one table (_table.py); the vendor
+differences live in _vendor.py. Launch kernels that use it with @unishmem.jit.
+
+    @unishmem.jit
+    def ring_put(buf, sig, N: tl.constexpr):
+        peer = (shl.my_pe() + 1) % shl.n_pes()
+        shl.putmem_signal_block(buf, buf, N * 4, sig, 1, shl.SIGNAL_SET, peer)
+        shl.signal_wait_until(sig, shl.CMP_EQ, 1)
+"""
+import triton.language as tl
+
+from ..enums import CMP as _CMP
+from ..enums import SIGNAL as _SIGNAL
+from ._build import atomic_function, device_function
+from ._table import ATOMICS, ROWS
+
+SIGNAL_SET = tl.constexpr(int(_SIGNAL.SET))
+SIGNAL_ADD = tl.constexpr(int(_SIGNAL.ADD))
+CMP_EQ = tl.constexpr(int(_CMP.EQ))
+CMP_NE = tl.constexpr(int(_CMP.NE))
+CMP_GT = tl.constexpr(int(_CMP.GT))
+CMP_GE = tl.constexpr(int(_CMP.GE))
+CMP_LT = tl.constexpr(int(_CMP.LT))
+CMP_LE = tl.constexpr(int(_CMP.LE))
+
+FUNCTIONS = [row.name for row in ROWS] + list(ATOMICS)
+globals().update({row.name: device_function(row) for row in ROWS})
+globals().update({name: atomic_function(name) for name in ATOMICS})
+
+__all__ = FUNCTIONS + ["SIGNAL_SET", "SIGNAL_ADD", "CMP_EQ", "CMP_NE", "CMP_GT", "CMP_GE", "CMP_LT", "CMP_LE"]

@@ -1,0 +1,221 @@
+"""Device functions under TRITON_INTERPRET=1: each one calls the host backend's C++ primitives.
+
+The interpreter hands a device function Python values: pointers arrive here as (address, element
+size) of this PE's mapping, and these implementations check them the way the host API does."""
+from __future__ import annotations
+
+from ..enums import ATOMIC_OPS, DTYPE_CODES, REDUCE_OPS
+from ..errors import NotSymmetricError, UnishmemError
+
+
+class Ptr:
+    """A pointer argument: its address, and the torch dtype of what it points to."""
+
+    def __init__(self, addr: int, dtype, itemsize: int):
+        self.addr, self.dtype, self.itemsize = addr, dtype, itemsize
+
+
+def _runtime():
+    from .. import runtime
+
+    rt = runtime()
+    if rt.backend != "host":
+        raise UnishmemError(f"device functions under TRITON_INTERPRET=1 need the host backend; "
+                            f"this runtime's backend is {rt.backend!r}")
+    return rt
+
+
+def _pe(rt, pe: int, what: str = "pe") -> int:
+    if not 0 <= pe < rt.n_pes:
+        raise ValueError(f"{what}={pe} is out of range: there are {rt.n_pes} PEs (0..{rt.n_pes - 1})")
+    return pe
+
+
+def _sym(rt, p: Ptr, nbytes: int, what: str) -> int:
+    if nbytes < 0:
+        raise ValueError(f"{what}: negative size {nbytes}")
+    if not rt._in_heap(p.addr, nbytes):
+        raise NotSymmetricError(f"{what} ({p.addr:#x}, {nbytes} bytes) is not in the symmetric heap")
+    return p.addr
+
+
+def _team(rt, team: int):
+    for t in (rt.team_world, rt.team_node):
+        if t.handle == team:
+            return
+    try:
+        rt._native.team_n_pes(team)
+    except ValueError as e:
+        raise ValueError(f"team={team} is not a team handle of this PE ({e})") from None
+
+
+def my_pe(rt):
+    return rt.my_pe
+
+
+def n_pes(rt):
+    return rt.n_pes
+
+
+def team_my_pe(rt, team):
+    _team(rt, team)
+    return rt._native.team_my_pe(team)
+
+
+def team_n_pes(rt, team):
+    _team(rt, team)
+    return rt._native.team_n_pes(team)
+
+
+def team_translate_pe(rt, src_team, pe, dst_team):
+    _team(rt, src_team)
+    _team(rt, dst_team)
+    return rt._native.team_translate_pe(src_team, pe, dst_team)
+
+
+def remote_ptr(rt, ptr, pe):
+    _sym(rt, ptr, 0, "remote_ptr: ptr")
+    return rt._native.peer_ptr(ptr.addr, _pe(rt, pe))
+
+
+def put(rt, dest, source, nbytes, pe):
+    rt._native.put(_sym(rt, dest, nbytes, "dest"), source.addr, nbytes, _pe(rt, pe), 0)
+
+
+def get(rt, dest, source, nbytes, pe):
+    rt._native.get(dest.addr, _sym(rt, source, nbytes, "source"), nbytes, _pe(rt, pe), 0)
+
+
+def put_elems(rt, dest, source, nelems, pe):
+    put(rt, dest, source, nelems * dest.itemsize, pe)
+
+
+def get_elems(rt, dest, source, nelems, pe):
+    get(rt, dest, source, nelems * dest.itemsize, pe)
+
+
+def p(rt, dest, value, pe):
+    import torch
+
+    local = torch.tensor([value], dtype=dest.dtype)
+    rt._native.put(_sym(rt, dest, dest.itemsize, "dest"), local.data_ptr(), dest.itemsize, _pe(rt, pe), 0)
+
+
+def g(rt, source, pe):
+    import torch
+
+    local = torch.empty(1, dtype=source.dtype)
+    rt._native.get(local.data_ptr(), _sym(rt, source, source.itemsize, "source"), source.itemsize, _pe(rt, pe), 0)
+    return local.item()
+
+
+def _signal(rt, sig: Ptr) -> int:
+    if sig.itemsize != 8:
+        raise TypeError(f"sig must point to a uint64 signal word, not {sig.dtype}")
+    return _sym(rt, sig, 8, "sig")
+
+
+def put_signal(rt, dest, source, nbytes, sig, value, op, pe):
+    rt._native.put_signal(_sym(rt, dest, nbytes, "dest"), source.addr, nbytes, _signal(rt, sig), value, op,
+                          _pe(rt, pe), 0)
+
+
+def signal_op(rt, sig, value, op, pe):
+    rt._native.signal_op(_signal(rt, sig), value, op, _pe(rt, pe), 0)
+
+
+def signal_wait_until(rt, sig, cmp, value):
+    return rt._native.signal_wait_until(_signal(rt, sig), cmp, value, 0)
+
+
+def signal_fetch(rt, sig):
+    return rt._native.signal_fetch(_signal(rt, sig))
+
+
+def _word(rt, ptr: Ptr) -> tuple[int, int]:
+    if ptr.dtype not in DTYPE_CODES or ptr.itemsize not in (4, 8) or ptr.dtype.is_floating_point:
+        raise TypeError(f"point-to-point waits and atomics take int32, int64, uint32 or uint64 words, not {ptr.dtype}")
+    return _sym(rt, ptr, ptr.itemsize, "ptr"), DTYPE_CODES[ptr.dtype]
+
+
+def _bits(value: int) -> int:
+    return int(value) & (2**64 - 1)
+
+
+def wait_until(rt, ptr, cmp, value):
+    addr, code = _word(rt, ptr)
+    rt._native.wait_until(addr, code, cmp, _bits(value))
+
+
+def test(rt, ptr, cmp, value):
+    addr, code = _word(rt, ptr)
+    return int(rt._native.test(addr, code, cmp, _bits(value)))
+
+
+def atomic(rt, name: str, dest: Ptr, pe: int, value: int = 0, cond: int = 0):
+    from ..runtime import _from_bits
+
+    addr, code = _word(rt, dest)
+    op = ATOMIC_OPS[name[len("atomic_"):]]
+    return _from_bits(rt._native.atomic(op, code, addr, _bits(value), _bits(cond), _pe(rt, pe)), dest.dtype)
+
+
+def fence(rt):
+    rt._native.fence()
+
+
+def quiet(rt):
+    rt._native.quiet(0)
+
+
+def barrier_all(rt):
+    rt._native.barrier(0, 0)
+
+
+def sync_all(rt):
+    rt._native.sync(0, 0)
+
+
+def barrier(rt, team):
+    _team(rt, team)
+    rt._native.barrier(team, 0)
+
+
+def sync(rt, team):
+    _team(rt, team)
+    rt._native.sync(team, 0)
+
+
+def _pair(rt, dest: Ptr, source: Ptr, dest_bytes: int, source_bytes: int, what: str):
+    if dest.dtype != source.dtype:
+        raise TypeError(f"{what}: dest points to {dest.dtype} but source to {source.dtype}")
+    return _sym(rt, dest, dest_bytes, f"{what}: dest"), _sym(rt, source, source_bytes, f"{what}: source")
+
+
+def broadcast(rt, team, dest, source, nelems, root):
+    _team(rt, team)
+    n = nelems * dest.itemsize
+    d, s = _pair(rt, dest, source, n, n, "broadcast")
+    rt._native.broadcast(team, d, s, n, _pe(rt, root, "root") if team == 0 else root, 0)
+
+
+def fcollect(rt, team, dest, source, nelems):
+    _team(rt, team)
+    n = nelems * dest.itemsize
+    d, s = _pair(rt, dest, source, n * rt._native.team_n_pes(team), n, "fcollect")
+    rt._native.fcollect(team, d, s, n, 0)
+
+
+def alltoall(rt, team, dest, source, nelems):
+    _team(rt, team)
+    n = nelems * dest.itemsize
+    total = n * rt._native.team_n_pes(team)
+    d, s = _pair(rt, dest, source, total, total, "alltoall")
+    rt._native.alltoall(team, d, s, n, 0)
+
+
+def reduce(rt, team, dest, source, nelems, op):
+    _team(rt, team)
+    n = nelems * dest.itemsize
+    d, s = _pair(rt, dest, source, n, n, "reduce")
+    rt._native.reduce(team, d, s, nelems, DTYPE_CODES[dest.dtype], REDUCE_OPS[op], 0)

@@ -1,0 +1,48 @@
+"""NOTE [vendor mapping]: every difference between NVSHMEM and rocSHMEM that the device library
+sees lives in this file, once: symbol prefixes and scope suffixes, enum numbering, the type names
+in symbols, and the warp width. Everything else is written once for both."""
+import triton.language as tl
+
+# Triton backend name -> vendor library
+VENDOR_OF_BACKEND = {"cuda": "nvshmem", "hip": "rocshmem"}
+
+# unified scope suffix -> (symbol prefix, symbol suffix)
+SCOPES = {
+    "nvshmem": {"": ("nvshmem_", ""), "_block": ("nvshmemx_", "_block"), "_warp": ("nvshmemx_", "_warp")},
+    "rocshmem": {"": ("rocshmem_", ""), "_block": ("rocshmem_", "_wg"), "_warp": ("rocshmem_", "_wave")},
+}
+
+# this package's SIGNAL / CMP numbers (unishmem.SIGNAL, unishmem.CMP) -> the vendor's
+SIGNAL_VALUES = {
+    "nvshmem": {0: 9, 1: 10},  # NVSHMEM 3.x: NVSHMEM_SIGNAL_SET = 9, NVSHMEM_SIGNAL_ADD = 10
+    "rocshmem": {0: 0, 1: 1},
+}
+CMP_VALUES = {
+    "nvshmem": {0: 0, 1: 1, 2: 2, 3: 5, 4: 4, 5: 3},  # EQ NE GT LE LT GE in NVSHMEM's order
+    "rocshmem": {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5},
+}
+
+# element type -> the type name inside typed symbols (nvshmem_float_put, rocshmem_int_wait_until...)
+RMA_TYPES = {
+    "nvshmem": {tl.float16: "half", tl.bfloat16: "bfloat16", tl.float32: "float", tl.float64: "double",
+                tl.int8: "int8", tl.int16: "int16", tl.int32: "int32", tl.int64: "int64", tl.uint8: "uint8",
+                tl.uint16: "uint16", tl.uint32: "uint32", tl.uint64: "uint64"},
+    "rocshmem": {tl.float32: "float", tl.float64: "double", tl.int8: "schar", tl.int16: "short", tl.int32: "int",
+                 tl.int64: "long", tl.uint8: "uchar", tl.uint16: "ushort", tl.uint32: "uint", tl.uint64: "ulong"},
+}
+WAIT_TYPES = {
+    "nvshmem": {tl.int32: "int32", tl.int64: "int64", tl.uint64: "uint64"},
+    "rocshmem": {tl.int32: "int", tl.int64: "long", tl.uint64: "uint64"},
+}
+REDUCE_TYPES = {
+    "nvshmem": {tl.float16: "half", tl.bfloat16: "bfloat16", tl.float32: "float", tl.float64: "double",
+                tl.int8: "int8", tl.int16: "int16", tl.int32: "int32", tl.int64: "int64", tl.uint8: "uint8"},
+    "rocshmem": {tl.float32: "float", tl.float64: "double", tl.int16: "short", tl.int32: "int", tl.int64: "long"},
+}
+TYPE_TABLES = {"rma": RMA_TYPES, "wait": WAIT_TYPES, "reduce": REDUCE_TYPES}
+
+WARP_SIZE = {"nvshmem": 32, "rocshmem": 64}
+
+# Key under which Triton's extern_libs names the bitcode. Triton's AMD backend links a library
+# only when an undefined function's name contains the key, hence "rocshmem".
+EXTERN_LIB_KEY = {"nvshmem": "libnvshmem_device", "rocshmem": "rocshmem"}

@@ -1,0 +1,153 @@
+"""Triton integration: @unishmem.jit, the vendor bitcode each target links, and module init.
+
+NOTE [module init]: NVSHMEM (nvshmemx_cumodule_init) and rocSHMEM (rocshmem_hipmodule_init) must
+initialise every loaded module that uses their device state before its first launch. A
+kernel_load_end_hook entry (added to Triton's chain, never replacing another library's hook) calls
+the active runtime's module init for kernels made with @unishmem.jit.
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import re
+
+import triton
+
+from .errors import BackendUnavailable, UnishmemError
+
+_KERNEL_NAMES: set[str] = set()
+_hook_added = False
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _nvshmem_lib_dirs() -> list[str]:
+    dirs = []
+    if os.environ.get("NVSHMEM_HOME"):
+        dirs.append(os.path.join(os.environ["NVSHMEM_HOME"], "lib"))
+    try:
+        import nvidia.nvshmem as wheel
+
+        dirs += [os.path.join(p, "lib") for p in wheel.__path__]
+    except ImportError:
+        pass
+    return dirs
+
+
+def _rocshmem_lib_dirs() -> list[str]:
+    dirs = [os.environ.get("ROCSHMEM_LIB_DIR", "")]
+    rocm = os.environ.get("ROCM_PATH", "/opt/rocm")
+    dirs += [os.path.join(rocm, "lib"), os.path.join(rocm, "lib", "rocshmem")]
+    return [d for d in dirs if d]
+
+
+def nvshmem_bitcode(capability: int) -> str:
+    """The NVSHMEM device bitcode for compute capability `capability` (e.g. 90): the newest
+    libnvshmem_device_sm_XX.bc not newer than the device."""
+    found = {}
+    for d in _nvshmem_lib_dirs():
+        for path in glob.glob(os.path.join(d, "libnvshmem_device_sm_*.bc")):
+            found.setdefault(int(re.search(r"sm_(\d+)\.bc$", path).group(1)), path)
+    usable = [cc for cc in found if cc <= capability]
+    if not usable:
+        raise BackendUnavailable(f"no NVSHMEM device bitcode for sm_{capability}: looked in "
+                                 f"{_nvshmem_lib_dirs() or ['(no NVSHMEM_HOME, no nvidia-nvshmem wheel)']}, "
+                                 f"found sm {sorted(found)}")
+    return found[max(usable)]
+
+
+def rocshmem_bitcode(arch: str) -> str:
+    """The rocSHMEM device bitcode for `arch` ('gfx942', or 'gfx942:sramecc+:xnack-')."""
+    arch = arch.split(":")[0]
+    for d in _rocshmem_lib_dirs():
+        path = os.path.join(d, f"librocshmem_device_{arch}.bc")
+        if os.path.exists(path):
+            return path
+    raise BackendUnavailable(f"no rocSHMEM device bitcode librocshmem_device_{arch}.bc in {_rocshmem_lib_dirs()}")
+
+
+def extern_libs(backend: str, arch) -> dict[str, str]:
+    """extern_libs for a Triton compile target ('cuda', 90) or ('hip', 'gfx942')."""
+    from .language._vendor import EXTERN_LIB_KEY, VENDOR_OF_BACKEND
+
+    vendor = VENDOR_OF_BACKEND[backend]
+    path = nvshmem_bitcode(int(arch)) if vendor == "nvshmem" else rocshmem_bitcode(str(arch))
+    return {EXTERN_LIB_KEY[vendor]: path}
+
+
+def _runtime_target(rt) -> tuple[str, object]:
+    import torch
+
+    if rt.backend not in ("nvshmem", "rocshmem"):
+        raise UnishmemError(f"compiled Triton kernels need a GPU backend, and this runtime's is {rt.backend!r}; "
+                            "run with TRITON_INTERPRET=1 to execute them on the host backend")
+    props = torch.cuda.get_device_properties(rt.device)
+    if rt.backend == "rocshmem":
+        return "hip", props.gcnArchName
+    return "cuda", props.major * 10 + props.minor
+
+
+def _on_kernel_load(module, function, name, metadata_group, hash, **_):
+    if name not in _KERNEL_NAMES:
+        return
+    from . import _current
+
+    init = getattr(_current, "_module_init", None) if _current is not None else None
+    if init is None:
+        raise UnishmemError(f"kernel {name} uses unishmem device functions but no GPU runtime is active to "
+                            "initialise its module: call unishmem.init() first")
+    init(module)
+
+
+def _add_hook() -> None:
+    global _hook_added
+    if not _hook_added:
+        triton.knobs.runtime.kernel_load_end_hook.add(_on_kernel_load)
+        _hook_added = True
+
+
+class Kernel:
+    """A Triton kernel that uses unishmem.language. Launch it as kernel[grid](args...)."""
+
+    def __init__(self, jit_function):
+        self.jit_function = jit_function
+        self.fn = jit_function.fn
+        functools.update_wrapper(self, self.fn)
+        _KERNEL_NAMES.add(self.fn.__name__)
+
+    def __getitem__(self, grid):
+        return functools.partial(self.run, grid=grid)
+
+    def run(self, *args, grid, **kwargs):
+        if interpreting():
+            return self._run_interpreted(args, grid, kwargs)
+        from . import runtime
+
+        libs = extern_libs(*_runtime_target(runtime()))
+        kwargs["extern_libs"] = {**libs, **dict(kwargs.get("extern_libs") or {})}
+        _add_hook()
+        return self.jit_function.run(*args, grid=grid, warmup=False, **kwargs)
+
+    def _run_interpreted(self, args, grid, kwargs):
+        from triton.runtime.interpreter import InterpreterError
+
+        try:
+            return self.jit_function.run(*args, grid=grid, warmup=False, **kwargs)
+        except InterpreterError as e:
+            # Re-raise what a device function raised (PeerFailure, SymmetryError, bad arguments...)
+            # as itself, not as the interpreter's wrapper.
+            cause = e.__cause__
+            if isinstance(cause, (UnishmemError, ValueError, TypeError)):
+                raise cause.with_traceback(cause.__traceback__) from None
+            raise
+
+
+def jit(fn=None, **kwargs):
+    """triton.jit for kernels that call unishmem.language: links the vendor bitcode of the active
+    runtime's device and initialises each loaded module; plain interpreter under TRITON_INTERPRET=1."""
+    if fn is None:
+        return functools.partial(jit, **kwargs)
+    return Kernel(triton.jit(fn, **kwargs))

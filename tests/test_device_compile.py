@@ -1,0 +1,140 @@
+"""The device library compiled for real targets, with no GPU: every function compiles and links
+against the nvidia-nvshmem wheel's bitcode into a cubin for sm_80, sm_90 and sm_100; for gfx942 and
+gfx950 the LLVM IR declares each rocSHMEM symbol with the signature its headers give."""
+import concurrent.futures
+import multiprocessing
+import os
+import re
+import sys
+import tempfile
+
+import pytest
+
+triton = pytest.importorskip("triton")
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+import device_kernels  # noqa: E402
+from unishmem import BackendUnavailable  # noqa: E402
+from unishmem.triton_support import extern_libs  # noqa: E402
+
+CUDA_ARCHS = (80, 90, 100)
+HIP_ARCHS = ("gfx942", "gfx950")
+
+
+def _compile(kernel_name: str, backend: str, arch, link: bool, signature=None):
+    """Compile one kernel of device_kernels; returns its IR texts, or the error text."""
+    kernel = getattr(device_kernels, kernel_name)
+    options = {"extern_libs": tuple(extern_libs(backend, arch).items())} if link else {}
+    target = GPUTarget(backend, arch, 32 if backend == "cuda" else 64)
+    try:
+        c = triton.compile(ASTSource(kernel, signature=signature or device_kernels.SIGNATURE,
+                                     constexprs={"N": 8} if signature is None else {}),
+                           target=target, options=options)
+    except Exception as e:  # reported to the test, which decides
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {"ttir": c.asm["ttir"], "llir": c.asm["llir"], "binary": len(c.asm.get("cubin", c.asm.get("hsaco", b"")))}
+
+
+def _init_worker(cache_dir):
+    os.environ["TRITON_CACHE_DIR"] = cache_dir  # a fresh cache: every kernel really compiles
+    os.environ["DISABLE_PTXAS_OPT"] = "1"       # linking is what is checked; optimising only costs minutes
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    sys.path.insert(0, os.path.dirname(__file__))
+
+
+@pytest.fixture(scope="module")
+def builds():
+    try:
+        extern_libs("cuda", 90)
+    except BackendUnavailable as e:
+        pytest.skip(f"NVSHMEM bitcode not installed (pip install nvidia-nvshmem-cu13): {e}")
+    jobs = [(k.__name__, "cuda", cc, True) for cc in CUDA_ARCHS for k in device_kernels.GROUPS]
+    jobs += [(k.__name__, "hip", arch, False) for arch in HIP_ARCHS for k in device_kernels.HIP_GROUPS]
+    jobs += [(name, "hip", "gfx942", False) for name in ("queries", "collectives")]
+    with tempfile.TemporaryDirectory() as cache:
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx, initializer=_init_worker,
+                                                    initargs=(cache,)) as pool:
+            futures = {job: pool.submit(_compile, *job) for job in jobs}
+            results = {job[:3]: f.result() for job, f in futures.items()}
+            results["half_p"] = pool.submit(_compile, "half_p", "hip", "gfx942", False,
+                                            {"hbuf": "*fp16", "pe": "i32"}).result()
+    return results
+
+
+@pytest.mark.parametrize("cc", CUDA_ARCHS)
+def test_every_function_links_into_a_cubin(builds, cc):
+    for kernel in device_kernels.GROUPS:
+        out = builds[(kernel.__name__, "cuda", cc)]
+        assert "error" not in out, f"{kernel.__name__} for sm_{cc}: {out.get('error')}"
+        assert out["binary"] > 0
+        # after linking, no NVSHMEM function is left merely declared
+        unresolved = re.findall(r"^declare .*@(nvshmemx?_\w+)", out["llir"], re.M)
+        assert not unresolved, f"{kernel.__name__} for sm_{cc} leaves {unresolved} unresolved"
+
+
+def _functions_called(builds, groups, backend, arch) -> set:
+    called = set()
+    for kernel in groups:
+        ttir = builds[(kernel.__name__, backend, arch)]["ttir"]
+        called |= set(re.findall(r'symbol = "(\w+)"', ttir))
+    return called
+
+
+def test_every_device_function_is_in_a_compiled_group(builds):
+    import unishmem.language as shl
+
+    source = "".join(open(device_kernels.__file__).read().split("# rocSHMEM's bitcode")[:1])
+    missing = [f for f in shl.FUNCTIONS if not re.search(rf"shl\.{f}\(", source)]
+    assert not missing, f"device functions no compile test calls: {missing}"
+    called = _functions_called(builds, device_kernels.GROUPS, "cuda", 90)
+    assert {"nvshmem_my_pe", "nvshmemx_putmem_warp", "nvshmem_int32_p", "nvshmemx_int32_fcollect_block",
+            "nvshmemx_int32_sum_reduce_block", "nvshmem_int64_wait_until", "nvshmem_ptr"} <= called, called
+
+
+def test_nvshmem_constants_are_mapped(builds):
+    ttir = builds[("signals", "cuda", 90)]["ttir"]
+    # NVSHMEM 3.x numbers SIGNAL_SET 9, SIGNAL_ADD 10; its CMP_GE is 5 where ours is 3
+    assert re.search(r"arith.constant 9 : i32", ttir) and re.search(r"arith.constant 10 : i32", ttir)
+    assert re.search(r"arith.constant 5 : i32", ttir)
+
+
+# What rocSHMEM's headers declare, as LLVM IR types (pointers and size_t are i64 in our calls,
+# and a void function is called as returning i32).
+ROCSHMEM_SIGNATURES = {
+    "rocshmem_my_pe": "i32 ()", "rocshmem_n_pes": "i32 ()", "rocshmem_ptr": "i64 (i64, i32)",
+    **{f"rocshmem_{op}{sfx}": "i32 (i64, i64, i64, i32)"
+       for op in ("putmem", "getmem", "putmem_nbi", "getmem_nbi") for sfx in ("", "_wg", "_wave")},
+    **{f"rocshmem_int_{op}{sfx}": "i32 (i64, i64, i64, i32)"
+       for op in ("put", "get", "put_nbi", "get_nbi") for sfx in ("", "_wg")},
+    "rocshmem_int_p": "i32 (i64, i32, i32)", "rocshmem_int_g": "i32 (i64, i32)",
+    **{f"rocshmem_putmem_signal{nbi}{sfx}": "i32 (i64, i64, i64, i64, i64, i32, i32)"
+       for nbi in ("", "_nbi") for sfx in ("", "_wg", "_wave")},
+    "rocshmem_uint64_atomic_add": "i32 (i64, i64, i32)",
+    "rocshmem_uint64_wait_until": "i32 (i64, i32, i64)", "rocshmem_signal_fetch": "i64 (i64)",
+    "rocshmem_long_wait_until": "i32 (i64, i32, i64)", "rocshmem_long_test": "i32 (i64, i32, i64)",
+    **{f"rocshmem_{f}": "i32 ()" for f in ("fence", "quiet", "barrier_all", "sync_all", "barrier_all_wg",
+                                            "sync_all_wg")},
+    "rocshmem_int_sum_reduce_wg": "i32 (i32, i64, i64, i32)",
+}
+
+
+@pytest.mark.parametrize("arch", HIP_ARCHS)
+def test_rocshmem_declarations(builds, arch):
+    declared = {}
+    for kernel in device_kernels.HIP_GROUPS:
+        out = builds[(kernel.__name__, "hip", arch)]
+        assert "error" not in out, f"{kernel.__name__} for {arch}: {out.get('error')}"
+        for ret, name, args in re.findall(r"^declare [^@]*?(\w+) @(rocshmem_\w+)\(([^)]*)\)", out["llir"], re.M):
+            declared[name] = f"{ret} ({args})"
+    assert declared == ROCSHMEM_SIGNATURES
+
+
+def test_what_rocshmem_lacks_fails_at_compile_time_with_the_reason(builds):
+    out = builds[("queries", "hip", "gfx942")]
+    assert re.search(r"team_my_pe is not available when compiling for rocshmem: rocSHMEM's device bitcode exports "
+                     r"no C-linkage team functions", out.get("error", "")), out
+    out = builds[("collectives", "hip", "gfx942")]
+    assert "broadcast is not available when compiling for rocshmem" in out.get("error", ""), out
+    assert re.search(r"p: rocshmem has no form for fp16", builds["half_p"].get("error", "")), builds["half_p"]

@@ -1,0 +1,413 @@
+"""Every unishmem.language function under TRITON_INTERPRET=1 on the host backend, at 2 and 4 PEs."""
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import unishmem
+import unishmem.language as shl
+from unishmem import DeadlockError, NotSymmetricError
+from spmd import spmd
+
+SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "3"}
+SIZES = (2, 4)
+
+
+@unishmem.jit
+def rma_ring(dst, src, VARIANT: tl.constexpr, N: tl.constexpr):
+    peer = (shl.my_pe() + 1) % shl.n_pes()
+    if VARIANT == 0:
+        shl.putmem(dst, src, N * 4, peer)
+    elif VARIANT == 1:
+        shl.putmem_nbi(dst, src, N * 4, peer)
+        shl.quiet()
+    elif VARIANT == 2:
+        shl.putmem_block(dst, src, N * 4, peer)
+    elif VARIANT == 3:
+        shl.putmem_nbi_block(dst, src, N * 4, peer)
+        shl.quiet()
+    elif VARIANT == 4:
+        shl.putmem_warp(dst, src, N * 4, peer)
+    elif VARIANT == 5:
+        shl.put(dst, src, N, peer)
+    elif VARIANT == 6:
+        shl.put_nbi(dst, src, N, peer)
+        shl.quiet()
+    elif VARIANT == 7:
+        shl.put_block(dst, src, N, peer)
+    shl.barrier_all()
+
+
+@unishmem.jit
+def get_ring(dst, src, VARIANT: tl.constexpr, N: tl.constexpr):
+    peer = (shl.my_pe() + 1) % shl.n_pes()
+    if VARIANT == 0:
+        shl.getmem(dst, src, N * 4, peer)
+    elif VARIANT == 1:
+        shl.getmem_nbi(dst, src, N * 4, peer)
+        shl.quiet()
+    elif VARIANT == 2:
+        shl.getmem_block(dst, src, N * 4, peer)
+    elif VARIANT == 3:
+        shl.getmem_warp(dst, src, N * 4, peer)
+    elif VARIANT == 4:
+        shl.get(dst, src, N, peer)
+    elif VARIANT == 5:
+        shl.get_nbi_block(dst, src, N, peer)
+        shl.quiet()
+    elif VARIANT == 6:
+        shl.getmem_nbi_block(dst, src, N * 4, peer)
+        shl.quiet()
+    elif VARIANT == 7:
+        shl.get_block(dst, src, N, peer)
+
+
+def ring(rt):
+    return (rt.my_pe + 1) % rt.n_pes, (rt.my_pe - 1) % rt.n_pes
+
+
+@spmd(sizes=SIZES)
+def test_put_and_get_ring_every_variant(rt):
+    right, left = ring(rt)
+    n = 64
+    src = rt.empty(n, dtype=torch.int32)
+    dst = rt.zeros(n, dtype=torch.int32)
+    for variant in range(8):
+        src.copy_(torch.arange(n, dtype=torch.int32) + 1000 * rt.my_pe + variant)
+        dst.zero_()
+        rt.barrier_all()
+        rma_ring[(1,)](dst, src, VARIANT=variant, N=n)
+        assert torch.equal(dst, torch.arange(n, dtype=torch.int32) + 1000 * left + variant), variant
+        rt.barrier_all()
+    for variant in range(8):
+        out = torch.zeros(n, dtype=torch.int32)  # a get's dest may be any local memory
+        get_ring[(1,)](out, src, VARIANT=variant, N=n)
+        assert torch.equal(out, torch.arange(n, dtype=torch.int32) + 1000 * right + 7), variant
+    rt.barrier_all()
+    rt.free(src)
+    rt.free(dst)
+
+
+@unishmem.jit
+def p_and_g(buf, out):
+    me = shl.my_pe()
+    peer = (me + 1) % shl.n_pes()
+    pid = tl.program_id(0)
+    shl.p(buf + pid, me * 10 + pid, peer)
+    shl.barrier_all()
+    tl.store(out + pid, shl.g(buf + pid, peer))
+
+
+@spmd(sizes=SIZES)
+def test_p_and_g_once_per_program(rt):
+    right, left = ring(rt)
+    for dtype in (torch.float32, torch.int64, torch.bfloat16, torch.uint8):
+        buf = rt.zeros(4, dtype=dtype)
+        out = torch.zeros(4, dtype=dtype)
+        p_and_g[(4,)](buf, out)
+        assert buf.tolist() == [left * 10 + i for i in range(4)], (dtype, buf)
+        assert out.tolist() == [rt.my_pe * 10 + i for i in range(4)], (dtype, out)  # right holds mine
+        rt.barrier_all()
+        rt.free(buf)
+
+
+@unishmem.jit
+def signal_counts(dst, src, sig, OP: tl.constexpr, SCOPE: tl.constexpr, N: tl.constexpr):
+    n = shl.n_pes()
+    for pe in range(n):
+        if SCOPE == 0:
+            shl.putmem_signal(dst, src, N * 4, sig, 1, OP, pe)
+        elif SCOPE == 1:
+            shl.putmem_signal_block(dst, src, N * 4, sig, 1, OP, pe)
+        elif SCOPE == 2:
+            shl.putmem_signal_warp(dst, src, N * 4, sig, 1, OP, pe)
+        elif SCOPE == 3:
+            shl.putmem_signal_nbi(dst, src, N * 4, sig, 1, OP, pe)
+        else:
+            shl.putmem_signal_nbi_block(dst, src, N * 4, sig, 1, OP, pe)
+
+
+@unishmem.jit
+def wait_signal(sig, out, CMP: tl.constexpr, VALUE: tl.constexpr):
+    tl.store(out, shl.signal_wait_until(sig, CMP, VALUE))
+    tl.store(out + 1, shl.signal_fetch(sig))
+
+
+@spmd(sizes=SIZES)
+def test_putmem_signal_add_counts_exactly_and_set_sets(rt):
+    programs = 3
+    src = rt.full(8, rt.my_pe, dtype=torch.int32)
+    dst = rt.zeros(8, dtype=torch.int32)
+    out = torch.zeros(2, dtype=torch.uint64)
+    for scope in range(5):
+        sig = rt.signals(1)
+        signal_counts[(programs,)](dst, src, sig, OP=shl.SIGNAL_ADD, SCOPE=scope, N=8)
+        expected = programs * rt.n_pes  # once per program and peer, whatever the scope
+        wait_signal[(1,)](sig, out, CMP=shl.CMP_GE, VALUE=expected)
+        assert out.tolist() == [expected, expected], (scope, out)
+        rt.barrier_all()
+        assert sig.item() == expected
+        rt.free(sig)
+    sig = rt.signals(1)
+    signal_counts[(programs,)](dst, src, sig, OP=shl.SIGNAL_SET, SCOPE=1, N=8)
+    wait_signal[(1,)](sig, out, CMP=shl.CMP_EQ, VALUE=1)
+    assert out.tolist() == [1, 1]
+    rt.barrier_all()
+    for t in (src, dst, sig):
+        rt.free(t)
+
+
+@unishmem.jit
+def signal_op_ring(sig, out, VALUE: tl.constexpr):
+    peer = (shl.my_pe() + 1) % shl.n_pes()
+    shl.signal_op(sig, VALUE, shl.SIGNAL_SET, peer)
+    shl.signal_op(sig + 1, VALUE, shl.SIGNAL_ADD, peer)
+    tl.store(out, shl.signal_wait_until(sig, shl.CMP_EQ, VALUE))
+    tl.store(out + 1, shl.signal_wait_until(sig + 1, shl.CMP_GE, VALUE))
+
+
+@unishmem.jit
+def every_comparison(sig, ivar, out):
+    tl.store(out + 0, shl.signal_wait_until(sig, shl.CMP_EQ, 5))
+    tl.store(out + 1, shl.signal_wait_until(sig, shl.CMP_NE, 4))
+    tl.store(out + 2, shl.signal_wait_until(sig, shl.CMP_GT, 4))
+    tl.store(out + 3, shl.signal_wait_until(sig, shl.CMP_GE, 5))
+    tl.store(out + 4, shl.signal_wait_until(sig, shl.CMP_LT, 6))
+    tl.store(out + 5, shl.signal_wait_until(sig, shl.CMP_LE, 5))
+    shl.wait_until(ivar, shl.CMP_EQ, -7)
+    shl.wait_until(ivar, shl.CMP_LT, 0)
+    shl.wait_until(ivar, shl.CMP_LE, -7)
+    shl.wait_until(ivar, shl.CMP_NE, 0)
+    shl.wait_until(ivar, shl.CMP_GT, -8)
+    shl.wait_until(ivar, shl.CMP_GE, -7)
+    tl.store(out + 6, shl.test(ivar, shl.CMP_EQ, -7) + 10 * shl.test(ivar, shl.CMP_GT, 0))
+
+
+@spmd(sizes=SIZES)
+def test_signal_op_and_waits_with_every_comparison(rt):
+    sig = rt.signals(2)
+    out = torch.zeros(2, dtype=torch.uint64)
+    signal_op_ring[(2,)](sig, out, VALUE=5)
+    assert out[0].item() == 5 and out[1].item() in (5, 10)
+    rt.barrier_all()
+    assert sig.tolist() == [5, 10]  # SET once, ADD once per program
+    rt.barrier_all()
+    for dtype in (torch.int32, torch.int64):
+        ivar = rt.zeros(1, dtype=dtype)
+        rt.atomic_set(ivar, -7, (rt.my_pe + 1) % rt.n_pes)
+        results = torch.zeros(7, dtype=torch.int64)
+        every_comparison[(1,)](sig, ivar, results)
+        assert results.tolist() == [5] * 6 + [1], results
+        rt.barrier_all()
+        rt.free(ivar)
+    rt.free(sig)
+
+
+@unishmem.jit
+def fenced_flag(data, flag, ROUND: tl.constexpr, N: tl.constexpr):
+    peer = (shl.my_pe() + 1) % shl.n_pes()
+    offs = tl.arange(0, N)
+    tl.store(data + offs, tl.full((N,), ROUND, tl.int32))  # what we will send
+    shl.putmem_nbi_block(data, data, N * 4, peer)  # the peer's data...
+    shl.fence()                                     # ...is ordered before...
+    shl.p(flag, ROUND, peer)                        # ...its flag
+    shl.wait_until(flag, shl.CMP_EQ, ROUND)
+    shl.quiet()
+
+
+@spmd(sizes=SIZES)
+def test_fence_orders_data_before_flag(rt):
+    n = 256
+    data = rt.zeros(n, dtype=torch.int32)
+    flag = rt.zeros(1, dtype=torch.int64)
+    for round_ in range(1, 4):
+        fenced_flag[(1,)](data, flag, ROUND=round_, N=n)
+        assert (data == round_).all()
+        rt.barrier_all()
+    rt.free(data)
+    rt.free(flag)
+
+
+@unishmem.jit
+def sync_kernel(counter, out, team, WHICH: tl.constexpr):
+    # every PE adds to every PE's counter, synchronises, then reads its own
+    n = shl.n_pes()
+    for pe in range(n):
+        shl.atomic_add(counter, 1, pe)
+    if WHICH == 0:
+        shl.barrier_all()
+    elif WHICH == 1:
+        shl.sync_all()
+    elif WHICH == 2:
+        shl.barrier_all_block()
+    elif WHICH == 3:
+        shl.sync_all_block()
+    elif WHICH == 4:
+        shl.barrier(team)
+    else:
+        shl.sync(team)
+    tl.store(out, tl.load(counter))
+
+
+@spmd(sizes=SIZES)
+def test_barriers_and_syncs(rt):
+    for which in range(6):
+        counter = rt.zeros(1, dtype=torch.int64)
+        out = torch.zeros(1, dtype=torch.int64)
+        sync_kernel[(1,)](counter, out, rt.team_world.handle, WHICH=which)
+        assert out.item() == rt.n_pes, which
+        rt.barrier_all()
+        rt.free(counter)
+
+
+@unishmem.jit
+def team_queries(out, team, world):
+    tl.store(out + 0, shl.my_pe())
+    tl.store(out + 1, shl.n_pes())
+    tl.store(out + 2, shl.team_my_pe(team))
+    tl.store(out + 3, shl.team_n_pes(team))
+    tl.store(out + 4, shl.team_translate_pe(team, 0, world))
+    tl.store(out + 5, shl.team_translate_pe(world, 0, team))
+
+
+@spmd(sizes=SIZES)
+def test_team_queries_and_translation(rt):
+    odd = rt.team_world.split_strided(1, 2, rt.n_pes // 2)
+    even = rt.team_world.split_strided(0, 2, rt.n_pes // 2)
+    team = odd or even
+    out = torch.zeros(6, dtype=torch.int32)
+    team_queries[(1,)](out, team.handle, rt.team_world.handle)
+    assert out.tolist() == [rt.my_pe, rt.n_pes, rt.my_pe // 2, rt.n_pes // 2, rt.my_pe % 2,
+                            0 if rt.my_pe % 2 == 0 else -1]
+    team.destroy()
+
+
+@unishmem.jit
+def remote_store(buf):
+    peer = (shl.my_pe() + 1) % shl.n_pes()
+    offs = tl.arange(0, 16)
+    tl.store(shl.remote_ptr(buf, peer) + offs, shl.my_pe() * 100 + offs)
+
+
+@spmd(sizes=SIZES)
+def test_remote_ptr_loads_and_stores(rt):
+    right, left = ring(rt)
+    buf = rt.zeros(16, dtype=torch.int32)
+    remote_store[(1,)](buf)
+    rt.barrier_all()
+    assert buf.tolist() == [left * 100 + i for i in range(16)]
+    rt.free(buf)
+
+
+@unishmem.jit
+def contended_atomics(counter, tickets):
+    pid = tl.program_id(0)
+    tl.store(tickets + pid, shl.atomic_fetch_add(counter, 1, 0))
+    shl.atomic_inc(counter + 1, 0)
+    shl.atomic_add(counter + 2, 3, 0)
+    tl.store(tickets + tl.num_programs(0) + pid, shl.atomic_fetch_inc(counter + 3, 0))
+
+
+@unishmem.jit
+def atomic_ops(x, out):
+    peer = (shl.my_pe() + 1) % shl.n_pes()
+    shl.atomic_set(x, 5, peer)
+    tl.store(out + 0, shl.atomic_fetch(x, peer))
+    tl.store(out + 1, shl.atomic_swap(x, 9, peer))
+    tl.store(out + 2, shl.atomic_compare_swap(x, 1, 2, peer))  # no match
+    tl.store(out + 3, shl.atomic_compare_swap(x, 9, 4, peer))
+    tl.store(out + 4, shl.atomic_fetch(x, peer))
+
+
+@spmd(sizes=SIZES)
+def test_atomics_exact_under_contention(rt):
+    programs = 6
+    counter = rt.zeros(4, dtype=torch.int64)
+    tickets = torch.full((2 * programs,), -1, dtype=torch.int64)
+    contended_atomics[(programs,)](counter, tickets)
+    rt.barrier_all()
+    total = programs * rt.n_pes
+    if rt.my_pe == 0:
+        assert counter.tolist() == [total, total, 3 * total, total]
+    everyone = rt.zeros((rt.n_pes, 2 * programs), dtype=torch.int64)
+    mine = rt.empty(2 * programs, dtype=torch.int64)
+    mine.copy_(tickets)
+    rt.fcollect(everyone, mine)
+    for half in (everyone[:, :programs], everyone[:, programs:]):
+        assert sorted(half.flatten().tolist()) == list(range(total))  # every ticket drawn exactly once
+    for dtype in (torch.int32, torch.int64, torch.uint64):
+        x = rt.zeros(1, dtype=dtype)
+        out = torch.zeros(5, dtype=dtype)
+        atomic_ops[(1,)](x, out)
+        assert out.tolist() == [5, 5, 9, 9, 4], (dtype, out)
+        rt.barrier_all()
+        rt.free(x)
+    for t in (counter, everyone, mine):
+        rt.free(t)
+
+
+@unishmem.jit
+def collectives(dst, src, gathered, exchanged, reduced, team, root, N: tl.constexpr, OP: tl.constexpr):
+    shl.broadcast(team, dst, src, N, root)
+    shl.fcollect(team, gathered, src, N)
+    shl.alltoall(team, exchanged, gathered, N)
+    shl.reduce(team, reduced, src, N, OP)
+
+
+@spmd(sizes=SIZES)
+def test_collectives_over_dtypes_and_ops(rt):
+    n, size = 8, rt.n_pes
+    for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.int8, torch.float64):
+        for op in ("sum", "min", "max", "prod"):
+            src = rt.empty(n, dtype=dtype)
+            src.copy_((torch.arange(n) % 3 + 1 + rt.my_pe).to(dtype))
+            dst, reduced = rt.zeros(n, dtype=dtype), rt.zeros(n, dtype=dtype)
+            gathered, exchanged = rt.zeros(n * size, dtype=dtype), rt.zeros(n * size, dtype=dtype)
+            root = size - 1
+            collectives[(1,)](dst, src, gathered, exchanged, reduced, rt.team_world.handle, root, N=n, OP=op)
+            parts = [(torch.arange(n) % 3 + 1 + pe).double() for pe in range(size)]
+            assert torch.equal(dst, parts[root].to(dtype))
+            assert torch.equal(gathered, torch.cat(parts).to(dtype))
+            # alltoall of the gathered blocks: block j of mine goes to PE j, so I receive my own block from all
+            assert torch.equal(exchanged, torch.cat([parts[rt.my_pe]] * size).to(dtype))
+            stacked = torch.stack(parts)
+            ref = {"sum": stacked.sum(0), "prod": stacked.prod(0), "min": stacked.min(0).values,
+                   "max": stacked.max(0).values}[op]
+            assert torch.equal(reduced, ref.to(dtype)), (dtype, op, reduced)
+            for t in (src, dst, reduced, gathered, exchanged):
+                rt.free(t)
+
+
+@unishmem.jit
+def waits_for_a_later_program(sig):
+    # program 0 waits for what program 1 signals: the interpreter runs program 0 first
+    if tl.program_id(0) == 0:
+        shl.signal_wait_until(sig, shl.CMP_EQ, 1)
+    else:
+        shl.signal_op(sig, 1, shl.SIGNAL_SET, shl.my_pe())
+
+
+@spmd(sizes=SIZES)
+def test_interpreter_wait_on_a_later_program_is_an_error(rt):
+    sig = rt.signals(1)
+    with pytest.raises(DeadlockError, match=r"runs the 2 programs of a launch one after another"):
+        waits_for_a_later_program[(2,)](sig)
+    rt.barrier_all()
+    rt.free(sig)
+
+
+@spmd(sizes=SIZES)
+def test_device_errors_name_the_value(rt):
+    local = torch.zeros(8, dtype=torch.int32)
+    sym = rt.zeros(8, dtype=torch.int32)
+    with pytest.raises(NotSymmetricError, match=r"dest .* is not in the symmetric heap"):
+        rma_ring[(1,)](local, sym, VARIANT=0, N=8)
+    with pytest.raises(ValueError, match=rf"pe={rt.n_pes + 3} is out of range"):
+        bad_pe[(1,)](sym, rt.n_pes + 3)
+    rt.barrier_all()
+    rt.free(sym)
+
+
+@unishmem.jit
+def bad_pe(buf, pe):
+    shl.p(buf, 1, pe)
