@@ -1,0 +1,26 @@
+"""The README's demo and the device-library examples, run as a user would: unishmem run -n 4."""
+import os
+import re
+
+import pytest
+
+from spmd import launch
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def test_demo_runs_at_four_pes():
+    proc = launch([os.path.join(EXAMPLES, "demo.py")], 4, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "demo passed on 4 PEs" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("example, expected", [
+    ("ring_allgather.py", r"ring all-gather \(interpreter, backend host\) correct on 4 PEs"),
+    ("ping_pong.py", r"20 round trips between 2 pair\(s\): \d+ us each \(backend host\)"),
+])
+def test_device_library_examples(example, expected):
+    pytest.importorskip("triton")
+    proc = launch([os.path.join(EXAMPLES, example)], 4, timeout=300, env={"TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(expected, proc.stdout), proc.stdout
