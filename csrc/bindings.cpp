@@ -47,8 +47,10 @@ void translate_errors() {
   });
 }
 
+// Every backend module binds its own copy of the interface (module_local): _host and _nvshmem
+// can be imported into one process.
 void bind_interface(py::module_& m) {
-  py::class_<Backend>(m, "Backend")
+  py::class_<Backend>(m, "Backend", py::module_local())
       .def_property_readonly("my_pe", &Backend::my_pe)
       .def_property_readonly("n_pes", &Backend::n_pes)
       .def_property_readonly("heap_base", &Backend::heap_base)
@@ -114,7 +116,7 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   bind_interface(m);
 #ifdef UNISHMEM_HOST
   using host::HostBackend;
-  py::class_<HostBackend, Backend>(m, "HostBackend")
+  py::class_<HostBackend, Backend>(m, "HostBackend", py::module_local())
       .def(py::init([](std::string token, int pe, int n_pes, std::size_t heap_size, double stall_warn_s,
                        double timeout_s) {
              auto b = std::make_unique<HostBackend>(std::move(token), pe, n_pes, heap_size,
@@ -147,7 +149,7 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   }, "The loaded library's own version (callable before init).");
   m.def("unique_id", [] { return py::bytes(VendorBackend::unique_id()); },
         "A unique id for unique-id init; made on PE 0 only, then handed to every PE.");
-  py::class_<VendorBackend, Backend>(m, "VendorBackend")
+  py::class_<VendorBackend, Backend>(m, "VendorBackend", py::module_local())
       .def(py::init([](py::bytes unique_id, int pe, int n_pes, int device, std::size_t heap_size,
                        double stall_warn_s, double timeout_s, std::vector<std::pair<int, int>> node_groups) {
              auto b = std::make_unique<VendorBackend>(std::string(unique_id), pe, n_pes, device, heap_size,

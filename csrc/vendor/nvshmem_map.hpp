@@ -45,6 +45,7 @@ inline int rt_init_context() { return cudaFree(nullptr); }
 inline int rt_stream_create(Stream* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
 inline int rt_stream_destroy(Stream s) { return cudaStreamDestroy(s); }
 inline int rt_stream_sync(Stream s) { return cudaStreamSynchronize(s); }
+inline int rt_device_sync() { return cudaDeviceSynchronize(); }
 inline int rt_copy_to_host(void* dst, const void* src, std::size_t n, Stream s) {
   return cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s);
 }

@@ -196,6 +196,8 @@ void VendorBackend::finalize() {
   if (finalized_) return;
   std::exception_ptr failure;
   try {
+    // No work of this process may still touch the heap when it is freed.
+    rt_check(lib::rt_device_sync(), "device synchronize");
     enter_collective(kTeamWorld, kBarrier, 0);
     team_barrier(kTeamWorld, true, stream_);
     rt_check(lib::rt_stream_sync(stream_), "stream synchronize");
