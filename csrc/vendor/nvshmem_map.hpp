@@ -15,6 +15,7 @@
 #include <string>
 
 #include "../backend.hpp"
+#include "amo_table.hpp"
 
 namespace unishmem::vendor::lib {
 
@@ -190,55 +191,6 @@ inline const char* missing_reduction(DType, bool /*scatter*/) { return nullptr; 
 
 // ---- atomics (host-initiated, blocking) ------------------------------------------------------
 
-template <class T> std::uint64_t amo_bits(T v) {
-  std::uint64_t b = 0;
-  static_assert(sizeof(T) <= 8);
-  __builtin_memcpy(&b, &v, sizeof(T));
-  return b;
-}
-template <class T> T amo_value(std::uint64_t b) {
-  T v;
-  __builtin_memcpy(&v, &b, sizeof(T));
-  return v;
-}
-
-#define UNISHMEM_NVSHMEM_AMO(T, name)                                                                    \
-  inline std::uint64_t atomic_##name(AtomicOp op, void* dest, std::uint64_t v, std::uint64_t c, int pe) { \
-    auto* p = static_cast<T*>(dest);                                                                       \
-    const T x = amo_value<T>(v), y = amo_value<T>(c);                                                      \
-    switch (op) {                                                                                          \
-      case AtomicOp::fetch: return amo_bits(nvshmem_##name##_atomic_fetch(p, pe));                         \
-      case AtomicOp::set: nvshmem_##name##_atomic_set(p, x, pe); return 0;                                 \
-      case AtomicOp::swap: return amo_bits(nvshmem_##name##_atomic_swap(p, x, pe));                        \
-      case AtomicOp::compare_swap: return amo_bits(nvshmem_##name##_atomic_compare_swap(p, y, x, pe));     \
-      case AtomicOp::fetch_add: return amo_bits(nvshmem_##name##_atomic_fetch_add(p, x, pe));              \
-      case AtomicOp::add: nvshmem_##name##_atomic_add(p, x, pe); return 0;                                 \
-      case AtomicOp::fetch_inc: return amo_bits(nvshmem_##name##_atomic_fetch_inc(p, pe));                 \
-      case AtomicOp::inc: nvshmem_##name##_atomic_inc(p, pe); return 0;                                    \
-      case AtomicOp::fetch_and: return amo_bits(nvshmem_##name##_atomic_fetch_and(p, x, pe));              \
-      case AtomicOp::and_: nvshmem_##name##_atomic_and(p, x, pe); return 0;                                \
-      case AtomicOp::fetch_or: return amo_bits(nvshmem_##name##_atomic_fetch_or(p, x, pe));                \
-      case AtomicOp::or_: nvshmem_##name##_atomic_or(p, x, pe); return 0;                                  \
-      case AtomicOp::fetch_xor: return amo_bits(nvshmem_##name##_atomic_fetch_xor(p, x, pe));              \
-      case AtomicOp::xor_: nvshmem_##name##_atomic_xor(p, x, pe); return 0;                                \
-    }                                                                                                      \
-    throw Error(ErrorKind::value, "unknown atomic op " + std::to_string(int(op)));                         \
-  }
-UNISHMEM_NVSHMEM_AMO(std::int32_t, int32)
-UNISHMEM_NVSHMEM_AMO(std::int64_t, int64)
-UNISHMEM_NVSHMEM_AMO(std::uint32_t, uint32)
-UNISHMEM_NVSHMEM_AMO(std::uint64_t, uint64)
-#undef UNISHMEM_NVSHMEM_AMO
-
-inline std::uint64_t atomic(AtomicOp op, DType type, void* dest, std::uint64_t v, std::uint64_t c, int pe) {
-  switch (type) {
-    case DType::i32: return atomic_int32(op, dest, v, c, pe);
-    case DType::i64: return atomic_int64(op, dest, v, c, pe);
-    case DType::u32: return atomic_uint32(op, dest, v, c, pe);
-    case DType::u64: return atomic_uint64(op, dest, v, c, pe);
-    default: break;
-  }
-  throw Error(ErrorKind::value, std::string("NVSHMEM has no host atomics on ") + dtype_name(type));
-}
+UNISHMEM_VENDOR_ATOMICS(nvshmem, "NVSHMEM")
 
 }  // namespace unishmem::vendor::lib
