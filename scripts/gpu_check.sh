@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The nvshmem backend on a lent NVIDIA GPU, in one prepared command (issue 4). NOT RUN YET: no session of
+# this project has had a GPU; the README says so until one has.
+#
+#   bash scripts/gpu_check.sh            # summary and logs under $OUT (default ./gpu-check-out)
+#
+# Expects the image of the lent H200: python3 with torch (cu130), triton, nvidia-nvshmem-cu13, pybind11,
+# scikit-build-core, cmake and ninja, CUDA's compiler and headers; nothing is fetched. It builds and installs
+# this checkout into that python, prints `unishmem info`, then runs 2 PEs on the one GPU (NVSHMEM's limited
+# multi-PE-per-GPU mode, unique id on loopback): init, allocation, peer views, on-stream put/get, put_signal
+# and signal_wait_until, barrier_all, put bandwidth beside torch's device-to-device copy, the Triton kernel
+# check where the device library (unishmem.language) is present, and the device-library tests named in
+# UNISHMEM_GPU_TESTS. Every phase has a time limit; the whole stays under 8 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/gpu-check-out}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+START=$(date +%s)
+status=0
+phase() { echo "== $* ($(( $(date +%s) - START )) s)" | tee -a "$OUT/summary.txt"; }
+
+phase "machine"
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  "$PY" -c "import sys, torch, triton; print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+  "$PY" -m pip show nvidia-nvshmem-cu13 2>/dev/null | grep -E '^(Name|Version)'
+} 2>&1 | tee -a "$OUT/summary.txt"
+
+phase "build and install (log: build.log)"
+if ! timeout 300 "$PY" -m pip install --no-build-isolation --no-deps --no-index -v . >"$OUT/build.log" 2>&1; then
+  echo "BUILD FAILED (exit $?); last lines:" | tee -a "$OUT/summary.txt"
+  tail -n 30 "$OUT/build.log" | tee -a "$OUT/summary.txt"
+  exit 1
+fi
+grep -E "unishmem: (NVSHMEM|rocSHMEM) backend" "$OUT/build.log" | tee -a "$OUT/summary.txt"
+
+phase "unishmem info"
+timeout 60 "$PY" -m unishmem info 2>&1 | tee "$OUT/info.txt" | tee -a "$OUT/summary.txt"
+
+phase "2 PEs on one GPU (log: run.log, per PE: pe0.json, pe1.json)"
+export UNISHMEM_BACKEND=nvshmem UNISHMEM_SYMMETRIC_SIZE=1G UNISHMEM_WAIT_TIMEOUT=60 PYTHONUNBUFFERED=1
+export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_DISABLE_NCCL=1
+timeout 240 "$PY" -m unishmem run -n 2 scripts/gpu_check_pe.py "$OUT" >"$OUT/run.log" 2>&1
+rc=$?
+[ $rc -ne 0 ] && status=1
+grep -E '^\[pe [0-9]\]' "$OUT/run.log" | tee -a "$OUT/summary.txt"
+echo "job exit status $rc" | tee -a "$OUT/summary.txt"
+[ $rc -ne 0 ] && tail -n 40 "$OUT/run.log" | tee -a "$OUT/summary.txt"
+
+# ---- DEVICE LIBRARY TESTS (issue of the device library) ------------------------------------------
+# The subset that limited mode allows, as a pytest selection in UNISHMEM_GPU_TESTS (for example
+# "tests/test_language_gpu.py -m 'not full_mode'"); none is run when it is unset.
+phase "device-library tests"
+if [ -n "${UNISHMEM_GPU_TESTS:-}" ]; then
+  # shellcheck disable=SC2086
+  timeout 120 "$PY" -m pytest -q -p no:cacheprovider $UNISHMEM_GPU_TESTS >"$OUT/device_tests.log" 2>&1
+  trc=$?
+  [ $trc -ne 0 ] && status=1
+  tail -n 15 "$OUT/device_tests.log" | tee -a "$OUT/summary.txt"
+else
+  echo "SKIPPED: UNISHMEM_GPU_TESTS is not set" | tee -a "$OUT/summary.txt"
+fi
+
+phase "done, exit status $status"
+exit $status
