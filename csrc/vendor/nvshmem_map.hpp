@@ -59,8 +59,17 @@ inline int rt_host_free(void* p) { return cudaFreeHost(p); }
 // ---- library: init, queries ------------------------------------------------------------------
 
 inline std::string status_name(int rc) {
-  if (rc >= 0 && rc <= NVSHMEMX_ERROR_INTERNAL) return nvshmemx_status_strings[rc];
-  return "unknown status";
+  switch (rc) {
+    case NVSHMEMX_SUCCESS: return "NVSHMEMX_SUCCESS";
+    case NVSHMEMX_ERROR_INVALID_VALUE: return "NVSHMEMX_ERROR_INVALID_VALUE";
+    case NVSHMEMX_ERROR_OUT_OF_MEMORY: return "NVSHMEMX_ERROR_OUT_OF_MEMORY";
+    case NVSHMEMX_ERROR_NOT_SUPPORTED: return "NVSHMEMX_ERROR_NOT_SUPPORTED";
+    case NVSHMEMX_ERROR_SYMMETRY: return "NVSHMEMX_ERROR_SYMMETRY";
+    case NVSHMEMX_ERROR_GPU_NOT_SELECTED: return "NVSHMEMX_ERROR_GPU_NOT_SELECTED";
+    case NVSHMEMX_ERROR_COLLECTIVE_LAUNCH_FAILED: return "NVSHMEMX_ERROR_COLLECTIVE_LAUNCH_FAILED";
+    case NVSHMEMX_ERROR_INTERNAL: return "NVSHMEMX_ERROR_INTERNAL";
+    default: return "unknown status";
+  }
 }
 inline int get_uniqueid(UniqueId* id) {
   *id = NVSHMEMX_UNIQUEID_INITIALIZER;
