@@ -61,6 +61,8 @@ class Backend {
   virtual int team_split_strided(int parent, int start, int stride, int size) = 0;
   virtual std::pair<int, int> team_split_2d(int parent, int xrange) = 0;
   virtual void team_destroy(int team) = 0;
+  // The team as Triton kernels name it (the vendor's handle); the host backend's is its slot.
+  virtual std::int64_t team_device_handle(int team) const { return team; }
 
   virtual void put(Addr dest, Addr source, std::size_t bytes, int pe, Stream s) = 0;
   virtual void get(Addr dest, Addr source, std::size_t bytes, int pe, Stream s) = 0;

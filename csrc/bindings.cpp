@@ -7,6 +7,11 @@
 #ifdef UNISHMEM_HOST
 #include "host/host_backend.hpp"
 #endif
+#if defined(UNISHMEM_NVSHMEM) || defined(UNISHMEM_ROCSHMEM)
+#define UNISHMEM_VENDOR
+#include "vendor/dlpack_view.hpp"
+#include "vendor/vendor_backend.hpp"
+#endif
 
 namespace py = pybind11;
 using namespace unishmem;
@@ -43,8 +48,10 @@ void translate_errors() {
   });
 }
 
+// Every backend module binds its own copy of the interface (module_local): _host and _nvshmem
+// can be imported into one process.
 void bind_interface(py::module_& m) {
-  py::class_<Backend>(m, "Backend")
+  py::class_<Backend>(m, "Backend", py::module_local())
       .def_property_readonly("my_pe", &Backend::my_pe)
       .def_property_readonly("n_pes", &Backend::n_pes)
       .def_property_readonly("heap_base", &Backend::heap_base)
@@ -59,6 +66,7 @@ void bind_interface(py::module_& m) {
       .def("team_split_strided", &Backend::team_split_strided)
       .def("team_split_2d", &Backend::team_split_2d)
       .def("team_destroy", &Backend::team_destroy)
+      .def("team_device_handle", &Backend::team_device_handle)
       .def("put", &Backend::put)
       .def("get", &Backend::get)
       .def("put_signal", [](Backend& b, Addr d, Addr s, std::size_t n, Addr sig, std::uint64_t v, int op, int pe,
@@ -109,7 +117,7 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   bind_interface(m);
 #ifdef UNISHMEM_HOST
   using host::HostBackend;
-  py::class_<HostBackend, Backend>(m, "HostBackend")
+  py::class_<HostBackend, Backend>(m, "HostBackend", py::module_local())
       .def(py::init([](std::string token, int pe, int n_pes, std::size_t heap_size, double stall_warn_s,
                        double timeout_s, double deadlock_s) {
              auto b = std::make_unique<HostBackend>(std::move(token), pe, n_pes, heap_size,
@@ -129,5 +137,39 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
       })
       .def_static("unlink_job", &HostBackend::unlink_job);
   m.attr("segment_prefix") = "unishmem-";
+#endif
+#ifdef UNISHMEM_VENDOR
+  using vendor::VendorBackend;
+  namespace lib = vendor::lib;
+  m.attr("vendor") = lib::kName;
+  m.attr("header_version") = lib::kHeaderVersion;
+  m.def("library_version", [] {
+    int major = 0, minor = 0, patch = 0;
+    lib::library_version(&major, &minor, &patch);
+    return py::make_tuple(major, minor, patch);
+  }, "The loaded library's own version (callable before init).");
+  m.def("unique_id", [] { return py::bytes(VendorBackend::unique_id()); },
+        "A unique id for unique-id init; made on PE 0 only, then handed to every PE.");
+  py::class_<VendorBackend, Backend>(m, "VendorBackend", py::module_local())
+      .def(py::init([](py::bytes unique_id, int pe, int n_pes, int device, std::size_t heap_size,
+                       double stall_warn_s, double timeout_s, std::vector<std::pair<int, int>> node_groups) {
+             auto b = std::make_unique<VendorBackend>(std::string(unique_id), pe, n_pes, device, heap_size,
+                                                      host::WaitPolicy{stall_warn_s, timeout_s}, node_groups);
+             b->set_wait_check(check_python_signals);
+             return b;
+           }),
+           py::arg("unique_id"), py::arg("pe"), py::arg("n_pes"), py::arg("device"), py::arg("heap_size"),
+           py::arg("stall_warn_s"), py::arg("timeout_s"), py::arg("node_groups"))
+      .def_property_readonly("device", &VendorBackend::device)
+      .def_property_readonly("limited_mode", &VendorBackend::limited_mode)
+      .def_property_readonly("init_mode", &VendorBackend::init_mode)
+      .def("module_init", &VendorBackend::module_init, py::arg("module"), py::arg("stream") = 0)
+      .def("heap_view", [](VendorBackend& b, int pe) -> py::object {
+        // PE pe's heap as seen from this process, as a DLPack capsule of bytes on the device.
+        const Addr base = b.peer_heap_base(pe);
+        if (!base) return py::none();
+        return py::reinterpret_steal<py::object>(
+            vendor::dlpack_bytes(reinterpret_cast<void*>(base), b.heap_size(), lib::kDLPackDevice, b.device()));
+      });
 #endif
 }

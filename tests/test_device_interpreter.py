@@ -1,7 +1,6 @@
 """Every unishmem.language function under TRITON_INTERPRET=1 on the host backend, at 2 and 4 PEs."""
 import pytest
 import torch
-import triton
 import triton.language as tl
 
 import unishmem

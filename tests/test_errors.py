@@ -1,9 +1,11 @@
 """Bad input: a clear exception naming the value, on every PE involved, and nothing lost."""
+import importlib.util
+
 import pytest
 import torch
 
 import unishmem
-from unishmem import CMP, NotInitializedError, NotSymmetricError, SymmetryError, UnishmemError
+from unishmem import NotInitializedError, NotSymmetricError, SymmetryError, UnishmemError
 from spmd import spmd
 
 
@@ -127,7 +129,9 @@ def test_init_twice_with_other_arguments(rt):
 def test_unavailable_backends_say_why(rt):
     raises(ValueError, "backend='cuda' is not one of", unishmem.backends.open_backend, "cuda", None, 0, None)
     for name in ("nvshmem", "rocshmem"):
-        raises(unishmem.BackendUnavailable, f"the {name} backend is not built", unishmem.backends.native_module, name)
+        if importlib.util.find_spec(f"unishmem._{name}") is None:  # built ones: tests/test_vendor.py
+            raises(unishmem.BackendUnavailable, f"the {name} backend is not built", unishmem.backends.native_module,
+                   name)
 
 
 @spmd

@@ -1,7 +1,6 @@
 """Put, get, signals, point-to-point waits, ordering."""
 import torch
 
-import unishmem
 from unishmem import CMP, SIGNAL
 from spmd import spmd
 

@@ -72,9 +72,10 @@ def init(backend: str = "auto", heap_size=None, device=None, group=None) -> Runt
             raise
         import torch
 
-        version = {"unishmem": __version__, "backend": name, "torch": torch.__version__}
+        version = {"unishmem": __version__, "backend": name, "torch": torch.__version__, **opened.version}
         # The runtime keeps the bootstrap until finalize: rank 0 may be serving its store to slower peers.
-        _current = Runtime(opened.native, name, opened.device, opened.heap_of, opened.stream_of, args, boot, version)
+        _current = Runtime(opened.native, name, opened.device, opened.heap_of, opened.stream_of, args, boot, version,
+                           opened.module_init)
         return _current
 
 

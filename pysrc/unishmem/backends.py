@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -22,6 +22,10 @@ class Opened:
     device: torch.device
     heap_of: Callable[[int], torch.Tensor]
     stream_of: Callable
+    # Initialises the vendor's device state in a freshly loaded GPU module (CUmodule / hipModule_t
+    # handle as an int); None where kernels need none (host backend).
+    module_init: Callable[[int], None] | None = None
+    version: dict = field(default_factory=dict)
 
 
 def native_module(name: str):
@@ -40,7 +44,7 @@ def choose(name: str) -> str:
     if torch.cuda.is_available():
         vendor = "rocshmem" if torch.version.hip else "nvshmem"
         try:
-            native_module(vendor)
+            _load_vendor_module(vendor)
             return vendor
         except BackendUnavailable:
             pass
@@ -95,7 +99,141 @@ def open_host(boot: Bootstrap, heap_size: int, device) -> Opened:
     return Opened(native, torch.device("cpu"), heap_of, lambda stream: 0)
 
 
-OPENERS = {"host": open_host}
+# ---- vendor backends (NVSHMEM, rocSHMEM) ---------------------------------------------------------
+# Vendor specifics stay here and in csrc/vendor/; the Runtime sees the same Opened as for host.
+
+_VENDOR = {
+    # name: (library, torch build that runs it, device kind, env var of the library's own heap size)
+    "nvshmem": ("NVSHMEM", "cuda", "CUDA", "NVSHMEM_SYMMETRIC_SIZE"),
+    "rocshmem": ("rocSHMEM", "hip", "ROCm", "ROCSHMEM_HEAP_SIZE"),
+}
+_LIBRARY_HEAP_MARGIN = 64 << 20  # the library's own symmetric allocations and unishmem's control buffer
+
+
+def _load_vendor_module(name: str):
+    """Find the library, load it (NVSHMEM's host library is preloaded from where it was found, so the
+    extension binds to that copy), then import the extension."""
+    from . import vendor_libs
+
+    if name == "nvshmem":
+        inst = vendor_libs.find_nvshmem().require()
+        vendor_libs._load_library(str(inst.library))
+    else:
+        inst = vendor_libs.find_rocshmem()
+    return native_module(name), inst
+
+
+def _gpu_device(name: str, boot: Bootstrap, device) -> torch.device:
+    library, build, kind, _ = _VENDOR[name]
+    have = "hip" if torch.version.hip else "cuda" if torch.version.cuda else None
+    if have != build:
+        what = "a CPU-only build" if have is None else f"built for {'ROCm' if have == 'hip' else 'CUDA'}"
+        raise BackendUnavailable(f"the {name} backend needs a {kind} build of torch; torch {torch.__version__} is {what}")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise BackendUnavailable(f"no {kind} device: torch {torch.__version__} sees none on {hostname()}")
+    if device is None:
+        index = boot.placement.local_rank % count
+    else:
+        dev = torch.device(device)
+        if dev.type != "cuda":
+            raise ValueError(f"the {name} backend keeps its heap on a GPU; device={device!r} is not a cuda device")
+        index = boot.placement.local_rank % count if dev.index is None else dev.index
+        if not 0 <= index < count:
+            raise ValueError(f"device={device!r}: there are {count} {kind} devices (0..{count - 1})")
+    torch.cuda.set_device(index)
+    torch.empty(1, device=f"cuda:{index}")  # the runtime and its context on this device before the library
+    return torch.device("cuda", index)
+
+
+def _node_groups(boot: Bootstrap, name: str) -> list[tuple[int, int]]:
+    """(first rank, count) of each host's PEs, for libraries without a node team of their own."""
+    hosts = boot.allgather(hostname())
+    groups: list[tuple[int, int]] = []
+    for rank, host in enumerate(hosts):
+        if groups and hosts[groups[-1][0]] == host:
+            groups[-1] = (groups[-1][0], groups[-1][1] + 1)
+        else:
+            groups.append((rank, 1))
+    if name == "rocshmem" and len(groups) != len(set(hosts)):
+        raise BackendUnavailable("the rocshmem backend builds its node team from consecutive ranks per host; "
+                                 f"this job places hosts {hosts} by rank")
+    return groups
+
+
+def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
+    import warnings
+
+    from . import vendor_libs
+    from .runtime import UnishmemWarning
+
+    library, _, kind, heap_env = _VENDOR[name]
+    mod, inst = agree(boot, f"loading {library}", lambda: _load_vendor_module(name))
+    dev = agree(boot, f"choosing a {kind} device", lambda: _gpu_device(name, boot, device))
+    sizes = boot.allgather(heap_size)
+    if len(set(sizes)) > 1:
+        raise SymmetryError(f"PEs asked for different heap sizes: {sizes} (by rank)")
+    groups = _node_groups(boot, name)
+    # The library's own symmetric heap must hold unishmem's heap (NOTE [vendor heap] in csrc/vendor).
+    need = heap_size + _LIBRARY_HEAP_MARGIN
+    if heap_env in os.environ:
+        from . import parse_size
+
+        if parse_size(os.environ[heap_env]) < need:
+            raise BackendUnavailable(f"{heap_env}={os.environ[heap_env]} is smaller than the {need} bytes a heap of "
+                                     f"{heap_size} bytes needs; unset it or raise it")
+    else:
+        os.environ[heap_env] = str(need)
+    if name == "nvshmem" and len(groups) == 1:
+        # One host: the unique-id bootstrap listens on loopback unless told otherwise.
+        os.environ.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
+    uid = agree(boot, f"making the {library} unique id", lambda: mod.unique_id() if boot.rank == 0 else None)
+    uid = boot.broadcast(uid)
+    wait_timeout = float(os.environ.get("UNISHMEM_WAIT_TIMEOUT", "300"))
+    stall_warn = float(os.environ.get("UNISHMEM_STALL_WARN", "30"))
+    native = agree(boot, f"initialising {library}", lambda: mod.VendorBackend(
+        uid, boot.rank, boot.size, dev.index, heap_size, stall_warn, wait_timeout, groups))
+
+    version = {name: ".".join(map(str, mod.library_version())), f"{name}_mode": native.init_mode,
+               f"{name}_library": str(inst.library or inst.prefix)}
+    props = torch.cuda.get_device_properties(dev)
+    try:
+        if name == "nvshmem":
+            bitcode = vendor_libs.nvshmem_bitcode((props.major, props.minor))
+        else:
+            bitcode = vendor_libs.rocshmem_bitcode(props.gcnArchName)
+        version[f"{name}_bitcode"] = str(bitcode)
+    except BackendUnavailable as e:  # host-initiated operations work without it; kernels will not
+        warnings.warn(f"PE {boot.rank}: {e}; Triton kernels calling {library} cannot be linked", UnishmemWarning)
+        version[f"{name}_bitcode"] = None
+
+    heaps: dict[int, torch.Tensor] = {}
+
+    def heap_of(pe: int) -> torch.Tensor:
+        if pe not in heaps:
+            capsule = native.heap_view(pe)
+            if capsule is None:
+                raise ValueError(f"PE {pe}'s heap is not reachable by load/store from PE {boot.rank}")
+            heaps[pe] = torch.from_dlpack(capsule)
+        return heaps[pe]
+
+    def stream_of(stream) -> int:
+        if stream is None:
+            return torch.cuda.current_stream(dev).cuda_stream
+        if isinstance(stream, torch.cuda.Stream):
+            if stream.device != dev:
+                raise ValueError(f"stream {stream!r} is on {stream.device}, this runtime's device is {dev}")
+            return stream.cuda_stream
+        raise TypeError(f"stream must be a torch.cuda.Stream on {dev} or None, got {stream!r}")
+
+    def module_init(module: int) -> None:
+        native.module_init(int(module), stream_of(None))
+
+    return Opened(native, dev, heap_of, stream_of, module_init, version)
+
+
+OPENERS = {"host": open_host, "nvshmem": lambda *a: open_vendor("nvshmem", *a),
+           "rocshmem": lambda *a: open_vendor("rocshmem", *a)}
 
 
 def open_backend(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:

@@ -23,6 +23,7 @@ def _info() -> int:
             print(f"  {name:9s} built   {mod.__file__}")
         except ImportError as e:
             print(f"  {name:9s} not built ({e})")
+    _vendor_info()
     shm = shutil.disk_usage("/dev/shm") if os.path.isdir("/dev/shm") else None
     if shm:
         print(f"host shared memory: /dev/shm, {shm.free / 2**30:.1f} GiB free of {shm.total / 2**30:.1f} GiB")
@@ -35,6 +36,28 @@ def _info() -> int:
     else:
         print("  no CUDA or ROCm device visible to torch")
     return 0
+
+
+def _vendor_info() -> None:
+    """Vendor libraries and device bitcode found, and whether the bitcode matches the host library."""
+    from . import vendor_libs
+
+    nv = vendor_libs.find_nvshmem()
+    print("NVSHMEM:")
+    if nv.library:
+        print(f"  library  {nv.library} ({nv.origin}), version {nv.version or 'unknown'}")
+    for arch, bc in sorted(nv.bitcode.items(), key=lambda kv: int(kv[0][3:])):
+        ok, why = vendor_libs.check_bitcode(nv, bc)
+        print(f"  bitcode  {arch:7s} {bc}  [{'ok' if ok else 'MISMATCH'}: {why}]")
+    for p in nv.problems:
+        print(f"  problem  {p}")
+    roc = vendor_libs.find_rocshmem()
+    print("rocSHMEM:")
+    print(f"  prefix   {roc.prefix} ({roc.origin})")
+    for arch, bc in sorted(roc.bitcode.items()):
+        print(f"  bitcode  {arch:7s} {bc}")
+    for p in roc.problems:
+        print(f"  problem  {p}")
 
 
 def main(argv: list[str] | None = None) -> int:

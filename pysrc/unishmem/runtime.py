@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 
 from .enums import ATOMIC_DTYPES, ATOMIC_OPS, CMP, DTYPE_CODES, REDUCE_DTYPES, REDUCE_OPS, SIGNAL, WAIT_DTYPES
-from .errors import NotInitializedError, NotSymmetricError, UnishmemError
+from .errors import NotInitializedError, NotSymmetricError
 
 
 class UnishmemWarning(UserWarning):
@@ -52,12 +52,13 @@ class Team:
     """A set of PEs that can synchronise and run collectives together. `handle` is what Triton
     kernels take. Teams made by a split can be destroyed, also as a context manager."""
 
-    def __init__(self, rt: Runtime, handle: int, name: str):
+    def __init__(self, rt: Runtime, slot: int, name: str):
         self._rt = rt
-        self.handle = handle
+        self._slot = slot  # the backend's number for the team
+        self.handle = rt._native.team_device_handle(slot)  # the vendor's (what kernels take); the slot on host
         self.name = name
-        self.my_pe = rt._native.team_my_pe(handle)
-        self.n_pes = rt._native.team_n_pes(handle)
+        self.my_pe = rt._native.team_my_pe(slot)
+        self.n_pes = rt._native.team_n_pes(slot)
         self._destroyed = False
 
     def __repr__(self):
@@ -68,13 +69,13 @@ class Team:
         self._rt._check_active()
         if self._destroyed:
             raise ValueError(f"{self!r} was destroyed")
-        return self.handle
+        return self._slot
 
     def translate_pe(self, pe: int, other_team: Team) -> int:
         """`pe` of this team as numbered in `other_team`; -1 if it is not a member."""
         h = self._check()
         _check_pe(pe, self.n_pes, f"pe of {self.name}")
-        return self._rt._native.team_translate_pe(h, pe, self._rt._team(other_team).handle)
+        return self._rt._native.team_translate_pe(h, pe, self._rt._team(other_team)._slot)
 
     def split_strided(self, start: int, stride: int, size: int) -> Team | None:
         """Collective over this team: members start, start+stride, ... (size of them).
@@ -104,7 +105,7 @@ class Team:
             return
         if self is self._rt.team_world or self is self._rt.team_node:
             raise ValueError(f"{self.name} team cannot be destroyed")
-        self._rt._native.team_destroy(self.handle)
+        self._rt._native.team_destroy(self._slot)
         self._destroyed = True
 
     def __enter__(self):
@@ -126,7 +127,8 @@ class Runtime:
     """The process's handle on the symmetric heap and its peers. Made by unishmem.init()."""
 
     def __init__(self, native, backend: str, device: torch.device, heap_of: Callable[[int], torch.Tensor],
-                 stream_of: Callable, init_args: tuple, bootstrap, version: dict):
+                 stream_of: Callable, init_args: tuple, bootstrap, version: dict,
+                 module_init: Callable[[int], None] | None = None):
         self._native = native
         self.backend = backend
         self.device = device
@@ -137,6 +139,9 @@ class Runtime:
         self.version = version
         self._heap_of = heap_of
         self._stream_of = stream_of
+        # Vendor device state for a freshly loaded GPU module (handle as int); None on host.
+        # The device library calls it from its kernel-load hook.
+        self._module_init = module_init
         self._init_args = init_args
         self._base = native.heap_base
         self._heap_size = native.heap_size
@@ -217,7 +222,8 @@ class Runtime:
     def _filled(self, shape, value, dtype) -> torch.Tensor:
         t = self.empty(shape, dtype)
         t.fill_(value)
-        self._native.sync(0, 0)  # no peer may write into it before every PE has filled its copy
+        # No peer may write into it before every PE has filled its copy (on the current stream).
+        self._native.sync(0, self._stream_of(None))
         return t
 
     def zeros(self, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -451,9 +457,9 @@ class Runtime:
         try:
             args = check(team)
         except (TypeError, ValueError) as e:
-            self._native.reject_collective(team.handle)
+            self._native.reject_collective(team._slot)
             raise e
-        run(team.handle, *args)
+        run(team._slot, *args)
 
     def barrier_all(self, stream=None) -> None:
         self.barrier(None, stream)

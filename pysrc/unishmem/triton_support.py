@@ -8,13 +8,11 @@ the active runtime's module init for kernels made with @unishmem.jit.
 from __future__ import annotations
 
 import functools
-import glob
 import os
-import re
 
 import triton
 
-from .errors import BackendUnavailable, UnishmemError
+from .errors import UnishmemError
 
 _KERNEL_NAMES: set[str] = set()
 _hook_added = False
@@ -24,58 +22,15 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _nvshmem_lib_dirs() -> list[str]:
-    dirs = []
-    if os.environ.get("NVSHMEM_HOME"):
-        dirs.append(os.path.join(os.environ["NVSHMEM_HOME"], "lib"))
-    try:
-        import nvidia.nvshmem as wheel
-
-        dirs += [os.path.join(p, "lib") for p in wheel.__path__]
-    except ImportError:
-        pass
-    return dirs
-
-
-def _rocshmem_lib_dirs() -> list[str]:
-    dirs = [os.environ.get("ROCSHMEM_LIB_DIR", "")]
-    rocm = os.environ.get("ROCM_PATH", "/opt/rocm")
-    dirs += [os.path.join(rocm, "lib"), os.path.join(rocm, "lib", "rocshmem")]
-    return [d for d in dirs if d]
-
-
-def nvshmem_bitcode(capability: int) -> str:
-    """The NVSHMEM device bitcode for compute capability `capability` (e.g. 90): the newest
-    libnvshmem_device_sm_XX.bc not newer than the device."""
-    found = {}
-    for d in _nvshmem_lib_dirs():
-        for path in glob.glob(os.path.join(d, "libnvshmem_device_sm_*.bc")):
-            found.setdefault(int(re.search(r"sm_(\d+)\.bc$", path).group(1)), path)
-    usable = [cc for cc in found if cc <= capability]
-    if not usable:
-        raise BackendUnavailable(f"no NVSHMEM device bitcode for sm_{capability}: looked in "
-                                 f"{_nvshmem_lib_dirs() or ['(no NVSHMEM_HOME, no nvidia-nvshmem wheel)']}, "
-                                 f"found sm {sorted(found)}")
-    return found[max(usable)]
-
-
-def rocshmem_bitcode(arch: str) -> str:
-    """The rocSHMEM device bitcode for `arch` ('gfx942', or 'gfx942:sramecc+:xnack-')."""
-    arch = arch.split(":")[0]
-    for d in _rocshmem_lib_dirs():
-        path = os.path.join(d, f"librocshmem_device_{arch}.bc")
-        if os.path.exists(path):
-            return path
-    raise BackendUnavailable(f"no rocSHMEM device bitcode librocshmem_device_{arch}.bc in {_rocshmem_lib_dirs()}")
-
-
 def extern_libs(backend: str, arch) -> dict[str, str]:
     """extern_libs for a Triton compile target ('cuda', 90) or ('hip', 'gfx942')."""
     from .language._vendor import EXTERN_LIB_KEY, VENDOR_OF_BACKEND
 
+    from .vendor_libs import nvshmem_bitcode, rocshmem_bitcode
+
     vendor = VENDOR_OF_BACKEND[backend]
-    path = nvshmem_bitcode(int(arch)) if vendor == "nvshmem" else rocshmem_bitcode(str(arch))
-    return {EXTERN_LIB_KEY[vendor]: path}
+    path = nvshmem_bitcode(divmod(int(arch), 10)) if vendor == "nvshmem" else rocshmem_bitcode(str(arch))
+    return {EXTERN_LIB_KEY[vendor]: str(path)}
 
 
 def _runtime_target(rt) -> tuple[str, object]:

@@ -1,0 +1,215 @@
+// rocSHMEM side of the vendor mapping (NOTE [vendor mapping] in nvshmem_map.hpp): the same names in
+// namespace unishmem::vendor::lib, over rocSHMEM's C++ host API (namespace rocshmem).
+//
+// Written against the rocSHMEM headers of ROCm's rocm-systems repository (projects/rocshmem) and
+// NOT compiled or run by this project yet: no ROCm machine has built it (README, "AMD Instinct").
+// Where rocSHMEM has no host call for an operation, the capability constant below is false and
+// csrc/vendor/vendor_backend.cpp builds the operation from calls that exist; the entry kept here
+// for it raises an Error naming the missing rocSHMEM call and is never reached.
+#pragma once
+
+#include <hip/hip_runtime.h>
+#include <rocshmem/rocshmem.hpp>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "../backend.hpp"
+#include "amo_table.hpp"
+
+namespace unishmem::vendor::lib {
+
+using namespace ::rocshmem;
+
+constexpr const char* kName = "rocSHMEM";
+constexpr const char* kRuntimeName = "HIP";
+constexpr int kDLPackDevice = 10;  // DLPack kDLROCM
+#ifdef ROCSHMEM_VERSION
+constexpr const char* kHeaderVersion = ROCSHMEM_VERSION;
+#else
+constexpr const char* kHeaderVersion = "unknown";
+#endif
+
+using Stream = hipStream_t;
+using Team = rocshmem_team_t;
+using UniqueId = rocshmem_uniqueid_t;
+
+constexpr bool kNodeTeam = false;             // no public TEAM_SHARED: made from the bootstrap's placement
+constexpr bool kSplit2d = false;              // made from team_split_strided
+constexpr bool kTeamBarrierOnStream = false;  // made from a one-word host reduction over the team
+constexpr bool kFcollectOnStream = false;     // made from putmem_on_stream + team barrier
+constexpr bool kSignalOpOnStream = false;     // made from a host uint64 atomic set/add after a stream sync
+constexpr bool kReduceOnStream = false;       // host reductions (rocshmem_ctx_<T>_<op>_reduce) after a stream sync
+
+[[noreturn]] inline void missing(const char* call) {
+  throw Error(ErrorKind::generic, std::string("rocSHMEM has no ") + call);
+}
+
+// ---- device runtime --------------------------------------------------------------------------
+
+inline std::string rt_error(int e) {
+  return std::string(hipGetErrorName(hipError_t(e))) + ": " + hipGetErrorString(hipError_t(e));
+}
+inline int rt_set_device(int d) { return hipSetDevice(d); }
+inline int rt_init_context() { return hipFree(nullptr); }
+inline int rt_stream_create(Stream* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
+inline int rt_stream_destroy(Stream s) { return hipStreamDestroy(s); }
+inline int rt_stream_sync(Stream s) { return hipStreamSynchronize(s); }
+inline int rt_device_sync() { return hipDeviceSynchronize(); }
+inline int rt_copy_to_host(void* dst, const void* src, std::size_t n, Stream s) {
+  return hipMemcpyAsync(dst, src, n, hipMemcpyDeviceToHost, s);
+}
+inline int rt_copy_to_device(void* dst, const void* src, std::size_t n, Stream s) {
+  return hipMemcpyAsync(dst, src, n, hipMemcpyHostToDevice, s);
+}
+inline int rt_host_alloc(void** p, std::size_t n) { return hipHostMalloc(p, n, hipHostMallocDefault); }
+inline int rt_host_free(void* p) { return hipHostFree(p); }
+
+// ---- library: init, queries ------------------------------------------------------------------
+
+// The context the blocking host collectives take; made right after init, destroyed before finalize.
+inline rocshmem_ctx_t& host_ctx() {
+  static rocshmem_ctx_t ctx{};
+  return ctx;
+}
+
+inline std::string status_name(int rc) { return rc == ROCSHMEM_ERROR ? "ROCSHMEM_ERROR" : "rc " + std::to_string(rc); }
+inline int get_uniqueid(UniqueId* id) { return rocshmem_get_uniqueid(id); }
+inline int init_with_uniqueid(int rank, int n_pes, const UniqueId* id, const char** call) {
+  rocshmem_init_attr_t attr{};
+  UniqueId uid = *id;
+  *call = "rocshmem_set_attr_uniqueid_args";
+  if (int rc = rocshmem_set_attr_uniqueid_args(rank, n_pes, &uid, &attr)) return rc;
+  *call = "rocshmem_init_attr";
+  if (int rc = rocshmem_init_attr(ROCSHMEM_INIT_WITH_UNIQUEID, &attr)) return rc;
+  *call = "rocshmem_ctx_create";
+  return rocshmem_ctx_create(0, &host_ctx());
+}
+inline void finalize() {
+  rocshmem_ctx_destroy(host_ctx());
+  rocshmem_finalize();
+}
+inline bool limited_mode() { return false; }
+inline std::string init_mode() {
+  const char* b = std::getenv("ROCSHMEM_BACKEND");
+  return std::string("ROCSHMEM_BACKEND=") + (b && *b ? b : "(auto)");
+}
+// rocSHMEM is linked statically: the library is the one whose headers the module was built with.
+inline void library_version(int* major, int* minor, int* patch) {
+  *major = *minor = *patch = -1;
+  std::sscanf(kHeaderVersion, "%d.%d.%d", major, minor, patch);
+}
+inline int my_pe() { return rocshmem_my_pe(); }
+inline int n_pes() { return rocshmem_n_pes(); }
+inline void* sym_malloc(std::size_t n) { return rocshmem_malloc(n); }
+inline void sym_free(void* p) { rocshmem_free(p); }
+inline void* peer_ptr(const void* p, int pe) { return rocshmem_ptr(p, pe); }
+inline int module_init(std::uintptr_t module, Stream s) {
+  return rocshmem_hipmodule_init(reinterpret_cast<hipModule_t>(module), s);
+}
+constexpr const char* kModuleInitCall = "rocshmem_hipmodule_init";
+
+// ---- teams -----------------------------------------------------------------------------------
+
+inline Team team_world() { return ROCSHMEM_TEAM_WORLD; }
+inline Team team_node() { missing("node team (ROCSHMEM_TEAM_SHARED) in its public host API"); }
+inline Team team_invalid() { return ROCSHMEM_TEAM_INVALID; }
+inline std::int64_t team_value(Team t) { return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(t)); }
+inline int team_my_pe(Team t) { return rocshmem_team_my_pe(t); }
+inline int team_n_pes(Team t) { return rocshmem_team_n_pes(t); }
+inline int team_translate_pe(Team src, int pe, Team dst) { return rocshmem_team_translate_pe(src, pe, dst); }
+inline int team_split_strided(Team parent, int start, int stride, int size, Team* out) {
+  return rocshmem_team_split_strided(parent, start, stride, size, nullptr, 0, out);
+}
+inline int team_split_2d(Team, int, Team*, Team*) { missing("rocshmem_team_split_2d"); }
+inline void team_destroy(Team t) { rocshmem_team_destroy(t); }
+
+// ---- RMA, signals, ordering ------------------------------------------------------------------
+
+inline int signal_op_value(SignalOp op) { return op == SignalOp::add ? ROCSHMEM_SIGNAL_ADD : ROCSHMEM_SIGNAL_SET; }
+inline void putmem_on_stream(void* d, const void* s, std::size_t n, int pe, Stream st) {
+  rocshmem_putmem_on_stream(d, s, n, pe, st);
+}
+inline void getmem_on_stream(void* d, const void* s, std::size_t n, int pe, Stream st) {
+  rocshmem_getmem_on_stream(d, s, n, pe, st);
+}
+inline void putmem_signal_on_stream(void* d, const void* s, std::size_t n, std::uint64_t* sig, std::uint64_t v,
+                                    SignalOp op, int pe, Stream st) {
+  rocshmem_putmem_signal_on_stream(d, s, n, sig, v, signal_op_value(op), pe, st);
+}
+inline void signal_op_on_stream(std::uint64_t*, std::uint64_t, SignalOp, int, Stream) {
+  missing("rocshmem_signal_op_on_stream");
+}
+inline void quiet_on_stream(Stream st) { rocshmem_quiet_on_stream(st); }
+inline void fence() { rocshmem_fence(); }
+
+// ---- synchronisation and collectives (rc 0 = success) ----------------------------------------
+
+inline void barrier_all_on_stream(Stream st) { rocshmem_barrier_all_on_stream(st); }
+inline void sync_all_on_stream(Stream st) { rocshmem_sync_all_on_stream(st); }
+inline int barrier_on_stream(Team, Stream) { missing("rocshmem_barrier_on_stream(team)"); }
+inline int team_sync_on_stream(Team, Stream) { missing("rocshmem_team_sync_on_stream(team)"); }
+inline int broadcastmem_on_stream(Team t, void* d, const void* s, std::size_t n, int root, Stream st) {
+  rocshmem_broadcastmem_on_stream(t, d, s, n, root, st);
+  return 0;
+}
+inline int fcollectmem_on_stream(Team, void*, const void*, std::size_t, Stream) {
+  missing("rocshmem_fcollectmem_on_stream");
+}
+inline int alltoallmem_on_stream(Team t, void* d, const void* s, std::size_t n, Stream st) {
+  rocshmem_alltoallmem_on_stream(t, d, s, n, st);
+  return 0;
+}
+
+// NOTE [vendor dtype tables]: DType -> rocSHMEM type name and C type; its host reductions
+// cover these five element types.
+#define UNISHMEM_ROCSHMEM_REDUCE_TYPES(X) \
+  X(f32, float, float) X(f64, double, double) X(i16, short, short) X(i32, int, int) X(i64, long, long)
+
+#define UNISHMEM_ROCSHMEM_REDUCE(dt, name, T)                                                                   \
+  case DType::dt:                                                                                              \
+    switch (op) {                                                                                              \
+      case ReduceOp::sum:                                                                                      \
+        return rocshmem_ctx_##name##_sum_reduce(host_ctx(), t, static_cast<T*>(d), static_cast<const T*>(s), m); \
+      case ReduceOp::min:                                                                                      \
+        return rocshmem_ctx_##name##_min_reduce(host_ctx(), t, static_cast<T*>(d), static_cast<const T*>(s), m); \
+      case ReduceOp::max:                                                                                      \
+        return rocshmem_ctx_##name##_max_reduce(host_ctx(), t, static_cast<T*>(d), static_cast<const T*>(s), m); \
+      case ReduceOp::prod:                                                                                     \
+        return rocshmem_ctx_##name##_prod_reduce(host_ctx(), t, static_cast<T*>(d), static_cast<const T*>(s), m); \
+    }                                                                                                          \
+    break;
+#define UNISHMEM_ROCSHMEM_HAS(dt, name, T) case DType::dt:
+
+// What the backend would call, if rocSHMEM lacks it (checked on every PE before the collective).
+inline const char* missing_reduction(DType type, bool scatter) {
+  if (scatter) return "host reduce-scatter (rocshmem_<type>_<op>_reducescatter)";
+  switch (type) {
+    UNISHMEM_ROCSHMEM_REDUCE_TYPES(UNISHMEM_ROCSHMEM_HAS) return nullptr;
+    default: break;
+  }
+  return "host reduction for this element type (rocshmem_ctx_<type>_<op>_reduce covers float, double, short, "
+         "int and long)";
+}
+
+// A blocking host reduction, after the stream's earlier work; `n` counts elements.
+inline int reduce(DType type, ReduceOp op, Team t, void* d, const void* s, std::size_t n, Stream st) {
+  if (n > std::size_t(INT_MAX)) throw Error(ErrorKind::value, "rocSHMEM reduces at most INT_MAX elements per call");
+  if (int rc = hipStreamSynchronize(st)) return rc;
+  const int m = int(n);
+  switch (type) { UNISHMEM_ROCSHMEM_REDUCE_TYPES(UNISHMEM_ROCSHMEM_REDUCE) default: break; }
+  missing(missing_reduction(type, false));
+}
+inline int reducescatter(DType, ReduceOp, Team, void*, const void*, std::size_t, Stream) {
+  missing(missing_reduction(DType::f32, true));
+}
+
+// ---- atomics (host-initiated, blocking) ------------------------------------------------------
+
+UNISHMEM_VENDOR_ATOMICS(rocshmem, "rocSHMEM")
+
+}  // namespace unishmem::vendor::lib

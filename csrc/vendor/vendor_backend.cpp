@@ -1,0 +1,601 @@
+#include "vendor_backend.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+namespace unishmem::vendor {
+
+namespace {
+
+constexpr std::uint64_t kCallAlloc = 1, kCallFree = 2;
+constexpr std::uint64_t kNotLive = ~0ull;
+enum CollectiveOp : int { kBarrier = 1, kSync, kBroadcast, kFcollect, kAlltoall, kReduce, kReducescatter, kRejected = 255 };
+
+// The library can be initialised once per process: after a failed init every further call
+// may end the process (VENDOR_NOTES), and one runtime at a time owns it.
+bool g_library_failed = false;
+bool g_library_active = false;
+
+std::string describe_collective(const std::uint64_t* w) {
+  static const char* names[] = {"?", "barrier", "sync", "broadcast", "fcollect", "alltoall", "reduce", "reducescatter"};
+  static const char* redops[] = {"sum", "min", "max", "prod"};
+  const int op = int(w[0] & 0xff), dtype = int(w[0] >> 8 & 0xff), redop = int(w[0] >> 16 & 0xff);
+  if (op == kRejected) return "rejected its arguments (see its own error)";
+  if (op < kBarrier || op > kReducescatter) return "is in no collective";
+  std::string s = std::string("called ") + names[op];
+  if (op == kBarrier || op == kSync) return s;
+  s += " of " + std::to_string(w[1]) + " bytes";
+  if (op == kBroadcast) s += " from root " + std::to_string(w[0] >> 32);
+  if (op == kReduce || op == kReducescatter)
+    s += std::string(" of ") + dtype_name(DType(dtype)) + " with op " + (redop < 4 ? redops[redop] : "?");
+  return s;
+}
+
+void rt_check(int rc, const char* call) {
+  if (rc != 0) throw Error(ErrorKind::generic, std::string(lib::kRuntimeName) + " " + call + " failed: " + lib::rt_error(rc));
+}
+
+template <class T> bool compare(T a, Cmp cmp, T b) {
+  switch (cmp) {
+    case Cmp::eq: return a == b;
+    case Cmp::ne: return a != b;
+    case Cmp::gt: return a > b;
+    case Cmp::ge: return a >= b;
+    case Cmp::lt: return a < b;
+    case Cmp::le: return a <= b;
+  }
+  return false;
+}
+
+const char* cmp_name(Cmp c) {
+  static const char* names[] = {"==", "!=", ">", ">=", "<", "<="};
+  return names[int(c)];
+}
+
+// Compares the bit patterns as values of an integer dtype.
+bool compare_bits(DType type, std::uint64_t a, Cmp cmp, std::uint64_t b) {
+  switch (type) {
+    case DType::i32: return compare<std::int32_t>(std::int32_t(a), cmp, std::int32_t(b));
+    case DType::i64: return compare<std::int64_t>(std::int64_t(a), cmp, std::int64_t(b));
+    case DType::u32: return compare<std::uint32_t>(std::uint32_t(a), cmp, std::uint32_t(b));
+    case DType::u64: return compare<std::uint64_t>(a, cmp, b);
+    default: break;
+  }
+  throw Error(ErrorKind::value, std::string("waits take int32, int64, uint32 or uint64, not ") + dtype_name(type));
+}
+
+lib::Stream as_stream(Stream s) { return reinterpret_cast<lib::Stream>(s); }
+void* ptr(Addr a) { return reinterpret_cast<void*>(a); }
+
+}  // namespace
+
+// ---- lifetime --------------------------------------------------------------------------------
+
+std::string VendorBackend::unique_id() {
+  if (g_library_failed)
+    throw Error(ErrorKind::unavailable, std::string(lib::kName) + " failed to initialise earlier in this process; "
+                                        "it cannot be used again until the process restarts");
+  lib::UniqueId id;
+  if (int rc = lib::get_uniqueid(&id))
+    throw Error(ErrorKind::unavailable, std::string(lib::kName) + " could not make a unique id (rc " +
+                                            std::to_string(rc) + ", " + lib::status_name(rc) + ")");
+  return std::string(reinterpret_cast<const char*>(&id), sizeof id);
+}
+
+VendorBackend::VendorBackend(const std::string& unique_id, int pe, int n_pes, int device, std::size_t heap_size,
+                             host::WaitPolicy policy, const std::vector<std::pair<int, int>>& node_groups)
+    : pe_(pe), n_pes_(n_pes), device_(device), heap_size_(heap_size), policy_(policy), allocator_(heap_size) {
+  const std::string lib_name = lib::kName;
+  if (g_library_failed)
+    throw Error(ErrorKind::unavailable, lib_name + " failed to initialise earlier in this process; it cannot be "
+                                        "used again until the process restarts");
+  if (g_library_active)
+    throw Error(ErrorKind::unavailable, lib_name + " is still initialised in this process by an earlier runtime "
+                                        "that was abandoned after an error");
+  if (unique_id.size() != sizeof(lib::UniqueId))
+    throw Error(ErrorKind::value, "unique id has " + std::to_string(unique_id.size()) + " bytes, " + lib_name +
+                                      " expects " + std::to_string(sizeof(lib::UniqueId)));
+  if (n_pes < 1 || pe < 0 || pe >= n_pes)
+    throw Error(ErrorKind::value, "PE " + std::to_string(pe) + " of " + std::to_string(n_pes) + " is out of range");
+  // The device runtime first: without a usable device the library is never called (a failed
+  // init leaves it unusable for the rest of the process).
+  if (int rc = lib::rt_set_device(device))
+    throw Error(ErrorKind::unavailable, std::string(lib::kRuntimeName) + " cannot use device " +
+                                            std::to_string(device) + ": " + lib::rt_error(rc));
+  if (int rc = lib::rt_init_context())
+    throw Error(ErrorKind::unavailable, std::string(lib::kRuntimeName) + " could not initialise device " +
+                                            std::to_string(device) + ": " + lib::rt_error(rc));
+  lib::UniqueId id;
+  std::memcpy(&id, unique_id.data(), sizeof id);
+  const char* call = "";
+  if (int rc = lib::init_with_uniqueid(pe, n_pes, &id, &call)) {
+    g_library_failed = true;
+    throw Error(ErrorKind::unavailable, lib_name + " did not initialise: " + call + " returned " +
+                                            std::to_string(rc) + " (" + lib::status_name(rc) +
+                                            "); its own message above says more. The library cannot be used "
+                                            "again in this process");
+  }
+  g_library_active = true;
+  try {
+    if (lib::my_pe() != pe || lib::n_pes() != n_pes)
+      throw Error(ErrorKind::unavailable, lib_name + " numbered this PE " + std::to_string(lib::my_pe()) + " of " +
+                                              std::to_string(lib::n_pes()) + ", the bootstrap " + std::to_string(pe) +
+                                              " of " + std::to_string(n_pes));
+    limited_ = lib::limited_mode();
+    rt_check(lib::rt_stream_create(&stream_), "stream create");
+    void* pinned = nullptr;
+    rt_check(lib::rt_host_alloc(&pinned, std::size_t(n_pes + 1) * kRecordWords * 8), "page-locked host alloc");
+    pinned_ = static_cast<std::uint64_t*>(pinned);
+    heap_ = lib::sym_malloc(heap_size);
+    const std::size_t ctl_bytes = (std::size_t(kMaxTeams) * 2 * n_pes + 2) * kRecordWords * 8;
+    ctl_ = static_cast<std::uint64_t*>(lib::sym_malloc(ctl_bytes));
+    if (!heap_ || !ctl_)
+      throw Error(ErrorKind::unavailable, lib_name + " could not allocate the symmetric heap of " +
+                                              std::to_string(heap_size) + " bytes plus " + std::to_string(ctl_bytes) +
+                                              " control bytes; lower heap_size or raise the library's symmetric "
+                                              "heap size (NVSHMEM_SYMMETRIC_SIZE / ROCSHMEM_HEAP_SIZE)");
+    peer_base_.resize(n_pes);
+    for (int p = 0; p < n_pes; ++p) peer_base_[p] = reinterpret_cast<Addr>(lib::peer_ptr(heap_, p));
+    peer_base_[pe] = reinterpret_cast<Addr>(heap_);
+
+    std::vector<int> all(n_pes);
+    for (int i = 0; i < n_pes; ++i) all[i] = i;
+    teams_[kTeamWorld] = TeamEntry{lib::team_world(), all, pe, 0};
+    if constexpr (lib::kNodeTeam) {
+      add_team(kTeamNode, lib::team_node());
+    } else {
+      // Node team from the bootstrap's placement: one split per node, every PE calling each.
+      std::optional<lib::Team> node;
+      for (auto [first, count] : node_groups) {
+        if (first == 0 && count == n_pes) {
+          node = lib::team_world();
+          break;
+        }
+        lib::Team t = lib::team_invalid();
+        if (int rc = lib::team_split_strided(lib::team_world(), first, 1, count, &t))
+          throw Error(ErrorKind::unavailable, lib_name + " could not make the node team (split_strided rc " +
+                                                  std::to_string(rc) + ")");
+        if (t != lib::team_invalid()) node = t;
+      }
+      if (!node) throw Error(ErrorKind::unavailable, "no node group given for PE " + std::to_string(pe));
+      add_team(kTeamNode, *node);
+    }
+  } catch (...) {
+    // Leave collectively where possible: every PE reaches the same failure here.
+    release(true);
+    throw;
+  }
+}
+
+VendorBackend::~VendorBackend() {
+  // NOTE [no collective in destructors]: an unfinalized backend is left alone; finalize()
+  // or abandon() decide how to leave.
+}
+
+void VendorBackend::release(bool collective) {
+  if (collective && g_library_active) {
+    if (ctl_) lib::sym_free(ctl_);
+    if (heap_) lib::sym_free(heap_);
+    ctl_ = nullptr;
+    heap_ = nullptr;
+    for (int s = 0; s < kMaxTeams; ++s)
+      if (teams_[s] && s != kTeamWorld && s != kTeamNode) lib::team_destroy(teams_[s]->handle);
+    lib::finalize();
+    g_library_active = false;
+  }
+  for (auto& t : teams_) t.reset();
+  if (stream_) lib::rt_stream_destroy(stream_);
+  if (pinned_) lib::rt_host_free(pinned_);
+  stream_ = {};
+  pinned_ = nullptr;
+  finalized_ = true;
+}
+
+void VendorBackend::finalize() {
+  if (finalized_) return;
+  std::exception_ptr failure;
+  try {
+    // No work of this process may still touch the heap when it is freed.
+    rt_check(lib::rt_device_sync(), "device synchronize");
+    enter_collective(kTeamWorld, kBarrier, 0);
+    team_barrier(kTeamWorld, true, stream_);
+    rt_check(lib::rt_stream_sync(stream_), "stream synchronize");
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  release(failure == nullptr);
+  if (failure) std::rethrow_exception(failure);
+}
+
+void VendorBackend::abandon() {
+  // The library's own finalize is collective: leaving without peers would hang here, so the
+  // library stays initialised (g_library_active) until the process ends.
+  if (!finalized_) release(false);
+}
+
+void VendorBackend::module_init(std::uintptr_t module, Stream s) {
+  if (finalized_) throw Error(ErrorKind::generic, "the runtime was finalized");
+  if (int rc = lib::module_init(module, as_stream(s)))
+    throw Error(ErrorKind::generic, std::string(lib::kModuleInitCall) + " returned " + std::to_string(rc) +
+                                        ": the module's device bitcode must come from the same " + lib::kName +
+                                        " release as the host library, and the module must use its device state");
+}
+
+// ---- helpers ---------------------------------------------------------------------------------
+
+TeamEntry& VendorBackend::team_ref(int team) {
+  return const_cast<TeamEntry&>(static_cast<const VendorBackend*>(this)->team_ref(team));
+}
+
+const TeamEntry& VendorBackend::team_ref(int team) const {
+  if (team < 0 || team >= kMaxTeams || !teams_[team])
+    throw Error(ErrorKind::value, "team handle " + std::to_string(team) + " is not a team this PE belongs to");
+  return *teams_[team];
+}
+
+void VendorBackend::add_team(int slot, lib::Team handle) {
+  TeamEntry t{handle, {}, -1, 0};
+  const int n = lib::team_n_pes(handle);
+  for (int i = 0; i < n; ++i) t.members.push_back(lib::team_translate_pe(handle, i, lib::team_world()));
+  t.my_index = lib::team_my_pe(handle);
+  teams_[slot] = std::move(t);
+}
+
+std::uint64_t* VendorBackend::slot(int team, int parity, int pe) const {
+  return ctl_ + ((std::size_t(team) * 2 + parity) * n_pes_ + pe) * kRecordWords;
+}
+
+std::uint64_t* VendorBackend::staging() const { return ctl_ + std::size_t(kMaxTeams) * 2 * n_pes_ * kRecordWords; }
+
+void VendorBackend::require_full_mode(const char* call) const {
+  if (limited_)
+    throw Error(ErrorKind::generic,
+                std::string(lib::kName) + " runs in limited multi-PE-per-GPU mode (several PEs share a GPU without "
+                "CUDA MPS), where " + call + " ends the process; unishmem refuses it. Run one PE per GPU, or start "
+                "an MPS daemon with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE summing to at most 100 over the PEs");
+}
+
+void VendorBackend::team_barrier(int team, bool complete_puts, lib::Stream s) {
+  const TeamEntry& t = team_ref(team);
+  if (int(t.members.size()) == n_pes_) {  // the world, or a team with the same members
+    if (complete_puts)
+      lib::barrier_all_on_stream(s);
+    else
+      lib::sync_all_on_stream(s);
+    return;
+  }
+  require_full_mode("a barrier on a team smaller than the world");
+  if constexpr (lib::kTeamBarrierOnStream) {
+    int rc = complete_puts ? lib::barrier_on_stream(t.handle, s) : lib::team_sync_on_stream(t.handle, s);
+    if (rc) throw Error(ErrorKind::generic, std::string(lib::kName) + " team barrier returned " + std::to_string(rc));
+  } else {
+    // No team barrier in the library: an all-reduce of one word over the team completes
+    // only once every member has contributed, after its own puts completed (quiet).
+    if (complete_puts) lib::quiet_on_stream(s);
+    rt_check(lib::rt_stream_sync(s), "stream synchronize");
+    std::uint64_t* scratch = staging() + kRecordWords;
+    if (int rc = lib::reduce(DType::i32, ReduceOp::sum, t.handle, scratch + 1, scratch, 1, s))
+      throw Error(ErrorKind::generic, std::string(lib::kName) + " reduction used as team barrier returned " +
+                                          std::to_string(rc));
+  }
+}
+
+std::vector<Record> VendorBackend::exchange(int team, const std::uint64_t* words, int n) {
+  TeamEntry& t = team_ref(team);
+  const std::uint64_t epoch = ++t.epoch;
+  const int parity = int(epoch & 1);
+  std::memset(pinned_, 0, kRecordWords * 8);
+  std::memcpy(pinned_, words, std::size_t(std::min(n, kPayloadWords)) * 8);
+  pinned_[kPayloadWords] = epoch;
+  rt_check(lib::rt_copy_to_device(staging(), pinned_, kRecordWords * 8, stream_), "copy to device");
+  for (int m : t.members) lib::putmem_on_stream(slot(team, parity, pe_), staging(), kRecordWords * 8, m, stream_);
+  // Double-buffered by parity: a member writes this parity again only after the next
+  // exchange's barrier, which waits for every member to have read this one.
+  team_barrier(team, true, stream_);
+  rt_check(lib::rt_copy_to_host(pinned_, slot(team, parity, 0), std::size_t(n_pes_) * kRecordWords * 8, stream_),
+           "copy to host");
+  rt_check(lib::rt_stream_sync(stream_), "stream synchronize");
+  std::vector<Record> all(t.members.size());
+  for (std::size_t i = 0; i < t.members.size(); ++i) {
+    std::memcpy(all[i].data(), pinned_ + std::size_t(t.members[i]) * kRecordWords, kRecordWords * 8);
+    if (all[i][kPayloadWords] != epoch)
+      throw Error(ErrorKind::symmetry, "PE " + std::to_string(t.members[i]) + " is at exchange #" +
+                                           std::to_string(all[i][kPayloadWords]) + " of team " + std::to_string(team) +
+                                           ", PE " + std::to_string(pe_) + " at #" + std::to_string(epoch) +
+                                           ": the PEs made different sequences of collective calls");
+  }
+  return all;
+}
+
+void VendorBackend::enter_collective(int team, int op, std::size_t bytes, int dtype, int root, int redop) {
+  const std::uint64_t mine[2] = {
+      std::uint64_t(op) | std::uint64_t(dtype) << 8 | std::uint64_t(redop) << 16 | std::uint64_t(root) << 32, bytes};
+  auto all = exchange(team, mine, 2);
+  const TeamEntry& t = team_ref(team);
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (all[i][0] != mine[0] || all[i][1] != mine[1])
+      throw Error(ErrorKind::symmetry, "collective on team " + std::to_string(team) + " differs between PEs: PE " +
+                                           std::to_string(pe_) + " " + describe_collective(mine) + ", PE " +
+                                           std::to_string(t.members[i]) + " " + describe_collective(all[i].data()));
+}
+
+void VendorBackend::reject_collective(int team) {
+  try {
+    enter_collective(team, kRejected, 0);
+  } catch (const Error& e) {
+    if (e.kind != ErrorKind::symmetry) throw;  // the mismatch is expected; the caller raises its own error
+  }
+}
+
+void VendorBackend::check_symmetric_call(std::uint64_t kind, std::uint64_t a, std::uint64_t b, const char* what) {
+  const std::uint64_t seq = ++call_seq_;
+  const std::uint64_t mine[4] = {seq, kind, a, b};
+  auto all = exchange(kTeamWorld, mine, 4);
+  auto describe = [&](int p) {
+    const auto& r = all[p];
+    std::string s = "PE " + std::to_string(p) + " made symmetric call #" + std::to_string(r[0]) + ", ";
+    if (r[1] == kCallAlloc) return s + "allocating " + std::to_string(r[2]) + " bytes of " + dtype_name(DType(r[3]));
+    if (r[1] == kCallFree) return s + (r[2] == kNotLive ? "freeing an address that is not a live allocation"
+                                                         : "freeing heap offset " + std::to_string(r[2]));
+    return s + "no allocation call";
+  };
+  for (int p = 1; p < n_pes_; ++p)
+    if (std::memcmp(all[p].data(), all[0].data(), 4 * sizeof(std::uint64_t)) != 0)
+      throw Error(ErrorKind::symmetry, std::string(what) + " differs between PEs: " + describe(0) + "; " + describe(p) +
+                                           ". Nothing was allocated or freed.");
+}
+
+std::uint64_t VendorBackend::read_local(Addr addr, std::size_t size) {
+  rt_check(lib::rt_copy_to_host(pinned_, ptr(addr), size, stream_), "copy to host");
+  rt_check(lib::rt_stream_sync(stream_), "stream synchronize");
+  std::uint64_t v = 0;
+  std::memcpy(&v, pinned_, size);
+  return v;
+}
+
+template <class Done, class Describe>
+void VendorBackend::wait(Done&& done, Describe&& describe) {
+  host::wait_for(done, describe, policy_, [&] {
+    if (check_) check_();
+  });
+}
+
+// ---- symmetric allocation --------------------------------------------------------------------
+
+Addr VendorBackend::malloc(std::size_t bytes, DType dtype) {
+  check_symmetric_call(kCallAlloc, bytes, std::uint64_t(dtype), "symmetric allocation");
+  auto offset = allocator_.allocate(bytes);
+  if (!offset)
+    throw Error(ErrorKind::out_of_memory,
+                "symmetric heap exhausted: requested " + std::to_string(bytes) + " bytes, " +
+                    std::to_string(allocator_.free_bytes()) + " bytes free (largest free block " +
+                    std::to_string(allocator_.largest_free_block()) + ") of " + std::to_string(heap_size_) +
+                    "; raise heap_size or UNISHMEM_SYMMETRIC_SIZE");
+  return heap_base() + *offset;
+}
+
+void VendorBackend::free(Addr local) {
+  const std::size_t offset = local - heap_base();
+  const bool live = local >= heap_base() && allocator_.is_live(offset);
+  check_symmetric_call(kCallFree, live ? offset : kNotLive, 0, "symmetric free");
+  if (!live) throw Error(ErrorKind::value, "address " + std::to_string(local) + " is not a live symmetric allocation (already freed?)");
+  allocator_.release(offset);
+}
+
+Addr VendorBackend::peer_ptr(Addr local, int pe) const {
+  const Addr base = peer_base_.at(pe);
+  return base ? base + (local - heap_base()) : 0;
+}
+
+// ---- teams -----------------------------------------------------------------------------------
+
+int VendorBackend::team_translate_pe(int src_team, int pe, int dst_team) const {
+  const TeamEntry& src = team_ref(src_team);
+  const TeamEntry& dst = team_ref(dst_team);
+  if (pe < 0 || pe >= int(src.members.size())) return -1;
+  auto it = std::find(dst.members.begin(), dst.members.end(), src.members[pe]);
+  return it == dst.members.end() ? -1 : int(it - dst.members.begin());
+}
+
+int VendorBackend::claim_slots(int parent, int count, int* second) {
+  // A new team's slot must be free on every member: agree on it over the parent.
+  std::uint64_t mine = 0;
+  for (int s = 0; s < kMaxTeams; ++s)
+    if (teams_[s]) mine |= 1ull << s;
+  auto all = exchange(parent, &mine, 1);
+  std::uint64_t taken = 0;
+  for (auto& r : all) taken |= r[0];
+  int found[2] = {-1, -1}, k = 0;
+  for (int s = 0; s < kMaxTeams && k < count; ++s)
+    if (!(taken >> s & 1)) found[k++] = s;
+  if (k < count)
+    throw Error(ErrorKind::generic, "all " + std::to_string(kMaxTeams) + " team slots are in use: destroy teams no longer needed");
+  if (second) *second = found[1];
+  return found[0];
+}
+
+int VendorBackend::team_split_strided(int parent, int start, int stride, int size) {
+  require_full_mode("team_split_strided");
+  const TeamEntry& p = team_ref(parent);
+  const int slot = claim_slots(parent, 1, nullptr);
+  lib::Team t = lib::team_invalid();
+  if (int rc = lib::team_split_strided(p.handle, start, stride, size, &t))
+    throw Error(ErrorKind::generic, std::string(lib::kName) + " team_split_strided(start=" + std::to_string(start) +
+                                        ", stride=" + std::to_string(stride) + ", size=" + std::to_string(size) +
+                                        ") returned " + std::to_string(rc));
+  if (t == lib::team_invalid()) return kTeamInvalid;
+  add_team(slot, t);
+  return slot;
+}
+
+std::pair<int, int> VendorBackend::team_split_2d(int parent, int xrange) {
+  require_full_mode("team_split_2d");
+  const TeamEntry& p = team_ref(parent);
+  const int n = int(p.members.size());
+  xrange = std::max(1, std::min(xrange, n));
+  int yslot = -1;
+  const int xslot = claim_slots(parent, 2, &yslot);
+  lib::Team x = lib::team_invalid(), y = lib::team_invalid();
+  if constexpr (lib::kSplit2d) {
+    if (int rc = lib::team_split_2d(p.handle, xrange, &x, &y))
+      throw Error(ErrorKind::generic, std::string(lib::kName) + " team_split_2d(xrange=" + std::to_string(xrange) +
+                                          ") returned " + std::to_string(rc));
+  } else {
+    // On top of split_strided: every row, then every column, each split called by all PEs
+    // of the parent; a PE keeps the one row and the one column it belongs to.
+    for (int r = 0; r * xrange < n; ++r) {
+      lib::Team t = lib::team_invalid();
+      if (int rc = lib::team_split_strided(p.handle, r * xrange, 1, std::min(xrange, n - r * xrange), &t))
+        throw Error(ErrorKind::generic, std::string(lib::kName) + " team_split_strided for row " + std::to_string(r) +
+                                            " returned " + std::to_string(rc));
+      if (t != lib::team_invalid()) x = t;
+    }
+    for (int c = 0; c < xrange; ++c) {
+      lib::Team t = lib::team_invalid();
+      if (int rc = lib::team_split_strided(p.handle, c, xrange, (n - c + xrange - 1) / xrange, &t))
+        throw Error(ErrorKind::generic, std::string(lib::kName) + " team_split_strided for column " +
+                                            std::to_string(c) + " returned " + std::to_string(rc));
+      if (t != lib::team_invalid()) y = t;
+    }
+  }
+  add_team(xslot, x);
+  add_team(yslot, y);
+  return {xslot, yslot};
+}
+
+void VendorBackend::team_destroy(int team) {
+  const TeamEntry& t = team_ref(team);
+  if (team == kTeamWorld || team == kTeamNode)
+    throw Error(ErrorKind::value, "the world and node teams cannot be destroyed");
+  lib::team_destroy(t.handle);
+  teams_[team].reset();
+}
+
+// ---- RMA, signals, atomics -------------------------------------------------------------------
+
+void VendorBackend::put(Addr dest, Addr source, std::size_t bytes, int pe, Stream s) {
+  lib::putmem_on_stream(ptr(dest), ptr(source), bytes, pe, as_stream(s));
+}
+
+void VendorBackend::get(Addr dest, Addr source, std::size_t bytes, int pe, Stream s) {
+  lib::getmem_on_stream(ptr(dest), ptr(source), bytes, pe, as_stream(s));
+}
+
+void VendorBackend::put_signal(Addr dest, Addr source, std::size_t bytes, Addr sig, std::uint64_t value, SignalOp op,
+                               int pe, Stream s) {
+  lib::putmem_signal_on_stream(ptr(dest), ptr(source), bytes, static_cast<std::uint64_t*>(ptr(sig)), value, op, pe,
+                               as_stream(s));
+}
+
+void VendorBackend::signal_op(Addr sig, std::uint64_t value, SignalOp op, int pe, Stream s) {
+  if constexpr (lib::kSignalOpOnStream) {
+    lib::signal_op_on_stream(static_cast<std::uint64_t*>(ptr(sig)), value, op, pe, as_stream(s));
+  } else {
+    // A signal word is a uint64 atomic: after the stream's earlier work, set or add on the host.
+    rt_check(lib::rt_stream_sync(as_stream(s)), "stream synchronize");
+    lib::atomic(op == SignalOp::add ? AtomicOp::add : AtomicOp::set, DType::u64, ptr(sig), value, 0, pe);
+  }
+}
+
+std::uint64_t VendorBackend::signal_fetch(Addr sig) { return read_local(sig, 8); }
+
+std::uint64_t VendorBackend::signal_wait_until(Addr sig, Cmp cmp, std::uint64_t value, Stream s) {
+  // A host-side wait (it returns the value seen): after the stream's earlier work, poll the
+  // local word. The library's *_wait_until_on_stream is not used: limited mode refuses it.
+  rt_check(lib::rt_stream_sync(as_stream(s)), "stream synchronize");
+  std::uint64_t seen = 0;
+  wait([&] { return compare(seen = read_local(sig, 8), cmp, value); },
+       [&] { return "signal at heap offset " + std::to_string(sig - heap_base()) + " to become " + cmp_name(cmp) + " " +
+                    std::to_string(value) + " (it is " + std::to_string(seen) + ")"; });
+  return seen;
+}
+
+void VendorBackend::wait_until(Addr p, DType type, Cmp cmp, std::uint64_t value) {
+  const std::size_t size = dtype_size(type);
+  std::uint64_t seen = 0;
+  wait([&] { return compare_bits(type, seen = read_local(p, size), cmp, value); },
+       [&] { return "value at heap offset " + std::to_string(p - heap_base()) + " to become " + cmp_name(cmp) + " " +
+                    std::to_string(value) + " (its bits are " + std::to_string(seen) + ")"; });
+}
+
+bool VendorBackend::test(Addr p, DType type, Cmp cmp, std::uint64_t value) {
+  return compare_bits(type, read_local(p, dtype_size(type)), cmp, value);
+}
+
+void VendorBackend::quiet(Stream s) { lib::quiet_on_stream(as_stream(s)); }
+void VendorBackend::fence() { lib::fence(); }
+
+std::uint64_t VendorBackend::atomic(AtomicOp op, DType type, Addr dest, std::uint64_t value, std::uint64_t cond,
+                                    int pe) {
+  return lib::atomic(op, type, ptr(dest), value, cond, pe);
+}
+
+// ---- synchronisation and collectives ---------------------------------------------------------
+// Each first exchanges what every member calls (NOTE [vendor exchange]), so that a PE with
+// other arguments, or one that rejected its own, makes every member raise instead of hang.
+
+void VendorBackend::barrier(int team, Stream s) {
+  enter_collective(team, kBarrier, 0);
+  team_barrier(team, true, as_stream(s));
+  // Returns once the barrier has passed on the stream: host-initiated operations (atomics)
+  // issued next cannot overtake stream work that preceded the barrier on any PE.
+  rt_check(lib::rt_stream_sync(as_stream(s)), "stream synchronize");
+}
+
+void VendorBackend::sync(int team, Stream s) {
+  enter_collective(team, kSync, 0);
+  team_barrier(team, false, as_stream(s));
+  rt_check(lib::rt_stream_sync(as_stream(s)), "stream synchronize");
+}
+
+void VendorBackend::broadcast(int team, Addr dest, Addr source, std::size_t bytes, int root, Stream s) {
+  require_full_mode("broadcastmem_on_stream");
+  enter_collective(team, kBroadcast, bytes, 0, root);
+  if (int rc = lib::broadcastmem_on_stream(team_ref(team).handle, ptr(dest), ptr(source), bytes, root, as_stream(s)))
+    throw Error(ErrorKind::generic, std::string(lib::kName) + " broadcastmem_on_stream returned " + std::to_string(rc));
+}
+
+void VendorBackend::fcollect(int team, Addr dest, Addr source, std::size_t bytes, Stream s) {
+  require_full_mode("fcollectmem_on_stream");
+  enter_collective(team, kFcollect, bytes);
+  const TeamEntry& t = team_ref(team);
+  if constexpr (lib::kFcollectOnStream) {
+    if (int rc = lib::fcollectmem_on_stream(t.handle, ptr(dest), ptr(source), bytes, as_stream(s)))
+      throw Error(ErrorKind::generic, std::string(lib::kName) + " fcollectmem_on_stream returned " + std::to_string(rc));
+  } else {
+    // On top of puts: this PE's block goes to block my_index of every member, then a team barrier.
+    for (int m : t.members) lib::putmem_on_stream(ptr(dest + t.my_index * bytes), ptr(source), bytes, m, as_stream(s));
+    team_barrier(team, true, as_stream(s));
+  }
+}
+
+void VendorBackend::alltoall(int team, Addr dest, Addr source, std::size_t bytes, Stream s) {
+  require_full_mode("alltoallmem_on_stream");
+  enter_collective(team, kAlltoall, bytes);
+  if (int rc = lib::alltoallmem_on_stream(team_ref(team).handle, ptr(dest), ptr(source), bytes, as_stream(s)))
+    throw Error(ErrorKind::generic, std::string(lib::kName) + " alltoallmem_on_stream returned " + std::to_string(rc));
+}
+
+void VendorBackend::reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op, Stream s) {
+  require_full_mode("reduce_on_stream");
+  if (const char* missing = lib::missing_reduction(type, false))
+    throw Error(ErrorKind::generic, std::string(lib::kName) + " has no " + missing + ": " + dtype_name(type) +
+                                        " reductions are not available on this backend");
+  enter_collective(team, kReduce, nelems * dtype_size(type), int(type), 0, int(op));
+  if (int rc = lib::reduce(type, op, team_ref(team).handle, ptr(dest), ptr(source), nelems, as_stream(s)))
+    throw Error(ErrorKind::generic, std::string(lib::kName) + " reduction returned " + std::to_string(rc));
+}
+
+void VendorBackend::reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
+                                  Stream s) {
+  require_full_mode("reducescatter_on_stream");
+  if (const char* missing = lib::missing_reduction(type, true))
+    throw Error(ErrorKind::generic, std::string(lib::kName) + " has no " + missing + ": " + dtype_name(type) +
+                                        " reduce-scatter is not available on this backend");
+  enter_collective(team, kReducescatter, nelems_out * dtype_size(type), int(type), 0, int(op));
+  if (int rc = lib::reducescatter(type, op, team_ref(team).handle, ptr(dest), ptr(source), nelems_out, as_stream(s)))
+    throw Error(ErrorKind::generic, std::string(lib::kName) + " reduce-scatter returned " + std::to_string(rc));
+}
+
+}  // namespace unishmem::vendor

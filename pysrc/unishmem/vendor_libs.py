@@ -1,0 +1,211 @@
+"""Where the vendor libraries are: NVSHMEM's host library and device bitcode (NVSHMEM_HOME, else the
+nvidia-nvshmem-cu12/-cu13 wheel), rocSHMEM's device bitcode (ROCSHMEM_LIB_DIR, $ROCM_PATH/lib).
+
+Nothing here initialises a library. Loading NVSHMEM's host library and asking its version is safe on a
+machine without a GPU (checked); `unishmem info` and the backend opener both use this module, and the
+device library (`@unishmem.jit`) takes its bitcode from `nvshmem_bitcode` / `rocshmem_bitcode`.
+
+NOTE [bitcode release]: the bitcode linked into a kernel must come from the same release as the host
+library that initialises the module (nvshmemx_cumodule_init refuses other releases at load time). Where a
+pip distribution owns the host library, the bitcode must be a file of that same distribution whose sha256
+matches its RECORD; for an install prefix (NVSHMEM_HOME) it must sit beside the host library and the
+prefix's header version must equal the library's own version.
+"""
+from __future__ import annotations
+
+import base64
+import ctypes
+import functools
+import glob
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import BackendUnavailable
+
+NVSHMEM_LIBRARY = "libnvshmem_host.so.3"
+
+
+@dataclass
+class Install:
+    vendor: str                                   # "NVSHMEM" / "rocSHMEM"
+    prefix: Path | None = None
+    library: Path | None = None                   # NVSHMEM's host library (rocSHMEM's is linked statically)
+    version: str | None = None                    # the host library's own release, where it can be asked
+    origin: str = ""                              # how it was found
+    bitcode: dict[str, Path] = field(default_factory=dict)   # arch ("sm_90", "gfx942") -> file
+    problems: list[str] = field(default_factory=list)
+
+    def require(self) -> Install:
+        if self.problems:
+            raise BackendUnavailable(f"{self.vendor}: " + "; ".join(self.problems))
+        return self
+
+
+# ---- NVSHMEM ------------------------------------------------------------------------------------
+
+def _wheel_prefixes() -> list[Path]:
+    try:
+        spec = importlib.util.find_spec("nvidia.nvshmem")
+    except (ImportError, ValueError):
+        return []
+    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+
+
+def _header_version(prefix: Path) -> str | None:
+    header = prefix / "include" / "non_abi" / "nvshmem_version.h"
+    try:
+        m = re.search(r'NVSHMEM_VENDOR_BASE_VERSION_STRING\s+"([^"]+)"', header.read_text())
+    except OSError:
+        return None
+    return m.group(1) if m else None
+
+
+@functools.lru_cache(maxsize=None)
+def _load_library(path: str):
+    """dlopen the host library (global symbols, so the extension module binds to this copy)."""
+    return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+def library_version(path: Path) -> str:
+    lib = _load_library(str(path))
+    v = [ctypes.c_int() for _ in range(3)]
+    lib.nvshmemx_vendor_get_version_info(*(ctypes.byref(x) for x in v))
+    return ".".join(str(x.value) for x in v)
+
+
+def find_nvshmem() -> Install:
+    home = os.environ.get("NVSHMEM_HOME")
+    if home:
+        candidates = [(Path(home), f"NVSHMEM_HOME={home}")]
+    else:
+        candidates = [(p, "pip wheel") for p in _wheel_prefixes()]
+    if not candidates:
+        return Install("NVSHMEM", problems=["not found: set NVSHMEM_HOME or `pip install nvidia-nvshmem-cu13` "
+                                            "(the `cuda` extra)"])
+    for prefix, origin in candidates:
+        lib = next((prefix / d / NVSHMEM_LIBRARY for d in ("lib", "lib64") if (prefix / d / NVSHMEM_LIBRARY).exists()),
+                   None)
+        if lib is None:
+            continue
+        inst = Install("NVSHMEM", prefix=prefix, library=lib, origin=origin)
+        dist = _owning_distribution(lib)
+        if dist is not None:
+            inst.origin = f"pip: {dist.metadata['Name']} {dist.version}"
+        for bc in sorted(glob.glob(str(lib.parent / "libnvshmem_device_sm_*.bc"))):
+            arch = re.search(r"_(sm_\d+)\.bc$", bc).group(1)
+            inst.bitcode[arch] = Path(bc)
+        try:
+            inst.version = library_version(lib)
+        except (OSError, AttributeError) as e:
+            inst.problems.append(f"{lib} does not load here: {e}")
+        if not inst.bitcode:
+            inst.problems.append(f"no device bitcode (libnvshmem_device_sm_*.bc) beside {lib}")
+        return inst
+    where = ", ".join(str(p) for p, _ in candidates)
+    return Install("NVSHMEM", problems=[f"{NVSHMEM_LIBRARY} not found under {where}"])
+
+
+def _owning_distribution(path: Path):
+    """The installed distribution whose RECORD lists `path`, if any."""
+    resolved = path.resolve()
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if not name.startswith("nvidia-nvshmem"):
+            continue
+        for f in dist.files or ():
+            if f.name == path.name and Path(dist.locate_file(f)).resolve() == resolved:
+                return dist
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _sha256(path: str, size: int, mtime: float) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
+
+
+def check_bitcode(inst: Install, bitcode: Path) -> tuple[bool, str]:
+    """Whether `bitcode` comes from the same release as the install's host library, and how that is known."""
+    if inst.library is None:
+        return False, "no host library to compare with"
+    dist = _owning_distribution(inst.library)
+    if dist is not None:
+        label = f"{dist.metadata['Name']} {dist.version}"
+        entry = next((f for f in dist.files or () if Path(dist.locate_file(f)).resolve() == bitcode.resolve()), None)
+        if entry is None or entry.hash is None:
+            return False, f"{bitcode} is not a file of {label}, which provides {inst.library}"
+        st = bitcode.stat()
+        if _sha256(str(bitcode), st.st_size, st.st_mtime) != entry.hash.value:
+            return False, f"{bitcode} differs from the file {label} installed (sha256 mismatch): another release?"
+        return True, f"same release as the host library: {label} (sha256 checked against its RECORD)"
+    if bitcode.parent != inst.library.parent:
+        return False, f"{bitcode} is not beside the host library {inst.library}"
+    header = _header_version(inst.prefix) if inst.prefix else None
+    if header is None or header != inst.version:
+        return False, (f"cannot tell: the host library is {inst.version}, the headers beside it say {header}")
+    return True, f"same install prefix {inst.prefix} as the host library, headers and library both {header}"
+
+
+def bitcode_arch(capability: tuple[int, int], available) -> str | None:
+    """The newest sm_XX bitcode not newer than the device's compute capability."""
+    cc = capability[0] * 10 + capability[1]
+    fitting = sorted((int(a[3:]), a) for a in available if int(a[3:]) <= cc)
+    return fitting[-1][1] if fitting else None
+
+
+def nvshmem_bitcode(capability: tuple[int, int]) -> Path:
+    """The NVSHMEM device bitcode for a device of this compute capability, checked against the host library
+    (NOTE [bitcode release]); BackendUnavailable saying why if there is none."""
+    inst = find_nvshmem().require()
+    arch = bitcode_arch(capability, inst.bitcode)
+    if arch is None:
+        raise BackendUnavailable(f"NVSHMEM: no device bitcode for sm_{capability[0]}{capability[1]} among "
+                                 f"{sorted(inst.bitcode)} in {inst.library.parent}")
+    ok, why = check_bitcode(inst, inst.bitcode[arch])
+    if not ok:
+        raise BackendUnavailable(f"NVSHMEM bitcode {inst.bitcode[arch]} does not match the host library "
+                                 f"{inst.library} ({inst.version}): {why}")
+    return inst.bitcode[arch]
+
+
+# ---- rocSHMEM -----------------------------------------------------------------------------------
+
+def rocm_path() -> Path:
+    return Path(os.environ.get("ROCM_PATH") or "/opt/rocm")
+
+
+def find_rocshmem() -> Install:
+    inst = Install("rocSHMEM", prefix=rocm_path(), origin=f"ROCM_PATH={rocm_path()}")
+    dirs = [Path(d) for d in (os.environ.get("ROCSHMEM_LIB_DIR"), str(rocm_path() / "lib")) if d]
+    for d in dirs:
+        for bc in sorted(glob.glob(str(d / "librocshmem_device_*.bc"))):
+            arch = re.search(r"librocshmem_device_(.+)\.bc$", bc).group(1)
+            inst.bitcode.setdefault(arch, Path(bc))
+    if not (rocm_path() / "include" / "rocshmem" / "rocshmem.hpp").exists():
+        inst.problems.append(f"no rocSHMEM headers under {rocm_path()}/include/rocshmem")
+    if not inst.bitcode:
+        inst.problems.append("no device bitcode (librocshmem_device_<gfx>.bc) in " + ", ".join(map(str, dirs)))
+    return inst
+
+
+def gfx_arch(gcn_arch_name: str) -> str:
+    """'gfx942:sramecc+:xnack-' -> 'gfx942'."""
+    return gcn_arch_name.split(":")[0]
+
+
+def rocshmem_bitcode(gcn_arch_name: str) -> Path:
+    """The rocSHMEM device bitcode for a device whose gcnArchName is given (feature suffix ignored)."""
+    inst = find_rocshmem()
+    arch = gfx_arch(gcn_arch_name)
+    if arch not in inst.bitcode:
+        raise BackendUnavailable(f"rocSHMEM: no device bitcode for {arch} (found {sorted(inst.bitcode) or 'none'}; "
+                                 "set ROCSHMEM_LIB_DIR or ROCM_PATH)")
+    return inst.bitcode[arch]

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The nvshmem backend on a lent NVIDIA GPU, in one prepared command (issue 4). NOT RUN YET: no session of
+# this project has had a GPU; the README says so until one has.
+#
+#   bash scripts/gpu_check.sh            # summary and logs under $OUT (default ./gpu-check-out)
+#
+# Expects the image of the lent H200: python3 with torch (cu130), triton, nvidia-nvshmem-cu13, pybind11,
+# scikit-build-core, cmake and ninja, CUDA's compiler and headers; nothing is fetched. It builds and installs
+# this checkout into that python, prints `unishmem info`, then runs 2 PEs on the one GPU (NVSHMEM's limited
+# multi-PE-per-GPU mode, unique id on loopback): init, allocation, peer views, on-stream put/get, put_signal
+# and signal_wait_until, barrier_all, put bandwidth beside torch's device-to-device copy, the Triton kernel
+# check, and the device-library examples (ring all-gather, signal ping-pong) compiled for the GPU. Every phase has a time limit; the whole stays under 8 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/gpu-check-out}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+START=$(date +%s)
+status=0
+phase() { echo "== $* ($(( $(date +%s) - START )) s)" | tee -a "$OUT/summary.txt"; }
+
+phase "machine"
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  "$PY" -c "import sys, torch, triton; print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+  "$PY" -m pip show nvidia-nvshmem-cu13 2>/dev/null | grep -E '^(Name|Version)'
+} 2>&1 | tee -a "$OUT/summary.txt"
+
+phase "build and install (log: build.log)"
+if ! timeout 300 "$PY" -m pip install --no-build-isolation --no-deps --no-index -v . >"$OUT/build.log" 2>&1; then
+  echo "BUILD FAILED (exit $?); last lines:" | tee -a "$OUT/summary.txt"
+  tail -n 30 "$OUT/build.log" | tee -a "$OUT/summary.txt"
+  exit 1
+fi
+grep -E "unishmem: (NVSHMEM|rocSHMEM) backend" "$OUT/build.log" | tee -a "$OUT/summary.txt"
+
+phase "unishmem info"
+timeout 60 "$PY" -m unishmem info 2>&1 | tee "$OUT/info.txt" | tee -a "$OUT/summary.txt"
+
+phase "2 PEs on one GPU (log: run.log, per PE: pe0.json, pe1.json)"
+export UNISHMEM_BACKEND=nvshmem UNISHMEM_SYMMETRIC_SIZE=1G UNISHMEM_WAIT_TIMEOUT=60 PYTHONUNBUFFERED=1
+export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_DISABLE_NCCL=1
+timeout 240 "$PY" -m unishmem run -n 2 scripts/gpu_check_pe.py "$OUT" >"$OUT/run.log" 2>&1
+rc=$?
+[ $rc -ne 0 ] && status=1
+grep -E '^\[pe [0-9]\]' "$OUT/run.log" | tee -a "$OUT/summary.txt"
+echo "job exit status $rc" | tee -a "$OUT/summary.txt"
+[ $rc -ne 0 ] && tail -n 40 "$OUT/run.log" | tee -a "$OUT/summary.txt"
+
+# ---- device library, compiled: what limited mode allows (device RMA, signals, barrier_all) -------------
+phase "device-library examples, compiled, 2 PEs (logs: ring_allgather.log, ping_pong.log)"
+for example in ring_allgather ping_pong; do
+  timeout 120 "$PY" -m unishmem run -n 2 "examples/$example.py" >"$OUT/$example.log" 2>&1
+  erc=$?
+  [ $erc -ne 0 ] && status=1
+  { echo "$example: exit status $erc"; tail -n 3 "$OUT/$example.log"; } | tee -a "$OUT/summary.txt"
+done
+
+phase "done, exit status $status"
+exit $status
