@@ -34,6 +34,12 @@ def rma_ring(dst, src, VARIANT: tl.constexpr, N: tl.constexpr):
         shl.quiet()
     elif VARIANT == 7:
         shl.put_block(dst, src, N, peer)
+    elif VARIANT == 8:
+        shl.put_nbi_block(dst, src, N, peer)
+        shl.quiet()
+    elif VARIANT == 9:
+        shl.putmem_nbi_warp(dst, src, N * 4, peer)
+        shl.quiet()
     shl.barrier_all()
 
 
@@ -59,6 +65,12 @@ def get_ring(dst, src, VARIANT: tl.constexpr, N: tl.constexpr):
         shl.quiet()
     elif VARIANT == 7:
         shl.get_block(dst, src, N, peer)
+    elif VARIANT == 8:
+        shl.get_nbi(dst, src, N, peer)
+        shl.quiet()
+    elif VARIANT == 9:
+        shl.getmem_nbi_warp(dst, src, N * 4, peer)
+        shl.quiet()
 
 
 def ring(rt):
@@ -71,17 +83,17 @@ def test_put_and_get_ring_every_variant(rt):
     n = 64
     src = rt.empty(n, dtype=torch.int32)
     dst = rt.zeros(n, dtype=torch.int32)
-    for variant in range(8):
+    for variant in range(10):
         src.copy_(torch.arange(n, dtype=torch.int32) + 1000 * rt.my_pe + variant)
         dst.zero_()
         rt.barrier_all()
         rma_ring[(1,)](dst, src, VARIANT=variant, N=n)
         assert torch.equal(dst, torch.arange(n, dtype=torch.int32) + 1000 * left + variant), variant
         rt.barrier_all()
-    for variant in range(8):
+    for variant in range(10):
         out = torch.zeros(n, dtype=torch.int32)  # a get's dest may be any local memory
         get_ring[(1,)](out, src, VARIANT=variant, N=n)
-        assert torch.equal(out, torch.arange(n, dtype=torch.int32) + 1000 * right + 7), variant
+        assert torch.equal(out, torch.arange(n, dtype=torch.int32) + 1000 * right + 9), variant
     rt.barrier_all()
     rt.free(src)
     rt.free(dst)
@@ -122,6 +134,8 @@ def signal_counts(dst, src, sig, OP: tl.constexpr, SCOPE: tl.constexpr, N: tl.co
             shl.putmem_signal_warp(dst, src, N * 4, sig, 1, OP, pe)
         elif SCOPE == 3:
             shl.putmem_signal_nbi(dst, src, N * 4, sig, 1, OP, pe)
+        elif SCOPE == 4:
+            shl.putmem_signal_nbi_warp(dst, src, N * 4, sig, 1, OP, pe)
         else:
             shl.putmem_signal_nbi_block(dst, src, N * 4, sig, 1, OP, pe)
 
@@ -138,7 +152,7 @@ def test_putmem_signal_add_counts_exactly_and_set_sets(rt):
     src = rt.full(8, rt.my_pe, dtype=torch.int32)
     dst = rt.zeros(8, dtype=torch.int32)
     out = torch.zeros(2, dtype=torch.uint64)
-    for scope in range(5):
+    for scope in range(6):
         sig = rt.signals(1)
         signal_counts[(programs,)](dst, src, sig, OP=shl.SIGNAL_ADD, SCOPE=scope, N=8)
         expected = programs * rt.n_pes  # once per program and peer, whatever the scope
@@ -410,3 +424,11 @@ def test_device_errors_name_the_value(rt):
 @unishmem.jit
 def bad_pe(buf, pe):
     shl.p(buf, 1, pe)
+
+
+def test_every_device_function_is_exercised_here():
+    import re
+
+    source = open(__file__).read()
+    missing = [f for f in shl.FUNCTIONS if not re.search(rf"shl\.{f}\(", source)]
+    assert not missing, f"device functions no interpreter test calls: {missing}"
