@@ -417,6 +417,8 @@ def test_device_errors_name_the_value(rt):
         rma_ring[(1,)](local, sym, VARIANT=0, N=8)
     with pytest.raises(ValueError, match=rf"pe={rt.n_pes + 3} is out of range"):
         bad_pe[(1,)](sym, rt.n_pes + 3)
+    with pytest.raises(ValueError, match=rf"broadcast: root=99 is out of range for a team of {rt.n_pes} PEs"):
+        bad_root[(1,)](sym, rt.team_world.handle, 99)
     rt.barrier_all()
     rt.free(sym)
 
@@ -424,6 +426,11 @@ def test_device_errors_name_the_value(rt):
 @unishmem.jit
 def bad_pe(buf, pe):
     shl.p(buf, 1, pe)
+
+
+@unishmem.jit
+def bad_root(buf, team, root):
+    shl.broadcast(team, buf + 4, buf, 4, root)
 
 
 def test_every_device_function_is_exercised_here():

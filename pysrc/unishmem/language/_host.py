@@ -196,7 +196,10 @@ def broadcast(rt, team, dest, source, nelems, root):
     _team(rt, team)
     n = nelems * dest.itemsize
     d, s = _pair(rt, dest, source, n, n, "broadcast")
-    rt._native.broadcast(team, d, s, n, _pe(rt, root, "root") if team == 0 else root, 0)
+    n_pes = rt._native.team_n_pes(team)
+    if not 0 <= root < n_pes:
+        raise ValueError(f"broadcast: root={root} is out of range for a team of {n_pes} PEs")
+    rt._native.broadcast(team, d, s, n, root, 0)
 
 
 def fcollect(rt, team, dest, source, nelems):

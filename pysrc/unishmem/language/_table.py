@@ -132,6 +132,9 @@ def _rows() -> list[DeviceFn]:
 
 
 ROWS = _rows()
+for _row in ROWS:  # a value computed inside the single-issue branch would not reach the other threads
+    if _row.result is not None and _row.issue != "all":
+        raise RuntimeError(f"device table: {_row.name} returns a value, so every thread must issue it")
 
 # Atomics act through remote_ptr with Triton's own atomics (issued once per program, result
 # broadcast to every thread), so they need no extern call: name -> (params, fetches a value).
