@@ -1,6 +1,13 @@
 // Waiting on shared memory without hanging silently: spin briefly, then yield,
 // then sleep with back-off (so 8 PEs on 2 cores progress), and every few
 // milliseconds ask whether the wait can still finish.
+//
+// NOTE [wait phases] (measured with `unishmem bench`, 2-core VM): the spin polls plain loads,
+// without pause: under oversubscription (or with pause-loop exits in a VM) pause-spinning held the
+// CPU the awaited PE needed, and 4-PE barriers took 5x longer. A PE that has a core to itself
+// spins for spin_s first (a peer's answer then costs one cache-line transfer, ~100 ns); one that
+// shares its core yields at once. Yielding goes on for kYieldPhase: a sleep costs a timer slack
+// (~60 us here), so sleeping early made every oversubscribed barrier cost that much.
 #pragma once
 
 #include <chrono>
@@ -13,7 +20,12 @@ namespace unishmem::host {
 struct WaitPolicy {
   double stall_warn_s = 30.0;  // print once what is being waited for
   double timeout_s = 300.0;    // then raise; <= 0 waits forever
+  double spin_s = 0.0;         // poll this long before the first yield (HostBackend sets it)
 };
+
+constexpr int kMinSpinPolls = 128;                             // always, before the clock is read
+constexpr auto kYieldPhase = std::chrono::milliseconds(10);  // then sleep with back-off
+constexpr auto kCheckEvery = std::chrono::milliseconds(10);  // dead peers, Ctrl-C, stalls
 
 // Called periodically during a wait; throws to abort it (dead peer, Ctrl-C).
 using WaitCheck = std::function<void()>;
@@ -21,26 +33,31 @@ using WaitCheck = std::function<void()>;
 template <class Done, class Describe>
 void wait_for(Done&& done, Describe&& describe, const WaitPolicy& policy, const WaitCheck& check);
 
-void cpu_relax();
+int available_cpus();  // CPUs this process may run on
 void report_stall(const std::string& what, double seconds);
 [[noreturn]] void raise_timeout(const std::string& what, double seconds);
 
 template <class Done, class Describe>
 void wait_for(Done&& done, Describe&& describe, const WaitPolicy& policy, const WaitCheck& check) {
-  for (int i = 0; i < 256; ++i) {
+  for (int i = 0; i < kMinSpinPolls; ++i)
     if (done()) return;
-    cpu_relax();
-  }
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  auto next_check = start;
+  if (policy.spin_s > 0) {
+    const auto until = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(policy.spin_s));
+    for (unsigned i = 1;; ++i) {
+      if (done()) return;
+      if (i % 32 == 0 && clock::now() >= until) break;
+    }
+  }
+  auto next_check = start + kCheckEvery;  // a check reads /proc: not on every short wait
   bool warned = false;
   long sleep_ns = 0;
-  for (unsigned iter = 0;; ++iter) {
+  for (;;) {
     if (done()) return;
     auto now = clock::now();
     if (now >= next_check) {
-      next_check = now + std::chrono::milliseconds(10);
+      next_check = now + kCheckEvery;
       try {
         check();
       } catch (...) {
@@ -54,7 +71,7 @@ void wait_for(Done&& done, Describe&& describe, const WaitPolicy& policy, const 
       }
       if (policy.timeout_s > 0 && waited > policy.timeout_s) raise_timeout(describe(), waited);
     }
-    if (iter < 64) {
+    if (now - start < kYieldPhase) {
       std::this_thread::yield();
     } else {
       sleep_ns = sleep_ns ? std::min(sleep_ns * 2, 200'000L) : 1'000L;
