@@ -15,7 +15,7 @@ double memcpy_seconds(Addr dest, Addr source, std::size_t bytes, std::size_t ite
 
 // Raw ping-pong between two processes over two 8-byte words in shared memory: the initiator
 // stores into `theirs` (the word the peer spins on) and spins on `mine`, the responder answers.
-// Plain std::atomic_ref stores and loads, no backend code. Words count up from `start`, so the
+// Plain std::atomic_ref stores and loads, no backend code (a yield after 16Ki unanswered polls). Words count up from `start`, so the
 // same pair of words can be reused by passing the previous call's start + 2 * iters.
 // Returns the seconds for `iters` round trips; gives up after `timeout_s` without progress.
 double raw_pingpong_seconds(Addr mine, Addr theirs, std::size_t iters, bool initiator, std::uint64_t start,

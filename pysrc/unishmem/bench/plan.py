@@ -5,7 +5,9 @@ must at least read and write (formulas below). A memcpy of C bytes reads C and w
 B the per-PE memcpy rate measured with min(n, cores) PEs copying at once (same job, same run), an
 operation cannot take less than (R + W) / (2 * B); with more PEs than cores, at most `cores` of them
 run at a time, so the bound grows by n / cores. B is taken at the measured copy size nearest to
-C = (R + W) / 2 (capped at the largest measured size, where memcpy is DRAM-bound).
+C = (R + W) / 2 (capped at the largest measured size, where memcpy is DRAM-bound). Each memcpy
+reference is measured right before the figures that use it, and the fastest copy seen at a size is
+the one used: on a shared machine that is the honest lower bound.
 """
 from __future__ import annotations
 
@@ -78,9 +80,9 @@ class Plan:
     def all_pes(self) -> list[int]:
         return sorted(set(self.pes) | set(self.scale_pes))
 
-    def memcpy_sizes(self, n: int) -> list[int]:
-        """Copy sizes for the concurrent memcpy that the bounds at n PEs need."""
-        wanted = {min(copy_bytes(op, s, n), MEMCPY_CAP) for op in self.ops_at(n) for s in self.coll_sizes}
+    def memcpy_sizes(self, n: int, size: int) -> list[int]:
+        """Copy sizes (powers of two) of the memcpy references that the bounds at n PEs and this size need."""
+        wanted = {min(copy_bytes(op, size, n), MEMCPY_CAP) for op in self.ops_at(n)}
         return sorted({1 << max(0, round(math.log2(c))) for c in wanted if c >= 1})
 
     def dumps(self) -> str:
