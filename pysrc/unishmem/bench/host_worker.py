@@ -110,8 +110,8 @@ class HostBench:
         sig2 = rt.signals(1)
         count = [0]
 
-        def python():
-            k, base = p.py_pingpong_iters, count[0]
+        def python(k: int) -> float:
+            base = count[0]
             count[0] += 2 * k
             rt.barrier_all()
             t0 = time.perf_counter()
@@ -123,9 +123,10 @@ class HostBench:
                 for i in range(base + 1, base + 2 * k, 2):
                     rt.signal_wait_until(sig2, CMP.GE, i)
                     rt.put_signal(buf, src, sig2, i + 1, peer)
-            return (time.perf_counter() - t0) / k
-        python()  # warm-up
-        py_s = best_of(python, self.agree_max, reps)
+            return time.perf_counter() - t0
+        python(1)  # warm-up
+        iters = iterations(python, self.agree_max, p.budget_s, reps, p.py_pingpong_iters)
+        py_s = best_of(lambda: python(iters) / iters, self.agree_max, reps)
         for t in (words, sig, buf, sig2):
             rt.free(t)
         return {"raw_atomic": raw_s, "cpp_signal": cpp_s, "python_signal": py_s, "payload_bytes": PAYLOAD}

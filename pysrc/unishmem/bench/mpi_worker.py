@@ -16,11 +16,11 @@ from mpi4py import MPI
 
 if __package__:
     from .plan import Plan
-    from .timing import best_of, measure
+    from .timing import best_of, iterations, measure
 else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from plan import Plan
-    from timing import best_of, measure
+    from timing import best_of, iterations, measure
 
 PAYLOAD = 8  # as the host backend's ping-pong
 
@@ -49,8 +49,7 @@ def main(plan_path: str, out_path: str) -> int:
             out["send"][size] = timed(op)
         msg = np.zeros(PAYLOAD, dtype=np.uint8)
 
-        def pingpong() -> float:
-            k = plan.py_pingpong_iters
+        def pingpong(k: int) -> float:
             comm.Barrier()
             t0 = time.perf_counter()
             for _ in range(k):
@@ -60,9 +59,11 @@ def main(plan_path: str, out_path: str) -> int:
                 else:
                     comm.Recv(msg, peer, 1)
                     comm.Send(msg, peer, 1)
-            return (time.perf_counter() - t0) / k
-        pingpong()
-        out["pingpong"] = best_of(pingpong, agree_max, max(5, plan.reps))  # as the host backend's
+            return time.perf_counter() - t0
+        pingpong(1)
+        reps = max(5, plan.reps)  # as the host backend's
+        iters = iterations(pingpong, agree_max, plan.budget_s, reps, plan.py_pingpong_iters)
+        out["pingpong"] = best_of(lambda: pingpong(iters) / iters, agree_max, reps)
     ops = plan.ops_at(n) if n in plan.all_pes() else ()  # a 2-PE job may be there for the point-to-point only
     if ops:
         out["barrier"] = timed(comm.Barrier)
