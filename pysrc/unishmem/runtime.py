@@ -159,6 +159,7 @@ class Runtime:
         self._native = native
         self.backend = backend
         self.device = device
+        self._on_cpu = device.type == "cpu"
         self.my_pe = native.my_pe
         self.n_pes = native.n_pes
         self.launcher = bootstrap.placement.launcher
@@ -303,11 +304,11 @@ class Runtime:
     def _local(self, t, name: str, contiguous: bool = True) -> tuple[int, int]:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.device != self.device:
+        if not t.is_cpu if self._on_cpu else t.device != self.device:  # is_cpu: the cheaper test (hot paths)
             raise ValueError(f"{name} is on {t.device}, but this runtime's device is {self.device}")
         if contiguous and not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (shape {tuple(t.shape)}, strides {t.stride()})")
-        return _address(t), t.nbytes
+        return t.data_ptr() or _address(t), t.nbytes
 
     def _symmetric(self, t, name: str, contiguous: bool = True) -> tuple[int, int]:
         addr, nbytes = self._local(t, name, contiguous)
