@@ -131,7 +131,7 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   m.attr("segment_prefix") = "unishmem-";
   // Timed loops for `unishmem bench` (csrc/host/bench.hpp); each returns seconds.
   m.def("bench_memcpy", &host::bench::memcpy_seconds, py::arg("dest"), py::arg("source"), py::arg("nbytes"),
-        py::arg("iters"));
+        py::arg("iters"), py::arg("chunk") = 0);
   m.def("bench_raw_pingpong", &host::bench::raw_pingpong_seconds, py::arg("mine"), py::arg("theirs"),
         py::arg("iters"), py::arg("initiator"), py::arg("start"), py::arg("timeout_s"));
   m.def("bench_signal_pingpong", &host::bench::signal_pingpong_seconds, py::arg("backend"), py::arg("dest"),

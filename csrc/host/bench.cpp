@@ -1,5 +1,6 @@
 #include "bench.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -32,12 +33,13 @@ void spin_until(const std::uint64_t* word, std::uint64_t target, double timeout_
 
 }  // namespace
 
-double memcpy_seconds(Addr dest, Addr source, std::size_t bytes, std::size_t iters) {
-  auto* d = reinterpret_cast<void*>(dest);
-  auto* s = reinterpret_cast<const void*>(source);
+double memcpy_seconds(Addr dest, Addr source, std::size_t bytes, std::size_t iters, std::size_t chunk) {
+  auto* d = reinterpret_cast<char*>(dest);
+  auto* s = reinterpret_cast<const char*>(source);
+  if (chunk == 0 || chunk > bytes) chunk = bytes;
   const auto t0 = clock::now();
   for (std::size_t i = 0; i < iters; ++i) {
-    std::memcpy(d, s, bytes);
+    for (std::size_t off = 0; off < bytes; off += chunk) std::memcpy(d + off, s + off, std::min(chunk, bytes - off));
     // Keep the compiler from merging or dropping repeated copies of the same bytes.
     asm volatile("" : : "r"(d) : "memory");
   }

@@ -10,8 +10,9 @@
 
 namespace unishmem::host::bench {
 
-// Seconds taken by `iters` memcpy calls of `bytes` from source to dest.
-double memcpy_seconds(Addr dest, Addr source, std::size_t bytes, std::size_t iters);
+// Seconds taken by `iters` copies of `bytes` from source to dest, each made of memcpy calls of
+// `chunk` bytes (0: one call) over consecutive pieces, as a collective moves its blocks.
+double memcpy_seconds(Addr dest, Addr source, std::size_t bytes, std::size_t iters, std::size_t chunk);
 
 // Raw ping-pong between two processes over two 8-byte words in shared memory: the initiator
 // stores into `theirs` (the word the peer spins on) and spins on `mine`, the responder answers.

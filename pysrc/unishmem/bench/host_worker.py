@@ -16,7 +16,7 @@ import torch
 import unishmem
 from unishmem import CMP, _host
 
-from .plan import Plan
+from .plan import Plan, ref_key
 from .timing import best_of, iterations, measure
 
 PAYLOAD = 8  # bytes carried by each signal ping-pong message
@@ -55,14 +55,14 @@ class HostBench:
 
     # ---- references ---------------------------------------------------------------------------
 
-    def memcpy(self, size: int, copiers: int) -> float:
-        """Seconds per memcpy of `size` bytes between two private buffers, on PEs 0..copiers-1 at
-        once (1: the put/get reference; min(n, cores): the per-PE rate the bounds use)."""
+    def memcpy(self, size: int, copiers: int, piece: int = 0) -> float:
+        """Seconds per copy of `size` bytes between two private buffers (in memcpy calls of `piece`
+        bytes), on PEs 0..copiers-1 at once (1: the put/get reference; min(n, cores): the bounds')."""
         active = self.me < copiers
         if active:
             src, dst = torch.ones(size, dtype=torch.uint8), torch.zeros(size, dtype=torch.uint8)
             s, d = src.data_ptr(), dst.data_ptr()
-        return self.cpp_loop(lambda k: _host.bench_memcpy(d, s, size, k) if active else 0.0, CPP_MAX_ITERS)
+        return self.cpp_loop(lambda k: _host.bench_memcpy(d, s, size, k, piece) if active else 0.0, CPP_MAX_ITERS)
 
     # ---- point to point (2 PEs) --------------------------------------------------------------
 
@@ -164,11 +164,12 @@ class HostBench:
         if n in p.all_pes():
             out["cores"] = cores = len(os.sched_getaffinity(0))
             out["barrier"] = self.barrier()
-            fastest: dict[int, float] = {}  # copy size -> fastest memcpy seen (the bounds' B)
+            fastest: dict[str, float] = {}  # "bytes/piece" -> fastest copy seen (the bounds' B)
             out["collectives"] = {op: {} for op in p.ops_at(n)}
             for size in p.coll_sizes:
-                for c in p.memcpy_sizes(n, size):  # the references, right before their figures
-                    fastest[c] = min(fastest.get(c, float("inf")), self.memcpy(c, copiers=min(n, cores)))
+                for c, piece in p.memcpy_refs(n, size):  # the references, right before their figures
+                    key = ref_key((c, piece))
+                    fastest[key] = min(fastest.get(key, float("inf")), self.memcpy(c, min(n, cores), piece))
                 for op in p.ops_at(n):
                     out["collectives"][op][size] = self.collective(op, size)
             out["memcpy_all"] = fastest

@@ -4,10 +4,12 @@ NOTE [memory-traffic bound]: for an operation on S bytes per PE, R and W are the
 must at least read and write (formulas below). A memcpy of C bytes reads C and writes C, so with
 B the per-PE memcpy rate measured with min(n, cores) PEs copying at once (same job, same run), an
 operation cannot take less than (R + W) / (2 * B); with more PEs than cores, at most `cores` of them
-run at a time, so the bound grows by n / cores. B is taken at the measured copy size nearest to
-C = (R + W) / 2 (capped at the largest measured size, where memcpy is DRAM-bound). Each memcpy
-reference is measured right before the figures that use it, and the fastest copy seen at a size is
-the one used: on a shared machine that is the honest lower bound.
+run at a time, so the bound grows by n / cores. B is measured on C = (R + W) / 2 bytes (as a power of
+two, at most 64 MiB, where memcpy is long DRAM-bound) copied in pieces the size of the operation's
+blocks (PIECE below): glibc copies 16 MiB pieces faster than one 64 MiB region (it switches to
+non-temporal stores for large copies), so a bound taken from one big memcpy was beaten by alltoall.
+Each reference is measured right before the figures that use it, and the fastest copy seen is the
+one used: on a shared machine that is the honest lower bound.
 """
 from __future__ import annotations
 
@@ -34,8 +36,12 @@ TRAFFIC = {  # op -> (R(S, n), W(S, n), printable formula)
                "reduced chunks), W = S"),
     "reducescatter": (lambda s, n: s, lambda s, n: s / n, "R = S (its block from each of n PEs), W = S/n"),
 }
+PIECE = {  # op -> the size of the blocks it copies (the memcpy reference copies in pieces of it)
+    "put": lambda s, n: s, "get": lambda s, n: s, "broadcast": lambda s, n: s, "fcollect": lambda s, n: s,
+    "alltoall": lambda s, n: s / n, "reduce": lambda s, n: s / n, "reducescatter": lambda s, n: s / n,
+}
 BOUND_FORMULA = ("bound = (R + W) / (2 * B) * max(1, n / cores), B = per-PE memcpy rate with min(n, cores) "
-                 "PEs copying at once")
+                 "PEs copying at once, on (R + W) / 2 bytes in pieces of the op's block size")
 
 FULL_P2P_SIZES = (8, 64, 512, 4 * KiB, 32 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB)
 FULL_COLL_SIZES = (1 * KiB, 4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB)
@@ -80,10 +86,9 @@ class Plan:
     def all_pes(self) -> list[int]:
         return sorted(set(self.pes) | set(self.scale_pes))
 
-    def memcpy_sizes(self, n: int, size: int) -> list[int]:
-        """Copy sizes (powers of two) of the memcpy references that the bounds at n PEs and this size need."""
-        wanted = {min(copy_bytes(op, size, n), MEMCPY_CAP) for op in self.ops_at(n)}
-        return sorted({1 << max(0, round(math.log2(c))) for c in wanted if c >= 1})
+    def memcpy_refs(self, n: int, size: int) -> list[tuple[int, int]]:
+        """(bytes, piece) of the memcpy references that the bounds at n PEs and this size need."""
+        return sorted({memcpy_ref(op, size, n) for op in self.ops_at(n)})
 
     def dumps(self) -> str:
         return json.dumps(asdict(self))
@@ -103,7 +108,15 @@ def copy_bytes(op: str, s: int, n: int) -> float:
     return (r + w) / 2
 
 
-def nearest(table: dict[int, float], size: float) -> float:
-    """The value measured at the size nearest to `size` (log scale), capped at the largest."""
-    key = min(table, key=lambda k: abs(math.log2(k) - math.log2(max(size, 1))))
-    return table[key]
+def _pow2(x: float) -> int:
+    return 1 << max(0, round(math.log2(max(x, 1))))
+
+
+def memcpy_ref(op: str, s: int, n: int) -> tuple[int, int]:
+    """(bytes, piece): the memcpy whose per-PE rate is B in the bound of `op` on S bytes at n PEs."""
+    c = min(_pow2(copy_bytes(op, s, n)), MEMCPY_CAP)
+    return c, min(_pow2(PIECE[op](s, n)), c)
+
+
+def ref_key(ref: tuple[int, int]) -> str:
+    return f"{ref[0]}/{ref[1]}"

@@ -1,7 +1,7 @@
 """The benchmark's report: figures beside their references (same run), as a table, JSON and a plot."""
 from __future__ import annotations
 
-from .plan import BOUND_FORMULA, COLLECTIVES, TARGETED, TRAFFIC, KiB, MiB, copy_bytes, nearest, traffic
+from .plan import BOUND_FORMULA, COLLECTIVES, TARGETED, TRAFFIC, KiB, MiB, copy_bytes, memcpy_ref, ref_key, traffic
 
 TARGET_FROM = 64 * KiB      # collective targets apply from this size up
 P2P_TARGET_FROM = 1 * MiB   # put/get target
@@ -80,18 +80,20 @@ def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
     for op in COLLECTIVES:
         for n in plan.all_pes():
             figures = _by_size(_get(host, n, "collectives", op))
-            bandwidth = _by_size(_get(host, n, "memcpy_all"))  # seconds per copy of each size
+            copies = _get(host, n, "memcpy_all") or {}  # "bytes/piece" -> seconds per copy
             share = max(1.0, n / host[n]["cores"]) if n in host else 1.0
             for size, seconds in sorted(figures.items()):
                 c = copy_bytes(op, size, n)
-                per_byte = nearest({k: v / k for k, v in bandwidth.items()}, c)
+                ref = memcpy_ref(op, size, n)
+                per_byte = copies[ref_key(ref)] / ref[0]
                 bound = c * per_byte * share  # (R + W) / (2 B) * n / cores, with R + W = 2c, 1/B = per_byte
                 r, w = traffic(op, size, n)
                 ref_mpi = _by_size(_get(mpi, n, "collectives", op)).get(size)
                 ref_gloo = _by_size(_get(gloo, n, "collectives", op)).get(size)
                 row = {"op": op, "pes": n, "bytes": size, "seconds": seconds,
                        "reference": {"bound_seconds": bound, "read_bytes": r, "write_bytes": w,
-                                     "memcpy_GBps": 1 / per_byte / 1e9, "cores": host[n]["cores"],
+                                     "memcpy_GBps": 1 / per_byte / 1e9, "memcpy_bytes": ref[0],
+                                     "memcpy_piece": ref[1], "cores": host[n]["cores"],
                                      "open_mpi_seconds": ref_mpi, "gloo_seconds": ref_gloo},
                        "x_bound": seconds / bound,
                        "x_faster_than_open_mpi": ref_mpi / seconds if ref_mpi else None,
@@ -181,7 +183,7 @@ def text(report: dict) -> str:
         out += _table(["PEs", "rt.barrier_all", "C++ loop", "Open MPI Barrier", "gloo barrier", "x Open MPI"],
                       rows) + [""]
     if report["collectives"]:
-        out.append(f"collectives (Python rt.<op>); memory-traffic {BOUND_FORMULA}, at the copy size (R+W)/2")
+        out.append(f"collectives (Python rt.<op>); memory-traffic {BOUND_FORMULA}")
         out.append("targets at 2 and 4 PEs from 64 KiB for reduce, reducescatter, fcollect, alltoall: "
                    "<= 2x bound, >= 2x faster than Open MPI, >= 3x faster than gloo")
         for op in COLLECTIVES:
