@@ -11,7 +11,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from .plan import Plan
+from .plan import Plan, elements
 from .timing import measure
 
 
@@ -47,7 +47,7 @@ def main(plan_path: str, out_path: str) -> int:
     for op in plan.ops_at(n):
         out["collectives"][op] = {}
         for size in plan.coll_sizes:
-            elems = size // 4
+            elems = elements(size, n)
             src = torch.ones(elems)
             dst = torch.zeros({"fcollect": n * elems, "reducescatter": elems // n}.get(op, elems))
             call = {

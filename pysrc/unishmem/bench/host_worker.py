@@ -16,7 +16,7 @@ import torch
 import unishmem
 from unishmem import CMP, _host
 
-from .plan import Plan, ref_key
+from .plan import Plan, elements, ref_key
 from .timing import best_of, iterations, measure
 
 PAYLOAD = 8  # bytes carried by each signal ping-pong message
@@ -139,7 +139,7 @@ class HostBench:
                 "cpp": self.cpp_loop(lambda k: _host.bench_barrier(native, 0, k), CPP_MAX_ITERS)}
 
     def collective(self, op: str, size: int) -> float:
-        rt, n, elems = self.rt, self.n, size // 4
+        rt, n, elems = self.rt, self.n, elements(size, self.n)
         src = rt.full(elems, 1.0)
         dst_elems = {"fcollect": n * elems, "reducescatter": elems // n}.get(op, elems)
         dst = rt.zeros(dst_elems)

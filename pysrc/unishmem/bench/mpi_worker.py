@@ -15,11 +15,11 @@ import numpy as np
 from mpi4py import MPI
 
 if __package__:
-    from .plan import Plan
+    from .plan import Plan, elements
     from .timing import best_of, iterations, measure
 else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from plan import Plan
+    from plan import Plan, elements
     from timing import best_of, iterations, measure
 
 PAYLOAD = 8  # as the host backend's ping-pong
@@ -71,7 +71,7 @@ def main(plan_path: str, out_path: str) -> int:
     for op in ops:
         out["collectives"][op] = {}
         for size in plan.coll_sizes:
-            elems = size // 4
+            elems = elements(size, n)
             src = np.ones(elems, dtype=np.float32)
             dst = np.zeros({"fcollect": n * elems, "reducescatter": elems // n}.get(op, elems), dtype=np.float32)
             call = {

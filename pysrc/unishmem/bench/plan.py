@@ -98,6 +98,12 @@ class Plan:
         return cls(**json.loads(text))
 
 
+def elements(size: int, n: int) -> int:
+    """float32 elements of a collective's source buffer: size / 4, rounded down to a multiple of n
+    (alltoall and reducescatter split it into n blocks; 1 KiB at 3 PEs is 255 elements)."""
+    return max(n, size // 4 // n * n)
+
+
 def traffic(op: str, s: int, n: int) -> tuple[float, float]:
     r, w, _ = TRAFFIC[op]
     return r(s, n), w(s, n)
