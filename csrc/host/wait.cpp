@@ -1,13 +1,12 @@
 #include "wait.hpp"
 
-#include <cstdio>
-
-#include "../backend.hpp"
-
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
+
+#include "../backend.hpp"
 
 namespace unishmem::host {
 
