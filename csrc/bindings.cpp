@@ -5,6 +5,7 @@
 
 #include "backend.hpp"
 #ifdef UNISHMEM_HOST
+#include "host/bench.hpp"
 #include "host/host_backend.hpp"
 #endif
 #if defined(UNISHMEM_NVSHMEM) || defined(UNISHMEM_ROCSHMEM)
@@ -137,6 +138,15 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
       })
       .def_static("unlink_job", &HostBackend::unlink_job);
   m.attr("segment_prefix") = "unishmem-";
+  // Timed loops for `unishmem bench` (csrc/host/bench.hpp); each returns seconds.
+  m.def("bench_memcpy", &host::bench::memcpy_seconds, py::arg("dest"), py::arg("source"), py::arg("nbytes"),
+        py::arg("iters"), py::arg("chunk") = 0);
+  m.def("bench_raw_pingpong", &host::bench::raw_pingpong_seconds, py::arg("mine"), py::arg("theirs"),
+        py::arg("iters"), py::arg("initiator"), py::arg("start"), py::arg("timeout_s"));
+  m.def("bench_signal_pingpong", &host::bench::signal_pingpong_seconds, py::arg("backend"), py::arg("dest"),
+        py::arg("source"), py::arg("nbytes"), py::arg("sig"), py::arg("peer"), py::arg("iters"),
+        py::arg("initiator"), py::arg("start"));
+  m.def("bench_barrier", &host::bench::barrier_seconds, py::arg("backend"), py::arg("team"), py::arg("iters"));
 #endif
 #ifdef UNISHMEM_VENDOR
   using vendor::VendorBackend;

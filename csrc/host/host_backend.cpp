@@ -122,6 +122,8 @@ template <class Fn> auto with_int_type(DType type, Fn&& fn) {
 HostBackend::HostBackend(std::string token, int pe, int n_pes, std::size_t heap_size, WaitPolicy policy)
     : token_(std::move(token)), pe_(pe), n_pes_(n_pes), heap_size_(heap_size), policy_(policy),
       maps_(n_pes), pids_(n_pes, 0), allocator_(heap_size) {
+  // NOTE [wait phases] (wait.hpp): spin before yielding only where every PE can have a core.
+  policy_.spin_s = spin_.spin_s = n_pes <= available_cpus() ? 2e-6 : 0.0;
   if (n_pes < 1 || pe < 0 || pe >= n_pes)
     throw Error(ErrorKind::value, "PE " + std::to_string(pe) + " of " + std::to_string(n_pes) + " is out of range");
   const std::size_t total = kControlBytes + heap_size;
@@ -244,7 +246,7 @@ void HostBackend::wait(Done&& done, Describe&& describe, int awaited) {
       if (m) store_release(w, w + 1);
     }
   } unmark{waits, marked};
-  wait_for(done, describe, policy_, [&] {
+  wait_for(done, describe, policy_, spin_, [&] {
     if (!marked) {
       std::string what = describe();
       std::snprintf(ctl(pe_)->waiting_for, sizeof(ControlArea::waiting_for), "%s", what.c_str());

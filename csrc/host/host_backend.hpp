@@ -137,6 +137,7 @@ class HostBackend final : public Backend {
   int pe_, n_pes_;
   std::size_t heap_size_;
   WaitPolicy policy_;
+  SpinState spin_;
   WaitCheck external_check_;
   std::vector<Mapping> maps_;
   std::vector<int> pids_;

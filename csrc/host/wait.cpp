@@ -1,21 +1,19 @@
 #include "wait.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "../backend.hpp"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 namespace unishmem::host {
 
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
+int available_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return std::max(1, int(std::thread::hardware_concurrency()));
 }
 
 void report_stall(const std::string& what, double seconds) {

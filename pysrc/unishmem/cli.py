@@ -1,4 +1,4 @@
-"""Command line: `unishmem run | info`."""
+"""Command line: `unishmem run | info | bench`."""
 from __future__ import annotations
 
 import argparse
@@ -60,6 +60,55 @@ def _vendor_info() -> None:
         print(f"  problem  {p}")
 
 
+def _pe_list(text: str) -> list[int]:
+    """argparse type: '2,4' -> [2, 4]; every count an int from 2 to 64."""
+    counts = []
+    for part in text.split(","):
+        try:
+            n = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of PE counts, "
+                                             "such as 2,4") from None
+        if not 2 <= n <= 64:
+            raise argparse.ArgumentTypeError(f"PE count {n} in {text!r} is out of range: each must be 2 to 64")
+        counts.append(n)
+    return counts
+
+
+def _scale_list(text: str) -> list[int]:
+    return [] if text in ("", "none") else _pe_list(text)
+
+
+def _size(text: str) -> int:
+    from . import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _bench(parser: argparse.ArgumentParser, args) -> int:
+    from . import bench
+    from .bench.plan import Plan
+
+    plan = Plan.make(args.quick, args.pes, args.scale_pes, args.max_size)
+    if not plan.p2p_sizes or not plan.coll_sizes:
+        parser.error(f"bench: --max-size {args.max_size} leaves no sizes to measure (collectives start at 1 KiB)")
+    try:
+        if args.json:
+            bench.check_output_path(args.json, "--json")
+        if args.plot:
+            bench.check_output_path(args.plot, "--plot")
+        return bench.run(plan, args.json, args.plot, skip=set(args.skip or ()))
+    except (ValueError, RuntimeError) as e:
+        print(f"unishmem bench: {e}", file=sys.stderr)
+        return 2
+    except bench.jobs.JobFailed as e:
+        print(f"unishmem bench: {e}", file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="unishmem", description="GPU symmetric memory for Python and Triton")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -67,9 +116,25 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-n", "--npes", "-np", type=int, required=True, help="number of PEs")
     run.add_argument("program", nargs=argparse.REMAINDER, help="prog.py [args], -m module [args], or a command")
     sub.add_parser("info", help="backends built, libraries found, devices")
+    bench = sub.add_parser("bench", help="measure the host backend beside memcpy, raw atomics, Open MPI and gloo",
+                           description="Measure put/get, signal ping-pong, barrier and collectives on the host "
+                                       "backend, each figure beside its references measured in the same run.")
+    bench.add_argument("--quick", action="store_true",
+                       help="few sizes and iterations, 2 and 4 PEs (well under a minute)")
+    bench.add_argument("--json", metavar="PATH", help="also write every figure and reference as JSON")
+    bench.add_argument("--plot", metavar="PATH", help="also draw bandwidth and latency against size (PNG; "
+                                                      "needs matplotlib: pip install 'unishmem[bench]')")
+    bench.add_argument("--pes", type=_pe_list, metavar="N,N", help="PE counts for every collective (default 2,4)")
+    bench.add_argument("--scale-pes", type=_scale_list, metavar="N,N",
+                       help="further PE counts for the barrier and reduce (default 8; 'none' for none)")
+    bench.add_argument("--max-size", type=_size, metavar="SIZE", help="largest message, e.g. 4M (default 256M for "
+                                                                      "put/get, 64M for collectives)")
+    bench.add_argument("--skip", action="append", choices=("mpi", "gloo"), help="leave out a reference")
     args = parser.parse_args(argv)
     if args.command == "info":
         return _info()
+    if args.command == "bench":
+        return _bench(bench, args)
     if not args.program:
         parser.error("run: give the program to run, e.g. `unishmem run -n 4 prog.py`")
     from .launcher import run as run_job

@@ -14,6 +14,29 @@ from .enums import ATOMIC_DTYPES, ATOMIC_OPS, CMP, DTYPE_CODES, REDUCE_DTYPES, R
 from .errors import NotInitializedError, NotSymmetricError
 
 
+# Enum value -> code. Lookups hash like the enums' own value lookup (SIGNAL(x)); a miss falls back
+# to the enum, which raises its usual ValueError. NOTE [hot paths]: put, get, the signal calls and
+# the collectives are called in tight loops (`unishmem bench` times them), so their checks avoid
+# building enums and storage objects where a cheaper test says the same.
+_SIGNAL_CODES = {int(m): int(m) for m in SIGNAL}
+_CMP_CODES = {int(m): int(m) for m in CMP}
+_REDUCE_DTYPE_SET = frozenset(REDUCE_DTYPES)
+
+
+def _signal_code(op) -> int:
+    try:
+        return _SIGNAL_CODES[op]
+    except (KeyError, TypeError):
+        return int(SIGNAL(op))
+
+
+def _cmp_code(cmp) -> int:
+    try:
+        return _CMP_CODES[cmp]
+    except (KeyError, TypeError):
+        return int(CMP(cmp))
+
+
 class UnishmemWarning(UserWarning):
     """Something worth telling that is not an error (leaks found at finalize)."""
 
@@ -34,6 +57,10 @@ _INT_RANGES = {
 
 def _bits(value, dtype: torch.dtype, name: str) -> int:
     """The two's-complement bit pattern of an integer that must fit `dtype`."""
+    if type(value) is int:  # fast path (bool is not int here); the checks below name what is wrong
+        lo, hi = _INT_RANGES[dtype]
+        if lo <= value < hi:
+            return value & (2**64 - 1)
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     lo, hi = _INT_RANGES[dtype]
@@ -116,6 +143,8 @@ class Team:
 
 
 def _check_pe(pe, n: int, what: str = "pe") -> int:
+    if type(pe) is int and 0 <= pe < n:  # fast path
+        return pe
     if isinstance(pe, bool) or not isinstance(pe, int):
         raise TypeError(f"{what} must be an int, got {pe!r}")
     if not 0 <= pe < n:
@@ -132,6 +161,7 @@ class Runtime:
         self._native = native
         self.backend = backend
         self.device = device
+        self._on_cpu = device.type == "cpu"
         self.my_pe = native.my_pe
         self.n_pes = native.n_pes
         self.launcher = bootstrap.placement.launcher
@@ -280,17 +310,21 @@ class Runtime:
     def _local(self, t, name: str, contiguous: bool = True) -> tuple[int, int]:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.device != self.device:
+        if not t.is_cpu if self._on_cpu else t.device != self.device:  # is_cpu: the cheaper test (hot paths)
             raise ValueError(f"{name} is on {t.device}, but this runtime's device is {self.device}")
         if contiguous and not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (shape {tuple(t.shape)}, strides {t.stride()})")
-        return _address(t), t.numel() * t.element_size()
+        return t.data_ptr() or _address(t), t.nbytes
 
     def _symmetric(self, t, name: str, contiguous: bool = True) -> tuple[int, int]:
         addr, nbytes = self._local(t, name, contiguous)
         own = getattr(t, "_unishmem_allocation", None)
-        if own is not None and not own.live:
-            raise NotSymmetricError(f"{name} was freed (use after free): allocate it again with rt.empty()")
+        if own is not None:
+            if not own.live:
+                raise NotSymmetricError(f"{name} was freed (use after free): allocate it again with rt.empty()")
+            offset = addr - self._base
+            if own.offset <= offset and offset + nbytes <= own.offset + own.nbytes:
+                return addr, nbytes  # fast path: inside the live allocation it was made by
         if not self._in_heap(addr, nbytes):
             raise NotSymmetricError(f"{name} (at {addr:#x}, {nbytes} bytes) is not in the symmetric heap; "
                                     "allocate it with rt.empty()/zeros()/signals()")
@@ -361,17 +395,17 @@ class Runtime:
         s, _ = self._local(source, "source")
         self._same_kind(dest, source, "put_signal")
         self._native.put_signal(d, s, n, self._signal(signal), _bits(value, torch.uint64, "value"),
-                                int(SIGNAL(op)), _check_pe(pe, self.n_pes), self._stream_of(stream))
+                                _signal_code(op), _check_pe(pe, self.n_pes), self._stream_of(stream))
 
     def signal_op(self, signal, value: int, pe: int, op=SIGNAL.SET, stream=None) -> None:
         self._check_active()
-        self._native.signal_op(self._signal(signal), _bits(value, torch.uint64, "value"), int(SIGNAL(op)),
+        self._native.signal_op(self._signal(signal), _bits(value, torch.uint64, "value"), _signal_code(op),
                                _check_pe(pe, self.n_pes), self._stream_of(stream))
 
     def signal_wait_until(self, signal, cmp, value: int, stream=None) -> int:
         """Wait until the local `signal` compares true against `value`; returns the value seen."""
         self._check_active()
-        return self._native.signal_wait_until(self._signal(signal), int(CMP(cmp)), _bits(value, torch.uint64, "value"),
+        return self._native.signal_wait_until(self._signal(signal), _cmp_code(cmp), _bits(value, torch.uint64, "value"),
                                               self._stream_of(stream))
 
     def signal_fetch(self, signal) -> int:
@@ -382,12 +416,12 @@ class Runtime:
         """Wait until the local 1-element int32/int64/uint32/uint64 `ivar` compares true against `value`."""
         self._check_active()
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
-        self._native.wait_until(addr, DTYPE_CODES[ivar.dtype], int(CMP(cmp)), _bits(value, ivar.dtype, "value"))
+        self._native.wait_until(addr, DTYPE_CODES[ivar.dtype], _cmp_code(cmp), _bits(value, ivar.dtype, "value"))
 
     def test(self, ivar, cmp, value: int) -> bool:
         self._check_active()
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
-        return self._native.test(addr, DTYPE_CODES[ivar.dtype], int(CMP(cmp)), _bits(value, ivar.dtype, "value"))
+        return self._native.test(addr, DTYPE_CODES[ivar.dtype], _cmp_code(cmp), _bits(value, ivar.dtype, "value"))
 
     def quiet(self, stream=None) -> None:
         self._check_active()
@@ -510,7 +544,7 @@ class Runtime:
         def check(t):
             if op not in REDUCE_OPS:
                 raise ValueError(f"{what}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
-            if source.dtype not in REDUCE_DTYPES:
+            if source.dtype not in _REDUCE_DTYPE_SET:
                 raise TypeError(f"{what}: dtype {source.dtype} is not supported (supported: "
                                 f"{', '.join(map(str, REDUCE_DTYPES))})")
             if what == "reducescatter" and source.numel() % t.n_pes:
@@ -533,7 +567,7 @@ class Runtime:
 
 def _address(t: torch.Tensor) -> int:
     """Where a tensor's first element lives; unlike data_ptr(), also right for empty tensors."""
-    return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+    return t.data_ptr() or t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
 
 
 def _shape(shape) -> tuple[int, ...]:

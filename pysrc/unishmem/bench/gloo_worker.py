@@ -1,0 +1,69 @@
+"""The gloo reference of `unishmem bench`: torch.distributed collectives on CPU tensors, started by
+the bench as `unishmem run -n N python -m unishmem.bench.gloo_worker PLAN OUT` (the process group
+meets in the launcher's store); rank 0 writes the figures to OUT."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from .plan import Plan, elements
+from .timing import measure
+
+
+def _init() -> None:
+    host, port = os.environ["UNISHMEM_STORE"].rsplit(":", 1)
+    rank, size = int(os.environ["UNISHMEM_RANK"]), int(os.environ["UNISHMEM_WORLD_SIZE"])
+    store = dist.TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=120))
+    prefixed = dist.PrefixStore(f"unishmem/{os.environ['UNISHMEM_SECRET']}/gloo", store)
+    dist.init_process_group("gloo", store=prefixed, rank=rank, world_size=size)
+
+
+def main(plan_path: str, out_path: str) -> int:
+    with open(plan_path) as f:
+        plan = Plan.loads(f.read())
+    torch.set_num_threads(1)  # one core's worth per rank, as each MPI rank and each PE
+    _init()
+    me, n = dist.get_rank(), dist.get_world_size()
+    # torch 2.13 renamed the tensor forms; older releases only have the first names
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+    def agree_max(x: float) -> float:
+        t = torch.tensor([x], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t[0])
+
+    def timed(op) -> float:
+        return measure(op, dist.barrier, agree_max, budget_s=plan.budget_s, reps=plan.reps,
+                       max_iters=plan.max_iters)["seconds"]
+
+    out: dict = {"pes": n, "library": f"torch {torch.__version__} gloo", "barrier": timed(dist.barrier),
+                 "collectives": {}}
+    for op in plan.ops_at(n):
+        out["collectives"][op] = {}
+        for size in plan.coll_sizes:
+            elems = elements(size, n)
+            src = torch.ones(elems)
+            dst = torch.zeros({"fcollect": n * elems, "reducescatter": elems // n}.get(op, elems))
+            call = {
+                "reduce": lambda: dist.all_reduce(src),  # in place: gloo has no out-of-place all-reduce
+                "reducescatter": lambda: reduce_scatter(dst, src),
+                "fcollect": lambda: all_gather(dst, src),
+                "alltoall": lambda: dist.all_to_all_single(dst, src),
+                "broadcast": lambda: dist.broadcast(src, 0),
+            }[op]
+            out["collectives"][op][size] = timed(call)
+    dist.destroy_process_group()
+    if me == 0:
+        with open(out_path, "w") as f:
+            json.dump(out, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:3]))

@@ -1,0 +1,195 @@
+"""One job of `unishmem bench` on the host backend, started by the bench as
+`unishmem run -n N python -m unishmem.bench.host_worker PLAN OUT`. PE 0 writes the figures to OUT.
+
+Figures from Python go through the public Runtime API (what users call); the references and the
+C++ loops come from the benchmark helpers in csrc/host/bench.cpp (`_host.bench_*`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import torch
+
+import unishmem
+from unishmem import CMP, _host
+
+from .plan import Plan, elements, ref_key
+from .timing import best_of, iterations, measure
+
+PAYLOAD = 8  # bytes carried by each signal ping-pong message
+CPP_MAX_ITERS = 10**7  # C++ loops are bounded by the time budget, not by this
+
+
+class HostBench:
+    def __init__(self, rt, plan: Plan):
+        self.rt, self.plan = rt, plan
+        self.me, self.n = rt.my_pe, rt.n_pes
+        self._max = rt.zeros(1, dtype=torch.float64)
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def agree_max(self, x: float) -> float:
+        self._max[0] = x
+        self.rt.reduce(self._max, self._max, "max")
+        return float(self._max[0])
+
+    def measure(self, op) -> float:
+        p = self.plan
+        return measure(op, self.rt.barrier_all, self.agree_max, budget_s=p.budget_s, reps=p.reps,
+                       max_iters=p.max_iters)["seconds"]
+
+    def cpp_loop(self, run, max_iters: int, reps: int = 0) -> float:
+        """Time a C++ loop `run(iters) -> seconds` (at most `max_iters` per run), as measure()
+        times Python calls: the best of the plan's repetitions, each the slowest PE's."""
+        p = self.plan
+
+        def synced(k: int) -> float:
+            self.rt.barrier_all()
+            return run(k)
+        synced(1)  # warm-up
+        iters = iterations(synced, self.agree_max, p.budget_s, p.reps, max_iters)
+        return best_of(lambda: synced(iters) / iters, self.agree_max, reps or p.reps)
+
+    # ---- references ---------------------------------------------------------------------------
+
+    def memcpy(self, size: int, copiers: int, piece: int = 0) -> float:
+        """Seconds per copy of `size` bytes between two private buffers (in memcpy calls of `piece`
+        bytes), on PEs 0..copiers-1 at once (1: the put/get reference; min(n, cores): the bounds')."""
+        active = self.me < copiers
+        if active:
+            src, dst = torch.ones(size, dtype=torch.uint8), torch.zeros(size, dtype=torch.uint8)
+            s, d = src.data_ptr(), dst.data_ptr()
+        return self.cpp_loop(lambda k: _host.bench_memcpy(d, s, size, k, piece) if active else 0.0, CPP_MAX_ITERS)
+
+    # ---- point to point (2 PEs) --------------------------------------------------------------
+
+    def put_get(self) -> dict:
+        rt, out = self.rt, {"memcpy": {}, "put": {}, "get": {}}
+        for size in self.plan.p2p_sizes:
+            out["memcpy"][size] = self.memcpy(size, copiers=1)  # the reference, right before its figures
+            sym = rt.empty(size, dtype=torch.uint8)
+            sym.fill_(1)  # every PE touches its own pages
+            local = torch.ones(size, dtype=torch.uint8)
+            rt.barrier_all()
+            noop = lambda: None  # noqa: E731
+            out["put"][size] = self.measure((lambda: rt.put(sym, local, 1)) if self.me == 0 else noop)
+            out["get"][size] = self.measure((lambda: rt.get(local, sym, 1)) if self.me == 0 else noop)
+            rt.free(sym)
+        return out
+
+    def pingpong(self) -> dict:
+        rt, me = self.rt, self.me
+        peer, first = 1 - me, me == 0
+        p = self.plan
+        words = rt.signals(1)
+        mine = words.data_ptr()
+        theirs = rt._native.peer_ptr(mine, peer)
+        start = [0]
+
+        def raw(k):
+            dt = _host.bench_raw_pingpong(mine, theirs, k, first, start[0], 60.0)
+            start[0] += 2 * k
+            return dt
+        reps = max(5, p.reps)  # latencies: more, shorter runs find the quiet moments of a shared machine
+        raw_s = self.cpp_loop(raw, p.pingpong_iters, reps)
+
+        sig, buf = rt.signals(1), rt.zeros(PAYLOAD, dtype=torch.uint8)
+        src = torch.ones(PAYLOAD, dtype=torch.uint8)
+        addrs = (buf.data_ptr(), src.data_ptr(), PAYLOAD, sig.data_ptr(), peer)
+        start[0] = 0
+
+        def cpp(k):
+            dt = _host.bench_signal_pingpong(rt._native, *addrs, k, first, start[0])
+            start[0] += 2 * k
+            return dt
+        cpp_s = self.cpp_loop(cpp, p.pingpong_iters, reps)
+
+        sig2 = rt.signals(1)
+        count = [0]
+
+        def python(k: int) -> float:
+            base = count[0]
+            count[0] += 2 * k
+            rt.barrier_all()
+            t0 = time.perf_counter()
+            if first:
+                for i in range(base + 1, base + 2 * k, 2):
+                    rt.put_signal(buf, src, sig2, i, peer)
+                    rt.signal_wait_until(sig2, CMP.GE, i + 1)
+            else:
+                for i in range(base + 1, base + 2 * k, 2):
+                    rt.signal_wait_until(sig2, CMP.GE, i)
+                    rt.put_signal(buf, src, sig2, i + 1, peer)
+            return time.perf_counter() - t0
+        python(1)  # warm-up
+        iters = iterations(python, self.agree_max, p.budget_s, reps, p.py_pingpong_iters)
+        py_s = best_of(lambda: python(iters) / iters, self.agree_max, reps)
+        for t in (words, sig, buf, sig2):
+            rt.free(t)
+        return {"raw_atomic": raw_s, "cpp_signal": cpp_s, "python_signal": py_s, "payload_bytes": PAYLOAD}
+
+    # ---- synchronisation and collectives -------------------------------------------------------
+
+    def barrier(self) -> dict:
+        native = self.rt._native
+        return {"python": self.measure(self.rt.barrier_all),
+                "cpp": self.cpp_loop(lambda k: _host.bench_barrier(native, 0, k), CPP_MAX_ITERS)}
+
+    def collective(self, op: str, size: int) -> float:
+        rt, n, elems = self.rt, self.n, elements(size, self.n)
+        src = rt.full(elems, 1.0)
+        dst_elems = {"fcollect": n * elems, "reducescatter": elems // n}.get(op, elems)
+        dst = rt.zeros(dst_elems)
+        call = {
+            "reduce": lambda: rt.reduce(dst, src, "sum"),
+            "reducescatter": lambda: rt.reducescatter(dst, src, "sum"),
+            "fcollect": lambda: rt.fcollect(dst, src),
+            "alltoall": lambda: rt.alltoall(dst, src),
+            "broadcast": lambda: rt.broadcast(dst, src, 0),
+        }[op]
+        seconds = self.measure(call)
+        rt.free(dst)
+        rt.free(src)
+        return seconds
+
+    def run(self) -> dict:
+        p, n = self.plan, self.n
+        out: dict = {"pes": n}
+        if n == 2:
+            out.update(self.put_get())
+            out["pingpong"] = self.pingpong()
+        if n in p.all_pes():
+            out["cores"] = cores = len(os.sched_getaffinity(0))
+            out["barrier"] = self.barrier()
+            fastest: dict[str, float] = {}  # "bytes/piece" -> fastest copy seen (the bounds' B)
+            out["collectives"] = {op: {} for op in p.ops_at(n)}
+            for size in p.coll_sizes:
+                for c, piece in p.memcpy_refs(n, size):  # the references, right before their figures
+                    key = ref_key((c, piece))
+                    fastest[key] = min(fastest.get(key, float("inf")), self.memcpy(c, min(n, cores), piece))
+                for op in p.ops_at(n):
+                    out["collectives"][op][size] = self.collective(op, size)
+            out["memcpy_all"] = fastest
+        return out
+
+
+def main(plan_path: str, out_path: str) -> int:
+    with open(plan_path) as f:
+        plan = Plan.loads(f.read())
+    torch.set_num_threads(1)  # one core's worth per PE, as each MPI rank; idle pool threads would spin
+    rt = unishmem.init(backend="host")
+    bench = HostBench(rt, plan)
+    out = bench.run()
+    rt.free(bench._max)
+    rt.finalize()
+    if rt.my_pe == 0:
+        with open(out_path, "w") as f:
+            json.dump(out, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:3]))
