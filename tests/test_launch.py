@@ -43,6 +43,16 @@ def test_python_dash_m_unishmem_run_and_command_forms():
     ok_lines(proc.stdout, 2, "unishmem run")
 
 
+def test_run_takes_dash_m_and_dash_c_programs():
+    code = ("import unishmem; rt = unishmem.init(heap_size='16M'); "
+            "print(f'OK pe={rt.my_pe} n={rt.n_pes} launcher={rt.launcher}', flush=True); rt.finalize()")
+    proc = launch(["-c", code], 2, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ok_lines(proc.stdout, 2, "unishmem run")
+    proc = launch(["-m", "unishmem", "info"], 1, timeout=120)
+    assert proc.returncode == 0 and "backends:" in proc.stdout, proc.stderr
+
+
 def test_single_process_without_launcher():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UNISHMEM_", "OMPI_", "PMI_", "SLURM_"))}
     proc = subprocess.run([sys.executable, SMOKE], capture_output=True, text=True, timeout=60, env=env)

@@ -105,6 +105,10 @@ class GroupBootstrap(Bootstrap):
         dist.all_gather(parts, mine, group=self._group)
         return [pickle.loads(bytes(p[:int(n.item())].tolist())) for p, n in zip(parts, sizes)]
 
+    def close(self):
+        # Let go of the group: one kept alive past destroy_process_group() aborts the process at exit.
+        self._group = None
+
 
 def _env_int(*names: str) -> int | None:
     for n in names:

@@ -109,6 +109,23 @@ def _bench(parser: argparse.ArgumentParser, args) -> int:
         return 1
 
 
+def _split_program(argv: list[str]) -> list[str]:
+    """`run`'s program starts at the first word after its own options, even when that word looks like an
+    option itself (`-m module`, `-c code`): put a `--` there so argparse takes the rest verbatim."""
+    if not argv or argv[0] != "run":
+        return argv
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if word in ("-n", "--npes", "-np"):
+            i += 2
+        elif word.startswith("--npes=") or word in ("-h", "--help"):
+            i += 1
+        else:
+            return argv[:i] + (["--"] if word != "--" else []) + argv[i:]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="unishmem", description="GPU symmetric memory for Python and Triton")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -130,16 +147,17 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--max-size", type=_size, metavar="SIZE", help="largest message, e.g. 4M (default 256M for "
                                                                       "put/get, 64M for collectives)")
     bench.add_argument("--skip", action="append", choices=("mpi", "gloo"), help="leave out a reference")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_split_program(argv if argv is not None else sys.argv[1:]))
     if args.command == "info":
         return _info()
     if args.command == "bench":
         return _bench(bench, args)
-    if not args.program:
+    if not [w for w in args.program if w != "--"]:
         parser.error("run: give the program to run, e.g. `unishmem run -n 4 prog.py`")
     from .launcher import run as run_job
 
-    return run_job(args.npes, args.program)
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    return run_job(args.npes, program)
 
 
 if __name__ == "__main__":
