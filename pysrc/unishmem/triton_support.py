@@ -76,6 +76,11 @@ class Kernel:
     def __getitem__(self, grid):
         return functools.partial(self.run, grid=grid)
 
+    def __getattr__(self, name):  # everything else is the underlying triton.jit function's
+        if name == "jit_function":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.jit_function, name)
+
     def run(self, *args, grid, **kwargs):
         if interpreting():
             return self._run_interpreted(args, grid, kwargs)
