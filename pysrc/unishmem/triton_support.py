@@ -25,7 +25,6 @@ def interpreting() -> bool:
 def extern_libs(backend: str, arch) -> dict[str, str]:
     """extern_libs for a Triton compile target ('cuda', 90) or ('hip', 'gfx942')."""
     from .language._vendor import EXTERN_LIB_KEY, VENDOR_OF_BACKEND
-
     from .vendor_libs import nvshmem_bitcode, rocshmem_bitcode
 
     vendor = VENDOR_OF_BACKEND[backend]
