@@ -35,13 +35,12 @@ def extern_libs(backend: str, arch) -> dict[str, str]:
 def _runtime_target(rt) -> tuple[str, object]:
     import torch
 
-    if rt.backend not in ("nvshmem", "rocshmem"):
+    from .language._vendor import DEVICE_TARGET
+
+    if rt.backend not in DEVICE_TARGET:
         raise UnishmemError(f"compiled Triton kernels need a GPU backend, and this runtime's is {rt.backend!r}; "
                             "run with TRITON_INTERPRET=1 to execute them on the host backend")
-    props = torch.cuda.get_device_properties(rt.device)
-    if rt.backend == "rocshmem":
-        return "hip", props.gcnArchName
-    return "cuda", props.major * 10 + props.minor
+    return DEVICE_TARGET[rt.backend](torch.cuda.get_device_properties(rt.device))
 
 
 def _on_kernel_load(module, function, name, metadata_group, hash, **_):

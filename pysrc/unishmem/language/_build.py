@@ -16,7 +16,7 @@ import triton.language as tl
 
 from . import _host
 from ._table import ATOMICS, DeviceFn, Missing, Sym
-from ._vendor import (CMP_VALUES, SCOPES, SIGNAL_VALUES, TYPE_TABLES, VENDOR_OF_BACKEND, WARP_SIZE)
+from ._vendor import (CMP_VALUES, SCOPES, SIGNAL_VALUES, THREAD_ID, TYPE_TABLES, VENDOR_OF_BACKEND, WARP_SIZE)
 
 REDUCE_OPS = ("sum", "min", "max", "prod")
 SIGNAL_NAMES = {0: "set", 1: "add"}
@@ -92,12 +92,11 @@ def _call(semantic, symbol: str, args: list, ret: tl.dtype, pure: bool = False):
 
 
 def _thread_id(semantic, vendor: str):
-    if vendor == "nvshmem":
-        return tl.core.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r", [], dtype=tl.int32, is_pure=True,
-                                              pack=1, _semantic=semantic)
-    # HIP: the OpenCL kernel library Triton links for AMD targets provides the work-item id.
-    local = _call(semantic, "__ockl_get_local_id", [semantic.to_tensor(0)], tl.int64, pure=True)
-    return semantic.cast(local, tl.int32)
+    how, what = THREAD_ID[vendor]
+    if how == "asm":
+        return tl.core.inline_asm_elementwise(what, "=r", [], dtype=tl.int32, is_pure=True, pack=1,
+                                              _semantic=semantic)
+    return semantic.cast(_call(semantic, what, [semantic.to_tensor(0)], tl.int64, pure=True), tl.int32)
 
 
 def _issue(semantic, vendor: str, issue: str, emit):
@@ -160,7 +159,12 @@ def _compiled(fn: DeviceFn, args: dict, semantic):
         return _call(semantic, _symbol(fn, s, vendor, args, elem), ext, ret)
 
     out = []
-    _issue(semantic, vendor, fn.issue, lambda: out.append(call(sym) if sym.then is None else (call(sym), call(sym.then))[1]))
+
+    def emit():
+        value = call(sym)
+        out.append(value if sym.then is None else call(sym.then))  # `then` gives the result (rocSHMEM waits)
+
+    _issue(semantic, vendor, fn.issue, emit)
     if fn.result is None or not out:
         return None
     value = out[0]
