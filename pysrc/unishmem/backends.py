@@ -198,11 +198,7 @@ def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
                f"{name}_library": str(inst.library or inst.prefix)}
     props = torch.cuda.get_device_properties(dev)
     try:
-        if name == "nvshmem":
-            bitcode = vendor_libs.nvshmem_bitcode((props.major, props.minor))
-        else:
-            bitcode = vendor_libs.rocshmem_bitcode(props.gcnArchName)
-        version[f"{name}_bitcode"] = str(bitcode)
+        version[f"{name}_bitcode"] = str(vendor_libs.bitcode(name, vendor_libs.DEVICE_ARCH[name](props)))
     except BackendUnavailable as e:  # host-initiated operations work without it; kernels will not
         warnings.warn(f"PE {boot.rank}: {e}; Triton kernels calling {library} cannot be linked", UnishmemWarning)
         version[f"{name}_bitcode"] = None

@@ -25,22 +25,23 @@ def interpreting() -> bool:
 def extern_libs(backend: str, arch) -> dict[str, str]:
     """extern_libs for a Triton compile target ('cuda', 90) or ('hip', 'gfx942')."""
     from .language._vendor import EXTERN_LIB_KEY, VENDOR_OF_BACKEND
-    from .vendor_libs import nvshmem_bitcode, rocshmem_bitcode
+    from .vendor_libs import bitcode
 
     vendor = VENDOR_OF_BACKEND[backend]
-    path = nvshmem_bitcode(divmod(int(arch), 10)) if vendor == "nvshmem" else rocshmem_bitcode(str(arch))
-    return {EXTERN_LIB_KEY[vendor]: str(path)}
+    return {EXTERN_LIB_KEY[vendor]: str(bitcode(vendor, arch))}
 
 
 def _runtime_target(rt) -> tuple[str, object]:
     import torch
 
-    from .language._vendor import DEVICE_TARGET
+    from .language._vendor import VENDOR_OF_BACKEND
+    from .vendor_libs import DEVICE_ARCH
 
-    if rt.backend not in DEVICE_TARGET:
+    if rt.backend not in DEVICE_ARCH:
         raise UnishmemError(f"compiled Triton kernels need a GPU backend, and this runtime's is {rt.backend!r}; "
                             "run with TRITON_INTERPRET=1 to execute them on the host backend")
-    return DEVICE_TARGET[rt.backend](torch.cuda.get_device_properties(rt.device))
+    backend = next(b for b, v in VENDOR_OF_BACKEND.items() if v == rt.backend)
+    return backend, DEVICE_ARCH[rt.backend](torch.cuda.get_device_properties(rt.device))
 
 
 def _on_kernel_load(module, function, name, metadata_group, hash, **_):

@@ -209,3 +209,21 @@ def rocshmem_bitcode(gcn_arch_name: str) -> Path:
         raise BackendUnavailable(f"rocSHMEM: no device bitcode for {arch} (found {sorted(inst.bitcode) or 'none'}; "
                                  "set ROCSHMEM_LIB_DIR or ROCM_PATH)")
     return inst.bitcode[arch]
+
+
+# ---- one mapping for both vendors ---------------------------------------------------------------
+
+# A device's architecture as the bitcode names it, from torch's device properties.
+DEVICE_ARCH = {
+    "nvshmem": lambda props: props.major * 10 + props.minor,   # compute capability, e.g. 90
+    "rocshmem": lambda props: props.gcnArchName,               # e.g. 'gfx942:sramecc+:xnack-'
+}
+_BITCODE = {
+    "nvshmem": lambda arch: nvshmem_bitcode(divmod(int(arch), 10)),
+    "rocshmem": lambda arch: rocshmem_bitcode(str(arch)),
+}
+
+
+def bitcode(vendor: str, arch) -> Path:
+    """The device bitcode of `vendor` ('nvshmem' or 'rocshmem') for `arch` (90, or 'gfx942')."""
+    return _BITCODE[vendor](arch)

@@ -47,11 +47,6 @@ WARP_SIZE = {"nvshmem": 32, "rocshmem": 64}
 # OpenCL kernel library that Triton links for AMD targets.
 THREAD_ID = {"nvshmem": ("asm", "mov.u32 $0, %tid.x;"), "rocshmem": ("extern", "__ockl_get_local_id")}
 
-# The Triton compile target of a runtime's device, from torch's device properties.
-DEVICE_TARGET = {
-    "nvshmem": lambda props: ("cuda", props.major * 10 + props.minor),
-    "rocshmem": lambda props: ("hip", props.gcnArchName),
-}
 
 # Key under which Triton's extern_libs names the bitcode. Triton's AMD backend links a library
 # only when an undefined function's name contains the key, hence "rocshmem".
