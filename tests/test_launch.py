@@ -53,6 +53,21 @@ def test_run_takes_dash_m_and_dash_c_programs():
     assert proc.returncode == 0 and "backends:" in proc.stdout, proc.stderr
 
 
+def test_lines_of_different_pes_never_run_into_each_other():
+    # Unbuffered, print writes its text and its newline separately; the launcher must still pass on whole lines.
+    code = ("import sys, unishmem\n"
+            "rt = unishmem.init(heap_size='16M'); pe = rt.my_pe; rt.barrier_all()  # all PEs write at once\n"
+            "for i in range(2000):\n"
+            "    print(f'pe={pe} line={i} ', end=''); print('end')\n"
+            "    print(f'err pe={pe} line={i}', file=sys.stderr)\n"
+            "rt.finalize()\n")
+    proc = launch(["-c", code], 4, timeout=120, env={"PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stderr
+    out, err = proc.stdout.splitlines(), proc.stderr.splitlines()
+    assert sorted(out) == sorted(f"pe={pe} line={i} end" for pe in range(4) for i in range(2000)), out[:20]
+    assert sorted(err) == sorted(f"err pe={pe} line={i}" for pe in range(4) for i in range(2000)), err[:20]
+
+
 def test_single_process_without_launcher():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UNISHMEM_", "OMPI_", "PMI_", "SLURM_"))}
     proc = subprocess.run([sys.executable, SMOKE], capture_output=True, text=True, timeout=60, env=env)

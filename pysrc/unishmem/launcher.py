@@ -3,6 +3,9 @@
 The launcher serves the rendezvous store on loopback (guarded by a per-job secret), starts each
 PE in its own process group (so Ctrl-C reaches the launcher once, and it forwards it), reports the
 first PE that fails, and removes the job's shared-memory segments whatever happened.
+
+PEs write into pipes that the launcher copies out a whole line at a time, so the lines of different
+PEs never run into each other (an unbuffered `print` writes its text and its newline separately).
 """
 from __future__ import annotations
 
@@ -14,10 +17,13 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 GRACE_S = 15.0  # after a PE fails: time for the others to notice (PeerFailure) and exit on their own
 TERM_S = 3.0    # after SIGINT/SIGTERM, before SIGKILL
+LINE_MAX = 1 << 16  # a longer run of output without a line end is passed on as it is
+_output_lock = threading.Lock()
 
 
 def _child_setup():
@@ -58,6 +64,49 @@ class _Stop(Exception):
     pass
 
 
+def _copy_lines(pipe: int, out) -> None:
+    """Copy a PE's pipe to `out` (a binary stream), whole lines (ended by \\n or \\r) in one write."""
+    pending = b""
+    while chunk := os.read(pipe, LINE_MAX):
+        pending += chunk
+        end = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1
+        if end == 0 and len(pending) >= LINE_MAX:
+            end = len(pending)
+        if end:
+            _write(out, pending[:end])
+            pending = pending[end:]
+    if pending:
+        _write(out, pending)
+    os.close(pipe)
+
+
+def _write(out, data: bytes) -> None:
+    with _output_lock:
+        try:
+            out.write(data)
+            out.flush()
+        except (BrokenPipeError, ValueError):  # our reader went away: keep draining the PEs regardless
+            pass
+
+
+def _say(message: str) -> None:
+    _write(sys.stderr.buffer, f"unishmem run: {message}\n".encode())
+
+
+def _start(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, list[threading.Thread]]:
+    """Start one PE with its stdout and stderr on pipes; returns it and the (unstarted) threads that copy them.
+
+    Start the threads only once every PE runs: forking while threads run is not safe with preexec_fn."""
+    pipes = [os.pipe(), os.pipe()]
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=_child_setup,  # noqa: PLW1509 (no copier runs yet)
+                            stdout=pipes[0][1], stderr=pipes[1][1])
+    copiers = []
+    for (read_end, write_end), out in zip(pipes, (sys.stdout.buffer, sys.stderr.buffer)):
+        os.close(write_end)
+        copiers.append(threading.Thread(target=_copy_lines, args=(read_end, out), daemon=True))
+    return proc, copiers
+
+
 def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int:
     """Run `argv` as n PEs; returns the job's exit status (0, the first failure's, or 130 on Ctrl-C)."""
     from torch.distributed import TCPStore
@@ -71,10 +120,12 @@ def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int
                      timeout=datetime.timedelta(seconds=60))
     store.set(f"unishmem/{secret}/ok", "1")
     base_env = dict(os.environ, **(extra_env or {}))
+    base_env.setdefault("PYTHONUNBUFFERED", "1")  # through the pipes, output still arrives as it is written
     base_env.update(UNISHMEM_STORE=f"127.0.0.1:{store.port}", UNISHMEM_SECRET=secret, UNISHMEM_JOB_TOKEN=token,
                     UNISHMEM_WORLD_SIZE=str(n), UNISHMEM_LOCAL_WORLD_SIZE=str(n))
     cmd = _command(argv)
     procs: list[subprocess.Popen] = []
+    copiers: list[list[threading.Thread]] = []
 
     def on_term(signum, frame):
         raise _Stop()
@@ -84,20 +135,33 @@ def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int
     try:
         for rank in range(n):
             env = dict(base_env, UNISHMEM_RANK=str(rank), UNISHMEM_LOCAL_RANK=str(rank))
-            procs.append(subprocess.Popen(cmd, env=env, preexec_fn=_child_setup))
-        status = _watch(procs)
+            proc, proc_copiers = _start(cmd, env)
+            procs.append(proc)
+            copiers.append(proc_copiers)
+        for copier in (c for rank_copiers in copiers for c in rank_copiers):
+            copier.start()
+        status = _watch(procs, copiers)
     except (KeyboardInterrupt, _Stop):
-        print(f"unishmem run: interrupted; stopping {n} PE(s)", file=sys.stderr, flush=True)
+        _say(f"interrupted; stopping {n} PE(s)")
         _stop(procs, signal.SIGINT)
         status = 130
     finally:
         _stop(procs, signal.SIGKILL, wait=0)
+        for rank_copiers in copiers:
+            _drain(rank_copiers)
         signal.signal(signal.SIGTERM, old_term)
         remove_segments(token)
     return status
 
 
-def _watch(procs: list[subprocess.Popen]) -> int:
+def _drain(copiers: list[threading.Thread]) -> None:
+    """Let an exited PE's last output through; its own children may hold the pipes open, so not forever."""
+    for copier in copiers:
+        if copier.is_alive():
+            copier.join(timeout=1.0)
+
+
+def _watch(procs: list[subprocess.Popen], copiers: list[list[threading.Thread]]) -> int:
     first_failure = None
     deadline = None
     while True:
@@ -106,15 +170,14 @@ def _watch(procs: list[subprocess.Popen]) -> int:
             for rank, p in enumerate(procs):
                 if p.returncode not in (None, 0):
                     first_failure = p.returncode
-                    print(f"unishmem run: PE {rank} (pid {p.pid}) {_describe(p.returncode)}", file=sys.stderr,
-                          flush=True)
+                    _drain(copiers[rank])  # its traceback before our verdict
+                    _say(f"PE {rank} (pid {p.pid}) {_describe(p.returncode)}")
                     deadline = time.monotonic() + GRACE_S
                     break
         if not running:
             break
         if deadline is not None and time.monotonic() > deadline:
-            print(f"unishmem run: {len(running)} PE(s) still running {GRACE_S:.0f} s after the failure; "
-                  "stopping them", file=sys.stderr, flush=True)
+            _say(f"{len(running)} PE(s) still running {GRACE_S:.0f} s after the failure; stopping them")
             _stop(running, signal.SIGTERM)
             break
         time.sleep(0.02)
