@@ -362,7 +362,8 @@ class Runtime:
 
     @staticmethod
     def _same_kind(dest, source, what: str, dest_elems: int | None = None):
-        """dest and source agree in dtype, and dest has `dest_elems` elements (default: as many as source)."""
+        """dest and source agree in dtype, and dest has `dest_elems` elements (default: as many as source).
+        Hot paths call it only once equal byte counts and dtypes have failed to show that, for its message."""
         if dest.dtype != source.dtype:
             raise TypeError(f"{what}: dest is {dest.dtype} but source is {source.dtype}")
         expected = source.numel() if dest_elems is None else dest_elems
@@ -376,24 +377,27 @@ class Runtime:
         """Copy local `source` into PE `pe`'s `dest` (symmetric)."""
         self._check_active()
         d, n = self._symmetric(dest, "dest")
-        s, _ = self._local(source, "source")
-        self._same_kind(dest, source, "put")
+        s, m = self._local(source, "source")
+        if n != m or dest.dtype != source.dtype:
+            self._same_kind(dest, source, "put")
         self._native.put(d, s, n, _check_pe(pe, self.n_pes), self._stream_of(stream))
 
     def get(self, dest, source, pe: int, stream=None) -> None:
         """Copy PE `pe`'s `source` (symmetric) into local `dest`."""
         self._check_active()
         d, n = self._local(dest, "dest")
-        s, _ = self._symmetric(source, "source")
-        self._same_kind(dest, source, "get")
+        s, m = self._symmetric(source, "source")
+        if n != m or dest.dtype != source.dtype:
+            self._same_kind(dest, source, "get")
         self._native.get(d, s, n, _check_pe(pe, self.n_pes), self._stream_of(stream))
 
     def put_signal(self, dest, source, signal, value: int, pe: int, op=SIGNAL.SET, stream=None) -> None:
         """put, then update PE `pe`'s `signal` once the data has arrived."""
         self._check_active()
         d, n = self._symmetric(dest, "dest")
-        s, _ = self._local(source, "source")
-        self._same_kind(dest, source, "put_signal")
+        s, m = self._local(source, "source")
+        if n != m or dest.dtype != source.dtype:
+            self._same_kind(dest, source, "put_signal")
         self._native.put_signal(d, s, n, self._signal(signal), _bits(value, torch.uint64, "value"),
                                 _signal_code(op), _check_pe(pe, self.n_pes), self._stream_of(stream))
 
