@@ -499,11 +499,18 @@ class Runtime:
             raise e
         run(team._slot, *args)
 
+    # barrier_all and sync_all on the default stream have nothing to check: they skip _collective's
+    # machinery, which costs more than the host barrier itself (about 0.3 us of 0.57 us at 2 PEs).
+
     def barrier_all(self, stream=None) -> None:
-        self.barrier(None, stream)
+        if stream is not None or self._finalized:
+            return self.barrier(None, stream)
+        self._native.barrier(self.team_world._slot, self._stream_of(None))
 
     def sync_all(self, stream=None) -> None:
-        self.sync(None, stream)
+        if stream is not None or self._finalized:
+            return self.sync(None, stream)
+        self._native.sync(self.team_world._slot, self._stream_of(None))
 
     def barrier(self, team=None, stream=None) -> None:
         """Complete this PE's outstanding puts, then wait for every member of `team`."""
