@@ -1,6 +1,7 @@
 """Launchers and failure behaviour: unishmem run, mpirun, torchrun, srun-style environments, a dead PE,
 Ctrl-C, stalls, and shared-memory segments that must never outlive their job."""
 import glob
+import io
 import os
 import re
 import shutil
@@ -8,6 +9,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -66,6 +68,33 @@ def test_lines_of_different_pes_never_run_into_each_other():
     out, err = proc.stdout.splitlines(), proc.stderr.splitlines()
     assert sorted(out) == sorted(f"pe={pe} line={i} end" for pe in range(4) for i in range(2000)), out[:20]
     assert sorted(err) == sorted(f"err pe={pe} line={i}" for pe in range(4) for i in range(2000)), err[:20]
+
+
+def test_output_copier_passes_whole_lines_and_long_runs_without_line_end():
+    from unishmem.launcher import LINE_MAX, _copy_lines
+
+    class Recorder(io.BytesIO):
+        def __init__(self):
+            super().__init__()
+            self.writes = []
+
+        def write(self, data):
+            self.writes.append(bytes(data))
+            return super().write(data)
+
+    read_end, write_end = os.pipe()
+    out = Recorder()
+    copier = threading.Thread(target=_copy_lines, args=(read_end, out))
+    copier.start()
+    long_run = b"x" * (LINE_MAX + 10)
+    for piece in (b"half ", b"a line\n", b"progress 1\r", b"progress 2\r", long_run, b"\n", b"no end"):
+        os.write(write_end, piece)
+        time.sleep(0.01)  # each piece arrives on its own
+    os.close(write_end)
+    copier.join(timeout=10)
+    assert out.getvalue() == b"half a line\nprogress 1\rprogress 2\r" + long_run + b"\nno end"
+    # Nothing is passed on in the middle of a line, except a run too long to hold.
+    assert all(w.endswith((b"\n", b"\r")) or w == b"no end" or len(w) >= LINE_MAX for w in out.writes), out.writes
 
 
 def test_single_process_without_launcher():
