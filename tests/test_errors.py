@@ -103,6 +103,14 @@ def test_mismatched_collectives_raise_on_every_pe(rt):
     for op in ("mean", "avg"):
         raises(ValueError, f"op='{op}' is not one of sum, min, max, prod", rt.reduce, src, src, op)
     raises(ValueError, "dest and source overlap", rt.fcollect, dst, dst[:8])
+    big = rt.zeros(16, dtype=torch.float32)
+    raises(ValueError, "reduce: dest and source overlap", rt.reduce, big[:8], big[4:12])
+    raises(ValueError, "broadcast: dest and source overlap", rt.broadcast, big[:8], big[1:9], 0)
+    raises(ValueError, "reducescatter: dest and source overlap", rt.reducescatter, big[:16 // rt.n_pes], big)
+    big.fill_(rt.my_pe + 1)
+    rt.broadcast(big, big, 0)  # in place: the root's data everywhere
+    assert big.tolist() == [1.0] * 16
+    rt.free(big)
     raises(ValueError, "root=9 is out of range", rt.broadcast, src, src, 9)
     for t in (src, dst, small):
         rt.free(t)

@@ -520,18 +520,20 @@ class Runtime:
         """Wait for every member of `team` (no completion of outstanding puts)."""
         self._collective(team, lambda t: (self._stream_of(stream),), self._native.sync)
 
-    def _pair(self, dest, source, what: str, dest_elems: int | None = None, overlap_ok: bool = False):
+    def _pair(self, dest, source, what: str, dest_elems: int | None = None, in_place_ok: bool = False):
+        """Check a collective's symmetric dest and source; `in_place_ok`: dest may be source."""
         d, dn = self._symmetric(dest, "dest")
         s, sn = self._symmetric(source, "source")
-        self._same_kind(dest, source, what, dest_elems)
-        if not overlap_ok and d < s + sn and s < d + dn:
+        if dest.dtype != source.dtype or dn != (sn if dest_elems is None else dest_elems * source.element_size()):
+            self._same_kind(dest, source, what, dest_elems)
+        if d < s + sn and s < d + dn and not (in_place_ok and d == s):
             raise ValueError(f"{what}: dest and source overlap")
         return d, s, sn
 
     def broadcast(self, dest, source, root: int, team=None, stream=None) -> None:
         """Copy `source` of the team's PE `root` into every member's `dest`."""
         def check(t):
-            d, s, n = self._pair(dest, source, "broadcast", overlap_ok=_address(dest) == _address(source))
+            d, s, n = self._pair(dest, source, "broadcast", in_place_ok=True)
             return d, s, n, _check_pe(root, t.n_pes, "root"), self._stream_of(stream)
         self._collective(team, check, self._native.broadcast)
 
@@ -562,7 +564,7 @@ class Runtime:
                 raise ValueError(f"reducescatter: {source.numel()} elements do not split into {t.n_pes} blocks")
             scatter = what == "reducescatter"
             d, s, _ = self._pair(dest, source, what, source.numel() // t.n_pes if scatter else None,
-                                 overlap_ok=not scatter and _address(dest) == _address(source))
+                                 in_place_ok=not scatter)
             return d, s, dest.numel(), DTYPE_CODES[source.dtype], REDUCE_OPS[op], self._stream_of(stream)
         return check
 
