@@ -22,6 +22,7 @@ import time
 
 GRACE_S = 15.0  # after a PE fails: time for the others to notice (PeerFailure) and exit on their own
 TERM_S = 3.0    # after SIGINT/SIGTERM, before SIGKILL
+DRAIN_S = 10.0  # at the end, for the PEs' last output to be taken
 LINE_MAX = 1 << 16  # a longer run of output without a line end is passed on as it is
 _output_lock = threading.Lock()
 
@@ -147,18 +148,19 @@ def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int
         status = 130
     finally:
         _stop(procs, signal.SIGKILL, wait=0)
-        for rank_copiers in copiers:
-            _drain(rank_copiers)
+        _drain([c for rank_copiers in copiers for c in rank_copiers], DRAIN_S)
         signal.signal(signal.SIGTERM, old_term)
         remove_segments(token)
     return status
 
 
-def _drain(copiers: list[threading.Thread]) -> None:
-    """Let an exited PE's last output through; its own children may hold the pipes open, so not forever."""
+def _drain(copiers: list[threading.Thread], seconds: float) -> None:
+    """Let exited PEs' last output through (a slow reader may still be taking it); a PE's own children
+    may hold its pipes open, so wait at most `seconds` in all."""
+    end = time.monotonic() + seconds
     for copier in copiers:
         if copier.is_alive():
-            copier.join(timeout=1.0)
+            copier.join(timeout=max(0.0, end - time.monotonic()))
 
 
 def _watch(procs: list[subprocess.Popen], copiers: list[list[threading.Thread]]) -> int:
@@ -170,7 +172,7 @@ def _watch(procs: list[subprocess.Popen], copiers: list[list[threading.Thread]])
             for rank, p in enumerate(procs):
                 if p.returncode not in (None, 0):
                     first_failure = p.returncode
-                    _drain(copiers[rank])  # its traceback before our verdict
+                    _drain(copiers[rank], 1.0)  # its traceback before our verdict
                     _say(f"PE {rank} (pid {p.pid}) {_describe(p.returncode)}")
                     deadline = time.monotonic() + GRACE_S
                     break
