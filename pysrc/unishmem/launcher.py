@@ -86,7 +86,7 @@ def _write(out, data: bytes) -> None:
         try:
             out.write(data)
             out.flush()
-        except (BrokenPipeError, ValueError):  # our reader went away: keep draining the PEs regardless
+        except (OSError, ValueError):  # our reader went away (or the terminal): keep draining, or the PE blocks
             pass
 
 
