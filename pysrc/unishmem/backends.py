@@ -10,6 +10,7 @@ from typing import Callable
 
 import torch
 
+from . import vendor_libs
 from .bootstrap import Bootstrap, hostname
 from .errors import BackendUnavailable, SymmetryError, UnishmemError
 
@@ -41,8 +42,8 @@ def choose(name: str) -> str:
     """Resolve 'auto': a vendor backend where its device and library are present, else host."""
     if name != "auto":
         return name
-    if torch.cuda.is_available():
-        vendor = "rocshmem" if torch.version.hip else "nvshmem"
+    vendor = next((n for n, v in _VENDOR.items() if v.build == torch_build()), None)
+    if vendor is not None and torch.cuda.is_available():
         try:
             _load_vendor_module(vendor)
             return vendor
@@ -102,32 +103,55 @@ def open_host(boot: Bootstrap, heap_size: int, device) -> Opened:
 # ---- vendor backends (NVSHMEM, rocSHMEM) ---------------------------------------------------------
 # Vendor specifics stay here and in csrc/vendor/; the Runtime sees the same Opened as for host.
 
+def _load_nvshmem():
+    # Preloaded from where it was found, so that the extension binds to that copy.
+    inst = vendor_libs.find_nvshmem().require()
+    vendor_libs._load_library(str(inst.library))
+    return inst
+
+
+@dataclass(frozen=True)
+class _Vendor:
+    library: str                 # the library's name, for messages
+    build: str                   # the torch build that runs it: torch.version.<build> is set
+    kind: str                    # its devices, for messages
+    heap_env: str                # the environment variable of the library's own heap size
+    find: Callable               # -> vendor_libs.Install, the library ready to load the extension against
+    own_node_team: bool          # False: the node team is built from consecutive ranks per host
+    single_host_env: tuple = ()  # (variable, value) defaults for a job on one host
+
+
 _VENDOR = {
-    # name: (library, torch build that runs it, device kind, env var of the library's own heap size)
-    "nvshmem": ("NVSHMEM", "cuda", "CUDA", "NVSHMEM_SYMMETRIC_SIZE"),
-    "rocshmem": ("rocSHMEM", "hip", "ROCm", "ROCSHMEM_HEAP_SIZE"),
+    # NVSHMEM's unique-id bootstrap listens on loopback for a one-host job unless told otherwise.
+    "nvshmem": _Vendor("NVSHMEM", "cuda", "CUDA", "NVSHMEM_SYMMETRIC_SIZE", _load_nvshmem, own_node_team=True,
+                       single_host_env=(("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo"),)),
+    # rocSHMEM is linked into the extension statically: nothing to preload.
+    "rocshmem": _Vendor("rocSHMEM", "hip", "ROCm", "ROCSHMEM_HEAP_SIZE", vendor_libs.find_rocshmem,
+                        own_node_team=False),
 }
 _LIBRARY_HEAP_MARGIN = 64 << 20  # the library's own symmetric allocations and unishmem's control buffer
 
 
-def _load_vendor_module(name: str):
-    """Find the library, load it (NVSHMEM's host library is preloaded from where it was found, so the
-    extension binds to that copy), then import the extension."""
-    from . import vendor_libs
+def torch_build() -> str | None:
+    """'cuda' or 'hip' for a GPU build of torch, None for a CPU-only one."""
+    return "hip" if torch.version.hip else "cuda" if torch.version.cuda else None
 
-    if name == "nvshmem":
-        inst = vendor_libs.find_nvshmem().require()
-        vendor_libs._load_library(str(inst.library))
-    else:
-        inst = vendor_libs.find_rocshmem()
+
+def device_kind() -> str:
+    """'CUDA' or 'ROCm': what this torch build calls its devices (CUDA for a CPU-only build, as torch does)."""
+    return next((v.kind for v in _VENDOR.values() if v.build == torch_build()), "CUDA")
+
+
+def _load_vendor_module(name: str):
+    """Find the library and load it, then import the extension."""
+    inst = _VENDOR[name].find()
     return native_module(name), inst
 
 
 def _gpu_device(name: str, boot: Bootstrap, device) -> torch.device:
-    library, build, kind, _ = _VENDOR[name]
-    have = "hip" if torch.version.hip else "cuda" if torch.version.cuda else None
-    if have != build:
-        what = "a CPU-only build" if have is None else f"built for {'ROCm' if have == 'hip' else 'CUDA'}"
+    kind = _VENDOR[name].kind
+    if torch_build() != _VENDOR[name].build:
+        what = "a CPU-only build" if torch_build() is None else f"built for {device_kind()}"
         raise BackendUnavailable(f"the {name} backend needs a {kind} build of torch; torch {torch.__version__} is {what}")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
@@ -155,8 +179,8 @@ def _node_groups(boot: Bootstrap, name: str) -> list[tuple[int, int]]:
             groups[-1] = (groups[-1][0], groups[-1][1] + 1)
         else:
             groups.append((rank, 1))
-    if name == "rocshmem" and len(groups) != len(set(hosts)):
-        raise BackendUnavailable("the rocshmem backend builds its node team from consecutive ranks per host; "
+    if not _VENDOR[name].own_node_team and len(groups) != len(set(hosts)):
+        raise BackendUnavailable(f"the {name} backend builds its node team from consecutive ranks per host; "
                                  f"this job places hosts {hosts} by rank")
     return groups
 
@@ -164,10 +188,10 @@ def _node_groups(boot: Bootstrap, name: str) -> list[tuple[int, int]]:
 def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
     import warnings
 
-    from . import vendor_libs
     from .runtime import UnishmemWarning
 
-    library, _, kind, heap_env = _VENDOR[name]
+    vendor = _VENDOR[name]
+    library, kind, heap_env = vendor.library, vendor.kind, vendor.heap_env
     mod, inst = agree(boot, f"loading {library}", lambda: _load_vendor_module(name))
     dev = agree(boot, f"choosing a {kind} device", lambda: _gpu_device(name, boot, device))
     sizes = boot.allgather(heap_size)
@@ -184,9 +208,9 @@ def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
                                      f"{heap_size} bytes needs; unset it or raise it")
     else:
         os.environ[heap_env] = str(need)
-    if name == "nvshmem" and len(groups) == 1:
-        # One host: the unique-id bootstrap listens on loopback unless told otherwise.
-        os.environ.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
+    if len(groups) == 1:
+        for variable, value in vendor.single_host_env:
+            os.environ.setdefault(variable, value)
     uid = agree(boot, f"making the {library} unique id", lambda: mod.unique_id() if boot.rank == 0 else None)
     uid = boot.broadcast(uid)
     wait_timeout = float(os.environ.get("UNISHMEM_WAIT_TIMEOUT", "300"))

@@ -13,7 +13,7 @@ def _info() -> int:
     import torch
 
     from . import __version__
-    from .backends import NAMES
+    from .backends import NAMES, device_kind
 
     print(f"unishmem {__version__} (python {platform.python_version()}, torch {torch.__version__})")
     print("backends:")
@@ -30,7 +30,7 @@ def _info() -> int:
     print("devices:")
     print(f"  cpu: {os.cpu_count()} cores")
     if torch.cuda.is_available():
-        kind = "ROCm" if torch.version.hip else "CUDA"
+        kind = device_kind()
         for i in range(torch.cuda.device_count()):
             print(f"  {kind} {i}: {torch.cuda.get_device_name(i)}")
     else:
