@@ -78,7 +78,10 @@ def open_host(boot: Bootstrap, heap_size: int, device) -> Opened:
     if len(set(sizes)) > 1:
         raise SymmetryError(f"PEs asked for different heap sizes: {sizes} (by rank)")
     _host = native_module("host")
-    token = os.environ.get("UNISHMEM_JOB_TOKEN") or boot.broadcast(secrets.token_hex(8))
+    # Each init of the job has segments of its own (a re-init must not meet the last one's names); the
+    # launcher removes every segment under its job token.
+    job = os.environ.get("UNISHMEM_JOB_TOKEN") or boot.broadcast(secrets.token_hex(8))
+    token = f"{job}-{boot.init}"
     wait_timeout = float(os.environ.get("UNISHMEM_WAIT_TIMEOUT", "300"))
     stall_warn = float(os.environ.get("UNISHMEM_STALL_WARN", "30"))
     deadlock = float(os.environ.get("UNISHMEM_DEADLOCK_TIMEOUT", "5"))

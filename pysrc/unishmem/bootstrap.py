@@ -1,26 +1,44 @@
-"""Who am I and who are my peers: rank discovery and a small exchange channel used during init.
+"""Who am I and who are my peers: rank discovery, and the all-gather of small values that init needs.
 
-Sources, in order: an explicit torch.distributed group; `unishmem run` (UNISHMEM_* variables and
-the launcher's store); torchrun (its agent's TCPStore); mpirun (Open MPI, MPICH) and srun, which
-give ranks but no channel: rank 0 then opens a TCPStore on loopback and publishes its port and a
-per-job secret in a 0600 file named after the job. Multi-node jobs outside torchrun need
-MASTER_ADDR and MASTER_PORT.
+Sources, in order: an explicit torch.distributed group; `unishmem run` (UNISHMEM_* variables and the
+launcher's rendezvous); torchrun and plain RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; mpirun (Open MPI,
+MPICH) and srun. Outside `unishmem run` and a group, rank 0 serves the rendezvous (rendezvous.py):
+on one host behind a Unix socket whose address and secret it leaves in a 0600 file of this user's
+0700 directory, across hosts on TCP at MASTER_ADDR (see NOTE [rendezvous trust]).
+
+Values cross as JSON (bytes as hex), never pickled. Each init of a process is numbered, and all its
+exchanges carry the number, so an init after a finalize never reads the previous one's values.
 """
 from __future__ import annotations
 
 import abc
-import datetime
+import errno
+import hashlib
+import itertools
+import json
 import os
-import pickle
 import secrets
 import socket
-import tempfile
+import stat
 import time
+import warnings
 from dataclasses import dataclass
 
+from . import rendezvous
 from .errors import UnishmemError
 
-STORE_TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("UNISHMEM_BOOTSTRAP_TIMEOUT", "120")))
+_inits = itertools.count()  # this process's inits; every PE of a job counts the same
+
+
+def bootstrap_timeout() -> float:
+    text = os.environ.get("UNISHMEM_BOOTSTRAP_TIMEOUT", "120")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"UNISHMEM_BOOTSTRAP_TIMEOUT={text!r} is not a positive number of seconds")
+    return value
 
 
 @dataclass
@@ -32,12 +50,31 @@ class Placement:
     launcher: str
 
 
-class Bootstrap(abc.ABC):
-    """A rank's view of the job plus an all-gather of small Python objects."""
+def _encode(obj):
+    if isinstance(obj, bytes):
+        return {"bytes": obj.hex()}
+    if isinstance(obj, (list, tuple)):
+        return [_encode(o) for o in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"the bootstrap exchanges JSON values and bytes, not {type(obj).__name__}")
 
-    def __init__(self, placement: Placement):
+
+def _decode(obj):
+    if isinstance(obj, dict):
+        return bytes.fromhex(obj["bytes"])
+    if isinstance(obj, list):
+        return [_decode(o) for o in obj]
+    return obj
+
+
+class Bootstrap(abc.ABC):
+    """A rank's view of the job plus an all-gather of small values (JSON types and bytes)."""
+
+    def __init__(self, placement: Placement, init: int = 0):
         self.placement = placement
-        self._seq = 0
+        self.init = init  # which of this process's inits: segment names and keys carry it
+        self._step = 0
 
     @property
     def rank(self) -> int:
@@ -48,8 +85,8 @@ class Bootstrap(abc.ABC):
         return self.placement.size
 
     def allgather(self, obj) -> list:
-        self._seq += 1
-        return self._allgather(self._seq, obj)
+        self._step += 1
+        return [_decode(v) for v in self._allgather(self._step, _encode(obj))]
 
     def broadcast(self, obj, root: int = 0):
         return self.allgather(obj if self.rank == root else None)[root]
@@ -58,187 +95,347 @@ class Bootstrap(abc.ABC):
         self.allgather(None)
 
     @abc.abstractmethod
-    def _allgather(self, seq: int, obj) -> list:
-        """Every rank's `obj`, in rank order; `seq` numbers the calls."""
+    def _allgather(self, step: int, value) -> list:
+        """Every rank's JSON `value`, in rank order; `step` numbers the calls."""
 
     def close(self) -> None:
         pass
 
 
-class StoreBootstrap(Bootstrap):
-    def __init__(self, placement: Placement, store, prefix: str):
-        super().__init__(placement)
-        self._store, self._prefix = store, prefix
+class RendezvousBootstrap(Bootstrap):
+    """Gathers through a rendezvous server; rank 0 may be serving it itself (`server`), and may hold
+    a rendezvous file to remove once every rank has connected (`leftover`)."""
 
-    def _allgather(self, seq, obj):
-        key = f"{self._prefix}/{seq}"
-        self._store.set(f"{key}/{self.rank}", pickle.dumps(obj))
-        return [pickle.loads(self._store.get(f"{key}/{r}")) for r in range(self.size)]
+    def __init__(self, placement: Placement, init: int, client: rendezvous.Client,
+                 server: rendezvous.Server | None = None, leftover: str | None = None):
+        super().__init__(placement, init)
+        self._client, self._server, self._leftover = client, server, leftover
+
+    def _allgather(self, step, value):
+        values = self._client.gather(step, value)
+        self._remove_leftover()  # every rank has connected: the file has done its job
+        return values
+
+    def _remove_leftover(self):
+        if self._leftover:
+            _unlink(self._leftover)
+            self._leftover = None
 
     def close(self):
-        self._store = None
+        self._remove_leftover()
+        self._client.close()
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
 
 class GroupBootstrap(Bootstrap):
-    def __init__(self, group):
+    """Over an existing torch.distributed group, whose members this process already trusts."""
+
+    def __init__(self, group, init: int):
         import torch.distributed as dist
 
         rank, size = dist.get_rank(group), dist.get_world_size(group)
         local = int(os.environ.get("LOCAL_RANK", rank)), int(os.environ.get("LOCAL_WORLD_SIZE", size))
-        super().__init__(Placement(rank, size, local[0], local[1], "torch.distributed group"))
+        super().__init__(Placement(rank, size, local[0], local[1], "torch.distributed group"), init)
         self._group = group
 
-    def _allgather(self, seq, obj):
-        # Pickled bytes through tensor all_gathers (all_gather_object would need numpy).
+    def _allgather(self, step, value):
+        # JSON bytes through tensor all_gathers (all_gather_object would unpickle, and needs numpy).
         import torch
         import torch.distributed as dist
 
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(self._group) == "nccl" \
             else torch.device("cpu")
-        payload = pickle.dumps(obj)
+        payload = json.dumps(value).encode()
         sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(self.size)]
         dist.all_gather(sizes, torch.tensor([len(payload)], device=device), group=self._group)
         longest = max(int(s.item()) for s in sizes)
         mine = torch.zeros(longest, dtype=torch.uint8, device=device)
-        mine[:len(payload)] = torch.tensor(list(payload), dtype=torch.uint8)
+        mine[:len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
         parts = [torch.empty(longest, dtype=torch.uint8, device=device) for _ in range(self.size)]
         dist.all_gather(parts, mine, group=self._group)
-        return [pickle.loads(bytes(p[:int(n.item())].tolist())) for p, n in zip(parts, sizes)]
+        return [json.loads(bytes(p[:int(n.item())].tolist())) for p, n in zip(parts, sizes)]
 
     def close(self):
         # Let go of the group: one kept alive past destroy_process_group() aborts the process at exit.
         self._group = None
 
 
-def _env_int(*names: str) -> int | None:
-    for n in names:
-        if n in os.environ:
-            return int(os.environ[n])
-    return None
+class SingleBootstrap(Bootstrap):
+    """A process started on its own is a job of one PE."""
+
+    def __init__(self, init: int = 0):
+        super().__init__(Placement(0, 1, 0, 1, "none (single process)"), init)
+
+    def _allgather(self, step, value):
+        return [value]
 
 
-def _tcp_store(host: str, port: int, is_master: bool):
-    from torch.distributed import TCPStore
+# ---- placements, checked where they come from -------------------------------------------------
 
-    return TCPStore(host, port, is_master=is_master, wait_for_workers=False, timeout=STORE_TIMEOUT)
-
-
-def _from_unishmem_run() -> Bootstrap:
-    p = Placement(int(os.environ["UNISHMEM_RANK"]), int(os.environ["UNISHMEM_WORLD_SIZE"]),
-                  int(os.environ["UNISHMEM_LOCAL_RANK"]), int(os.environ["UNISHMEM_LOCAL_WORLD_SIZE"]),
-                  "unishmem run")
-    host, port = os.environ["UNISHMEM_STORE"].rsplit(":", 1)
-    secret = os.environ["UNISHMEM_SECRET"]
-    store = _tcp_store(host, int(port), False)
-    _check_secret(store, secret)
-    return StoreBootstrap(p, store, f"unishmem/{secret}")
+def _int_var(name: str, default: int | None = None) -> int:
+    text = os.environ.get(name)
+    if text is None:
+        if default is None:
+            raise ValueError(f"{name} is not set")
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not an integer") from None
 
 
-def _check_secret(store, secret: str) -> None:
-    # The launcher sets this key; a store that lacks it belongs to some other job.
-    if not store.check([f"unishmem/{secret}/ok"]):
-        raise UnishmemError("the rendezvous store does not hold this job's secret: it belongs to another job")
+def _placement(rank_var: str, size_var: str, local_rank_var: str, local_size_var: str, launcher: str) -> Placement:
+    size = _int_var(size_var)
+    if size < 1:
+        raise ValueError(f"{size_var}={size} must be at least 1")
+    rank = _int_var(rank_var)
+    if not 0 <= rank < size:
+        raise ValueError(f"{rank_var}={rank} is out of range for {size_var}={size} (0..{size - 1})")
+    text = os.environ.get(local_size_var, "").strip()
+    # Slurm writes "2(x3),1" when tasks per node vary: a job of several hosts, sized below
+    local_size = size if not text or (launcher == "srun" and not text.isdigit()) else _int_var(local_size_var)
+    if not 1 <= local_size <= size:
+        raise ValueError(f"{local_size_var}={local_size} must be between 1 and {size_var}={size}")
+    local_rank = _int_var(local_rank_var, rank % local_size)
+    if not 0 <= local_rank < local_size:
+        raise ValueError(f"{local_rank_var}={local_rank} is out of range for {local_size_var}={local_size}")
+    return Placement(rank, size, local_rank, local_size, launcher)
 
 
-def _from_torchrun() -> Bootstrap:
-    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = _env_int("LOCAL_RANK") or 0, _env_int("LOCAL_WORLD_SIZE") or size
-    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = _tcp_store(host, port, is_master=(rank == 0 and not agent_store))
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "default")
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return StoreBootstrap(Placement(rank, size, local[0], local[1], "torchrun"), store,
-                          f"unishmem/{run_id}/{restart}")
+_MPI_LIKE = (
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+     "mpirun (Open MPI)"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "mpirun (MPICH)"),
+    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "srun"),
+)
 
 
 def _mpi_like_placement() -> Placement | None:
     """Open MPI, MPICH (Hydra) and Slurm say who we are in their environment."""
-    for rank, size, lrank, lsize, name in (
-        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-         "OMPI_COMM_WORLD_LOCAL_SIZE", "mpirun (Open MPI)"),
-        ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "mpirun (MPICH)"),
-        ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "srun"),
-    ):
+    for rank, size, lrank, lsize, name in _MPI_LIKE:
         if rank in os.environ and size in os.environ:
-            n = int(os.environ[size])
-            lr = _env_int(lrank)
-            ls = os.environ.get(lsize, "")
-            return Placement(int(os.environ[rank]), n, lr if lr is not None else int(os.environ[rank]),
-                             int(ls) if ls.isdigit() else n, name)
+            return _placement(rank, size, lrank, lsize, name)
     return None
 
 
-def _job_key(p: Placement) -> str:
+# ---- where the rendezvous is --------------------------------------------------------------------
+
+def _job_secret(multi_host: bool) -> bytes:
+    """UNISHMEM_SECRET where the user gives one; across hosts there is no other way to share one."""
+    text = os.environ.get("UNISHMEM_SECRET")
+    if text:
+        return text.encode()
+    if multi_host:
+        warnings.warn("this multi-host job's rendezvous is not authenticated: anyone who can reach MASTER_ADDR:"
+                      "MASTER_PORT during init can join or disturb it (it can run no code: values are JSON). Set "
+                      "UNISHMEM_SECRET to the same random value on every rank to authenticate it",
+                      rendezvous_warning(), stacklevel=4)
+        return b""
+    return secrets.token_hex(32).encode()
+
+
+def rendezvous_warning():
+    from .runtime import UnishmemWarning
+
+    return UnishmemWarning
+
+
+def _rendezvous_file(job: str, init: int) -> tuple[str, str]:
+    """This job's rendezvous file and socket, named by a hash of what identifies the job and the init."""
+    name = hashlib.sha256(f"{job}|{init}".encode()).hexdigest()[:24]
+    d = rendezvous.private_dir()
+    return os.path.join(d, f"{name}.json"), os.path.join(d, f"{name}.sock")
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale(directory: str) -> None:
+    """Rendezvous files and sockets of rank-0 processes that died before removing them."""
+    for entry in os.scandir(directory):
+        if not entry.name.endswith(".json"):
+            continue
+        try:
+            pid = int(json.loads(_read_private(entry.path))["pid"])
+        except (OSError, ValueError, KeyError, TypeError, UnishmemError):
+            continue
+        if not _pid_alive(pid):
+            _unlink(entry.path)
+            _unlink(entry.path[:-len(".json")] + ".sock")
+
+
+class RefusedFile(rendezvous.RendezvousError):
+    """A rendezvous file that someone else could have written."""
+
+
+def _read_private(path: str) -> str:
+    """A rendezvous file's text, refused unless it is a regular file of this user's that only it can read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise RefusedFile(f"rendezvous file {path} is a symbolic link: refused") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RefusedFile(f"rendezvous file {path} is not a regular file: refused")
+        if st.st_uid != os.getuid():
+            raise RefusedFile(f"rendezvous file {path} belongs to uid {st.st_uid}, not to this user "
+                                             f"(uid {os.getuid()}): refused")
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            raise RefusedFile(f"rendezvous file {path} has mode {stat.S_IMODE(st.st_mode):o}: refused")
+        return os.read(fd, 1 << 16).decode()
+    finally:
+        os.close(fd)
+
+
+def _one_host(p: Placement, job: str, init: int, timeout: float) -> Bootstrap:
+    """Rank 0 serves on a Unix socket and leaves its address and the secret in a private file."""
+    path, sock_path = _rendezvous_file(job, init)
+    if p.rank == 0:
+        _sweep_stale(os.path.dirname(path))
+        _unlink(path)  # same job and init: only a dead earlier try of this very rank 0 can have left it
+        _unlink(sock_path)
+        secret = _job_secret(False)
+        server = rendezvous.Server(f"unix:{sock_path}", secret, p.size, timeout)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"address": server.address, "secret": secret.decode(), "pid": os.getpid()}, f)
+            client = rendezvous.Client(server.address, secret, p.rank, p.size, init, timeout)
+        except BaseException:
+            _unlink(path)
+            server.close()
+            raise
+        return RendezvousBootstrap(p, init, client, server, leftover=path)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            info = json.loads(_read_private(path))
+            if not _pid_alive(int(info["pid"])):
+                raise FileNotFoundError(f"{path} was left by a process that is gone")
+            client = rendezvous.Client(info["address"], info["secret"].encode(), p.rank, p.size, init, timeout,
+                                       connect_timeout=2.0)
+            return RendezvousBootstrap(p, init, client)
+        except RefusedFile:
+            raise
+        except (FileNotFoundError, ValueError, KeyError, rendezvous.RendezvousError) as e:  # not there yet, or stale
+            if time.monotonic() > deadline:
+                raise UnishmemError(f"rank {p.rank}: rank 0 ({p.launcher}) published no rendezvous at {path} within "
+                                    f"{timeout:.0f} s ({e}); if the ranks run on several hosts, set LOCAL_WORLD_SIZE "
+                                    "or MASTER_ADDR and MASTER_PORT") from None
+            time.sleep(0.05)
+
+
+def _routable_address(host: str, port: int) -> str:
+    """This host's address on the route to `host`: the one the other hosts can reach us at."""
+    family, addr = rendezvous._resolve(host, port, "MASTER_ADDR")
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect(addr)  # UDP: picks the route, sends nothing
+        return s.getsockname()[0]
+
+
+def _master() -> tuple[str, int]:
+    host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not host or not port:
+        raise UnishmemError("the ranks of this job run on several hosts: set MASTER_ADDR and MASTER_PORT (reachable "
+                            "from every host) for the rendezvous")
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not 0 < number < 65536:
+        raise ValueError(f"MASTER_PORT={port!r} is not a port number (1..65535)")
+    rendezvous._resolve(host, number, "MASTER_ADDR")  # fail now, not after a connect timeout
+    return host, number
+
+
+def _multi_host(p: Placement, init: int, timeout: float, agent_store: bool) -> Bootstrap:
+    """Rank 0 serves on TCP: at MASTER_ADDR:MASTER_PORT, or where torchrun's agent holds that port, on a
+    free port of its address towards MASTER_ADDR, published in the agent's store (not secret)."""
+    host, port = _master()
+    secret = _job_secret(True)
+    store = None
+    if agent_store:
+        from datetime import timedelta
+
+        from torch.distributed import TCPStore
+
+        store = TCPStore(host, port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=timeout))
+        key = f"unishmem/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}" \
+              f"/{init}/rendezvous"
+    server = None
+    if p.rank == 0:
+        bind = f"tcp:{_routable_address(host, port)}:0" if agent_store else f"tcp:{host}:{port}"
+        server = rendezvous.Server(bind, secret, p.size, timeout)
+        if store is not None:
+            store.set(key, server.address)
+        address = server.address
+    else:
+        address = store.get(key).decode() if store is not None else f"tcp:{host}:{port}"
+    try:
+        client = rendezvous.Client(address, secret, p.rank, p.size, init, timeout)
+    except BaseException:
+        if server is not None:
+            server.close()
+        raise
+    return RendezvousBootstrap(p, init, client, server)
+
+
+def _launcher_ids() -> str:
     # The launcher's job id where it gives one, and our parent (mpirun's daemon, Hydra's proxy,
     # slurmstepd), which all local ranks share and concurrent jobs do not.
     ids = [os.environ.get(v, "") for v in ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID",
                                            "SLURM_STEP_ID", "PMI_PORT")]
-    raw = "-".join(i for i in ids if i) + f"-{os.getppid()}"
-    return "".join(c if c.isalnum() else "_" for c in raw)[-80:]
-
-
-def _from_mpi_like(p: Placement) -> Bootstrap:
-    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-        store = _tcp_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), p.rank == 0)
-        return StoreBootstrap(p, store, f"unishmem/{_job_key(p)}")
-    if p.local_size != p.size:
-        raise UnishmemError(f"{p.launcher} placed PEs on several nodes: set MASTER_ADDR and MASTER_PORT "
-                            "(reachable from every node) for the rendezvous")
-    path = os.path.join(tempfile.gettempdir(), f"unishmem-{os.getuid()}-{_job_key(p)}.rendezvous")
-    if p.rank == 0:
-        secret = secrets.token_hex(16)
-        store = _tcp_store("127.0.0.1", 0, True)
-        store.set(f"unishmem/{secret}/ok", "1")
-        tmp = f"{path}.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{store.port} {secret}\n")
-        os.replace(tmp, path)
-        boot = StoreBootstrap(p, store, f"unishmem/{secret}")
-        boot.barrier()  # everyone has connected: the file has served its purpose
-        os.unlink(path)
-        return boot
-    deadline = time.monotonic() + STORE_TIMEOUT.total_seconds()
-    while True:
-        try:
-            port, secret = open(path).read().split()
-            store = _tcp_store("127.0.0.1", int(port), False)
-            _check_secret(store, secret)
-            break
-        except (OSError, ValueError, RuntimeError, UnishmemError) as e:  # not written yet, or a stale file
-            if time.monotonic() > deadline:
-                raise UnishmemError(f"rank {p.rank}: no rendezvous from rank 0 through {path} within "
-                                    f"{STORE_TIMEOUT.total_seconds():.0f} s ({e})") from e
-            time.sleep(0.05)
-    boot = StoreBootstrap(p, store, f"unishmem/{secret}")
-    boot.barrier()
-    return boot
+    return "-".join(i for i in ids if i) + f"-{os.getppid()}"
 
 
 def discover(group=None) -> Bootstrap:
     """The bootstrap for this process, or a single-PE one when nothing launched it."""
+    init = next(_inits)
     if group is not None:
-        return GroupBootstrap(group)
-    if "UNISHMEM_STORE" in os.environ:
-        return _from_unishmem_run()
-    if "TORCHELASTIC_RUN_ID" in os.environ or all(
-            v in os.environ for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
-        return _from_torchrun()
+        return GroupBootstrap(group, init)
+    timeout = bootstrap_timeout()
+    if "UNISHMEM_RENDEZVOUS" in os.environ:  # unishmem run
+        p = _placement("UNISHMEM_RANK", "UNISHMEM_WORLD_SIZE", "UNISHMEM_LOCAL_RANK", "UNISHMEM_LOCAL_WORLD_SIZE",
+                       "unishmem run")
+        client = rendezvous.Client(os.environ["UNISHMEM_RENDEZVOUS"], os.environ.get("UNISHMEM_SECRET", "").encode(),
+                                   p.rank, p.size, init, timeout)
+        return RendezvousBootstrap(p, init, client)
+    torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    if torchrun or all(v in os.environ for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+        p = _placement("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun")
+        if p.local_size == p.size:
+            # No parent in the name: ranks started by hand may have different ones; the port names the job.
+            job = "torchrun|" + "|".join(os.environ.get(v, "") for v in (
+                "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"))
+            return _one_host(p, job, init, timeout)
+        return _multi_host(p, init, timeout, agent_store=torchrun)
     p = _mpi_like_placement()
-    if p is not None:
-        return _from_mpi_like(p)
-    return SingleBootstrap()
-
-
-class SingleBootstrap(Bootstrap):
-    """A process started on its own is a job of one PE."""
-
-    def __init__(self):
-        super().__init__(Placement(0, 1, 0, 1, "none (single process)"))
-
-    def _allgather(self, seq, obj):
-        return [obj]
+    if p is None:
+        return SingleBootstrap(init)
+    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        return _multi_host(p, init, timeout, agent_store=False)
+    if p.local_size != p.size:
+        _master()  # raises: say what is missing
+    return _one_host(p, f"{p.launcher}|{_launcher_ids()}", init, timeout)
 
 
 def hostname() -> str:

@@ -157,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     from .launcher import run as run_job
 
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
-    return run_job(args.npes, program)
+    try:
+        return run_job(args.npes, program)
+    except ValueError as e:
+        print(f"unishmem run: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

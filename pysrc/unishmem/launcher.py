@@ -1,6 +1,7 @@
 """`unishmem run -n N prog.py [args]`: start N PEs on this host and watch over them.
 
-The launcher serves the rendezvous store on loopback (guarded by a per-job secret), starts each
+The launcher serves the rendezvous on a Unix socket in a private directory (NOTE [rendezvous trust]
+in rendezvous.py), tells it when a PE's process ends (so peers still in init stop waiting), starts each
 PE in its own process group (so Ctrl-C reaches the launcher once, and it forwards it), reports the
 first PE that fails, and removes the job's shared-memory segments whatever happened.
 
@@ -10,15 +11,19 @@ PEs never run into each other (an unbuffered `print` writes its text and its new
 from __future__ import annotations
 
 import ctypes
-import datetime
 import glob
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+
+from . import rendezvous
+from .bootstrap import bootstrap_timeout
 
 GRACE_S = 15.0  # after a PE fails: time for the others to notice (PeerFailure) and exit on their own
 TERM_S = 3.0    # after SIGINT/SIGTERM, before SIGKILL
@@ -40,6 +45,18 @@ def _command(argv: list[str]) -> list[str]:
     if first.endswith(".py") or first in ("-m", "-c"):
         return [sys.executable, *argv]
     return argv
+
+
+def _check_program(cmd: list[str]) -> None:
+    """A missing program or script fails here, once, rather than in every PE."""
+    python_script = cmd[0] == sys.executable and len(cmd) > 1 and cmd[1] not in ("-m", "-c")
+    program = cmd[1] if python_script else cmd[0]
+    if os.path.isdir(program):
+        raise ValueError(f"{program} is a directory, not a program")
+    if python_script and not os.path.isfile(program):
+        raise ValueError(f"{program}: no such file")
+    if not python_script and shutil.which(program) is None:
+        raise ValueError(f"{program}: no such program (not an executable file, not on PATH)")
 
 
 def _describe(status: int) -> str:
@@ -110,21 +127,19 @@ def _start(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, list[
 
 def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int:
     """Run `argv` as n PEs; returns the job's exit status (0, the first failure's, or 130 on Ctrl-C)."""
-    from torch.distributed import TCPStore
-
-    if n < 1:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"-n {n}: need at least one PE")
     if not argv:
         raise ValueError("no program to run")
-    token, secret = secrets.token_hex(8), secrets.token_hex(16)
-    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                     timeout=datetime.timedelta(seconds=60))
-    store.set(f"unishmem/{secret}/ok", "1")
+    cmd = _command(argv)
+    _check_program(cmd)
+    token, secret = secrets.token_hex(8), secrets.token_hex(32)
     base_env = dict(os.environ, **(extra_env or {}))
     base_env.setdefault("PYTHONUNBUFFERED", "1")  # through the pipes, output still arrives as it is written
-    base_env.update(UNISHMEM_STORE=f"127.0.0.1:{store.port}", UNISHMEM_SECRET=secret, UNISHMEM_JOB_TOKEN=token,
+    private = tempfile.mkdtemp(prefix="unishmem-run-")  # 0700: only this user reaches the socket
+    server = rendezvous.Server(f"unix:{private}/rendezvous.sock", secret.encode(), n, bootstrap_timeout())
+    base_env.update(UNISHMEM_RENDEZVOUS=server.address, UNISHMEM_SECRET=secret, UNISHMEM_JOB_TOKEN=token,
                     UNISHMEM_WORLD_SIZE=str(n), UNISHMEM_LOCAL_WORLD_SIZE=str(n))
-    cmd = _command(argv)
     procs: list[subprocess.Popen] = []
     copiers: list[list[threading.Thread]] = []
 
@@ -141,7 +156,7 @@ def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int
             copiers.append(proc_copiers)
         for copier in (c for rank_copiers in copiers for c in rank_copiers):
             copier.start()
-        status = _watch(procs, copiers)
+        status = _watch(procs, copiers, server)
     except (KeyboardInterrupt, _Stop):
         _say(f"interrupted; stopping {n} PE(s)")
         _stop(procs, signal.SIGINT)
@@ -150,6 +165,8 @@ def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int
         _stop(procs, signal.SIGKILL, wait=0)
         _drain([c for rank_copiers in copiers for c in rank_copiers], DRAIN_S)
         signal.signal(signal.SIGTERM, old_term)
+        server.close()
+        shutil.rmtree(private, ignore_errors=True)
         remove_segments(token)
     return status
 
@@ -163,11 +180,16 @@ def _drain(copiers: list[threading.Thread], seconds: float) -> None:
             copier.join(timeout=max(0.0, end - time.monotonic()))
 
 
-def _watch(procs: list[subprocess.Popen], copiers: list[list[threading.Thread]]) -> int:
+def _watch(procs: list[subprocess.Popen], copiers: list[list[threading.Thread]], server: rendezvous.Server) -> int:
     first_failure = None
     deadline = None
+    reported: set[int] = set()
     while True:
         running = [p for p in procs if p.poll() is None]
+        for rank, p in enumerate(procs):
+            if p.returncode is not None and rank not in reported:  # peers still in init stop waiting for it
+                server.mark_gone(rank, f"PE {rank} (pid {p.pid}) {_describe(p.returncode)}")
+                reported.add(rank)
         if first_failure is None:
             for rank, p in enumerate(procs):
                 if p.returncode not in (None, 0):

@@ -11,16 +11,18 @@ import sys
 import torch
 import torch.distributed as dist
 
+from ..rendezvous import parse_address
 from .plan import Plan, elements
 from .timing import measure
 
 
 def _init() -> None:
-    host, port = os.environ["UNISHMEM_STORE"].rsplit(":", 1)
+    # A FileStore beside the launcher's rendezvous socket: in its private directory, and nothing listens.
+    _, socket_path = parse_address(os.environ["UNISHMEM_RENDEZVOUS"])
     rank, size = int(os.environ["UNISHMEM_RANK"]), int(os.environ["UNISHMEM_WORLD_SIZE"])
-    store = dist.TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=120))
-    prefixed = dist.PrefixStore(f"unishmem/{os.environ['UNISHMEM_SECRET']}/gloo", store)
-    dist.init_process_group("gloo", store=prefixed, rank=rank, world_size=size)
+    store = dist.FileStore(os.path.join(os.path.dirname(socket_path), "gloo.store"), size)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=120))
 
 
 def main(plan_path: str, out_path: str) -> int:

@@ -1,0 +1,360 @@
+"""The rendezvous: a small server that a job's PEs reach during init to all-gather a few values.
+
+NOTE [rendezvous trust]:
+- A one-host job's server listens on a Unix socket in a directory that only this user can enter
+  (`private_dir`: mode 0700, owner checked), so nothing listens on the network. A multi-host job's
+  listens on TCP at the one address the other hosts use (MASTER_ADDR), never on every interface.
+- Every connection proves that it knows the job secret, and the server proves it back: HMAC-SHA256
+  over a fresh nonce from the other side, compared in constant time. A client without the secret
+  reads nothing and writes nothing. A multi-host job's secret is UNISHMEM_SECRET, which the user
+  gives every rank; without it the job still runs, unauthenticated, and says so.
+- Messages are length-prefixed JSON, at most MAX_MESSAGE bytes; nothing is ever unpickled.
+- The server knows who has joined. A PE that disconnects without saying goodbye (it died), or that
+  the launcher reports gone, fails every gather still waiting for it with PeerFailure at once; a
+  gather that does not complete within the timeout names the ranks it still waits for.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import socket
+import stat
+import threading
+import time
+
+from .errors import PeerFailure, UnishmemError
+
+MAX_MESSAGE = 1 << 20
+_PROTOCOL = "unishmem-rendezvous-1"
+
+
+class RendezvousError(UnishmemError):
+    """The rendezvous refused this process or could not be reached."""
+
+
+# ---- addresses ---------------------------------------------------------------------------------
+
+def parse_address(text: str) -> tuple[str, object]:
+    """'unix:/path' -> ('unix', path); 'tcp:host:port' -> ('tcp', (host, port))."""
+    kind, _, rest = text.partition(":")
+    if kind == "unix" and rest:
+        return kind, rest
+    if kind == "tcp":
+        host, _, port = rest.rpartition(":")
+        if host and port.isdigit():
+            return kind, (host.strip("[]"), int(port))
+    raise ValueError(f"rendezvous address {text!r} is not 'unix:PATH' or 'tcp:HOST:PORT'")
+
+
+def _resolve(host: str, port: int, what: str) -> tuple:
+    try:
+        family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        raise RendezvousError(f"{what}={host!r} does not resolve to an address ({e.strerror})") from None
+    return family, addr
+
+
+def private_dir() -> str:
+    """This user's directory for rendezvous files: made 0700 if missing, refused unless it is a real
+    directory owned by this user that nobody else can enter."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    path = os.path.join(base, f"unishmem-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise RendezvousError(f"{path} is not a directory (a link or a file planted there?); remove it")
+    if st.st_uid != os.getuid():
+        raise RendezvousError(f"{path} belongs to uid {st.st_uid}, not to this user (uid {os.getuid()}); remove it")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise RendezvousError(f"{path} has mode {stat.S_IMODE(st.st_mode):o}; others may enter it: chmod 700 it")
+    return path
+
+
+# ---- framing ------------------------------------------------------------------------------------
+
+def _send(sock: socket.socket, message: dict) -> None:
+    data = json.dumps(message, separators=(",", ":")).encode()
+    sock.sendall(len(data).to_bytes(4, "big") + data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 16))
+        if not chunk:
+            raise ConnectionError("the other side closed the connection")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(sock: socket.socket) -> dict:
+    n = int.from_bytes(_recv_exact(sock, 4), "big")
+    if n > MAX_MESSAGE:
+        raise ConnectionError(f"a message of {n} bytes is over the {MAX_MESSAGE}-byte limit")
+    message = json.loads(_recv_exact(sock, n))
+    if not isinstance(message, dict):
+        raise ConnectionError("a message is not a JSON object")
+    return message
+
+
+def _proof(secret: bytes, role: str, nonce: str, hello: dict | None = None) -> str:
+    text = f"{_PROTOCOL}|{role}|{nonce}|{json.dumps(hello, sort_keys=True)}"
+    return hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
+
+
+# ---- server ------------------------------------------------------------------------------------
+
+class Server:
+    """Serves gathers for a job of `size` ranks until closed; runs in daemon threads."""
+
+    def __init__(self, address: str, secret: bytes, size: int, timeout: float):
+        self._secret, self.size, self.timeout = secret, size, timeout
+        kind, where = parse_address(address)
+        if kind == "unix":
+            self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old = os.umask(0o177)  # the socket file is 0600 from the start
+            try:
+                self._listener.bind(where)
+            finally:
+                os.umask(old)
+            self._path = where
+            self.address = address
+        else:
+            family, addr = _resolve(*where, "the rendezvous host")
+            self._listener = socket.socket(family, socket.SOCK_STREAM)
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listener.bind(addr)
+            self._path = None
+            host, port = self._listener.getsockname()[:2]
+            self.address = f"tcp:{where[0] if where[0] else host}:{port}"
+        self._listener.listen(256)
+        self._cond = threading.Condition()
+        self._parts: dict[tuple[int, int], dict[int, object]] = {}  # (init, step) -> rank -> value
+        self._taken: dict[tuple[int, int], set[int]] = {}
+        self._members: dict[tuple[int, int], int] = {}  # (init, rank) -> pid of its live connection
+        self._gone: dict[int, str] = {}                  # rank -> why it can no longer take part
+        self._broken: str | None = None                  # why the whole job cannot go on
+        self._connections: set[socket.socket] = set()
+        self._closed = False
+        threading.Thread(target=self._accept, name="unishmem-rendezvous", daemon=True).start()
+
+    def mark_gone(self, rank: int, why: str) -> None:
+        """Rank `rank` will not take part any more (the launcher saw its process end)."""
+        with self._cond:
+            self._gone.setdefault(rank, why)
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            connections = list(self._connections)
+        for s in [self._listener, *connections]:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        if self._path:
+            try:
+                os.unlink(self._path)
+            except FileNotFoundError:
+                pass
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            with self._cond:
+                if self._closed:
+                    conn.close()
+                    return
+                self._connections.add(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        member, said_bye = None, False
+        try:
+            conn.settimeout(30)  # a client that connects and says nothing is let go
+            member = self._handshake(conn)
+            if member is None:
+                return
+            conn.settimeout(None)
+            while True:
+                message = _recv(conn)
+                if message.get("op") == "bye":
+                    said_bye = True
+                    return
+                if message.get("op") != "gather" or not isinstance(message.get("step"), int):
+                    _send(conn, {"error": "protocol", "message": f"unknown request {str(message)[:80]}"})
+                    return
+                _send(conn, self._gather(member, message["step"], message.get("value")))
+        except (OSError, ConnectionError, ValueError):
+            pass  # a dead client, or one that spoke garbage: it leaves; the job goes on without its words
+        finally:
+            with self._cond:
+                self._connections.discard(conn)
+                if member is not None:
+                    init, rank, pid = member
+                    if self._members.get((init, rank)) == pid:
+                        del self._members[(init, rank)]
+                    if not said_bye and not self._closed:
+                        self._gone.setdefault(rank, f"rank {rank} (pid {pid}) lost its connection to the rendezvous "
+                                                    "(it died or stopped during init)")
+                    self._cond.notify_all()
+            conn.close()
+
+    def _handshake(self, conn: socket.socket):
+        nonce = secrets.token_hex(16)
+        _send(conn, {"protocol": _PROTOCOL, "nonce": nonce})
+        message = _recv(conn)
+        hello, proof, client_nonce = message.get("hello"), message.get("proof"), message.get("nonce")
+        if not (isinstance(hello, dict) and isinstance(proof, str) and isinstance(client_nonce, str)) or \
+                not hmac.compare_digest(proof, _proof(self._secret, "client", nonce, hello)):
+            _send(conn, {"error": "auth", "message": "this connection does not know the job's secret"})
+            return None
+        rank, size, pid, init = (hello.get(k) for k in ("rank", "size", "pid", "init"))
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, size, pid, init)):
+            _send(conn, {"error": "protocol", "message": f"malformed hello {hello}"})
+            return None
+        reply = {"proof": _proof(self._secret, "server", client_nonce)}
+        with self._cond:
+            if size != self.size:
+                why = (f"the PEs disagree on the job size: rank {rank} (pid {pid}) was told {size} PEs, "
+                       f"the job has {self.size}")
+            elif not 0 <= rank < self.size:
+                why = f"rank {rank} (pid {pid}) is out of range for a job of {self.size} PEs"
+            elif (init, rank) in self._members:
+                why = (f"two processes claim rank {rank}: pid {self._members[(init, rank)]} and pid {pid} "
+                       "(is the rank variable the same in both?)")
+            else:
+                why = None
+                self._members[(init, rank)] = pid
+            if why is not None:
+                self._broken = self._broken or why
+                self._cond.notify_all()
+                _send(conn, {**reply, "error": "value", "message": why})
+                return None
+        _send(conn, {**reply, "ok": True})
+        return init, rank, pid
+
+    def _gather(self, member, step: int, value) -> dict:
+        init, rank, _ = member
+        key = (init, step)
+        deadline = time.monotonic() + self.timeout
+        with self._cond:
+            parts = self._parts.setdefault(key, {})
+            parts[rank] = value
+            self._cond.notify_all()
+            while len(parts) < self.size:
+                if self._broken:
+                    return {"error": "value", "message": self._broken}
+                if self._closed:
+                    return {"error": "peer_failure", "message": "the rendezvous server is shutting down"}
+                missing = [r for r in range(self.size) if r not in parts]
+                gone = [r for r in missing if r in self._gone]
+                if gone:
+                    return {"error": "peer_failure", "message": self._gone[gone[0]]}
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return {"error": "timeout", "message": f"init step {step}: no word from rank(s) "
+                                                           f"{', '.join(map(str, missing))} within {self.timeout:.0f} s"}
+                self._cond.wait(min(left, 1.0))
+            values = [parts[r] for r in range(self.size)]
+            taken = self._taken.setdefault(key, set())
+            taken.add(rank)
+            if len(taken) == self.size:  # everyone has the result: forget it
+                del self._parts[key], self._taken[key]
+        return {"values": values}
+
+
+# ---- client ------------------------------------------------------------------------------------
+
+_ERRORS = {"peer_failure": PeerFailure, "value": ValueError}
+
+
+class Client:
+    """One PE's connection to the rendezvous, for one init."""
+
+    def __init__(self, address: str, secret: bytes, rank: int, size: int, init: int, timeout: float,
+                 connect_timeout: float | None = None):
+        self.address, self.timeout = address, timeout
+        self._sock = self._connect(address, timeout if connect_timeout is None else connect_timeout)
+        self._sock.settimeout(timeout + 30)  # the server answers within its own timeout; this is a guard
+        try:
+            self._handshake(secret, {"rank": rank, "size": size, "pid": os.getpid(), "init": init})
+        except BaseException:
+            self._sock.close()
+            raise
+
+    @staticmethod
+    def _connect(address: str, timeout: float) -> socket.socket:
+        kind, where = parse_address(address)
+        if kind == "unix":
+            family, addr = socket.AF_UNIX, where
+        else:
+            family, addr = _resolve(*where, "the rendezvous host")
+        deadline = time.monotonic() + timeout
+        while True:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.settimeout(max(1.0, min(10.0, deadline - time.monotonic())))
+            try:
+                sock.connect(addr)
+                return sock
+            except OSError as e:
+                sock.close()
+                waitable = e.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.EAGAIN) or isinstance(e, TimeoutError)
+                if not waitable or time.monotonic() > deadline:
+                    raise RendezvousError(f"cannot reach the rendezvous at {address}: {e}") from None
+                time.sleep(0.05)
+
+    def _handshake(self, secret: bytes, hello: dict) -> None:
+        try:
+            greeting = _recv(self._sock)
+            nonce = secrets.token_hex(16)
+            if greeting.get("protocol") != _PROTOCOL or not isinstance(greeting.get("nonce"), str):
+                raise RendezvousError(f"{self.address} does not speak {_PROTOCOL}")
+            _send(self._sock, {"hello": hello, "nonce": nonce, "proof": _proof(secret, "client", greeting["nonce"],
+                                                                             hello)})
+            reply = _recv(self._sock)
+        except (OSError, ConnectionError, ValueError) as e:
+            raise RendezvousError(f"the rendezvous at {self.address} broke off the handshake: {e}") from None
+        if reply.get("error") == "auth":
+            raise RendezvousError(f"the rendezvous at {self.address} refused this process: it does not know the "
+                                  "job's secret (another job's server, or a different UNISHMEM_SECRET)")
+        if not isinstance(reply.get("proof"), str) or not hmac.compare_digest(reply["proof"],
+                                                                              _proof(secret, "server", nonce)):
+            raise RendezvousError(f"the server at {self.address} does not know the job's secret: it is not this "
+                                  "job's rendezvous")
+        if "error" in reply:
+            raise _ERRORS.get(reply["error"], RendezvousError)(f"rendezvous: {reply.get('message')}")
+
+    def gather(self, step: int, value) -> list:
+        """Every rank's JSON `value` for this step, in rank order."""
+        try:
+            _send(self._sock, {"op": "gather", "step": step, "value": value})
+            reply = _recv(self._sock)
+        except (OSError, ConnectionError, ValueError) as e:
+            raise PeerFailure(f"the rendezvous at {self.address} went away during init step {step} ({e}); the "
+                              "process that serves it (rank 0, or the launcher) died") from None
+        if "values" in reply:
+            return reply["values"]
+        kind = reply.get("error")
+        raise _ERRORS.get(kind, RendezvousError)(f"rendezvous: {reply.get('message')}")
+
+    def close(self) -> None:
+        try:
+            _send(self._sock, {"op": "bye"})
+        except OSError:
+            pass
+        self._sock.close()
