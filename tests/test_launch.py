@@ -250,3 +250,45 @@ def test_unishmem_info():
     assert re.search(r"^  host\s+built", proc.stdout, re.M), proc.stdout
     assert re.search(r"^  nvshmem\s+(not )?built", proc.stdout, re.M), proc.stdout  # details: test_vendor.py
     assert "/dev/shm" in proc.stdout
+
+
+# ---- faults around init (NOTE [rendezvous trust] in rendezvous.py) --------------------------------
+INIT_FAULTS = os.path.join(PROGRAMS, "init_faults.py")
+
+
+@pytest.mark.parametrize("mode, why", [
+    ("kill_in_init", r"rank 2 \(pid \d+\) lost its connection to the rendezvous"),
+    ("exit_early", r"PE 2 \(pid \d+\) exited with status 0"),
+])
+def test_peer_lost_during_init_raises_peer_failure(mode, why):
+    before = segments()
+    proc = launch([INIT_FAULTS, mode], 3, timeout=120)
+    out = proc.stdout + proc.stderr
+    failures = re.findall(r"^PEERFAILURE pe=(\d) after=([\d.]+)s: (.*)$", proc.stdout, re.M)
+    assert sorted(pe for pe, _, _ in failures) == ["0", "1"], out
+    for _, after, msg in failures:
+        assert float(after) < 10.0, out
+        assert re.search(why, msg), msg
+    assert "INIT RETURNED" not in out
+    assert segments() <= before
+
+
+def test_init_after_finalize_twenty_times_with_changing_heaps():
+    proc = launch([INIT_FAULTS, "cycles"], 2, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert sorted(re.findall(r"^CYCLES OK pe=(\d)$", proc.stdout, re.M)) == ["0", "1"], proc.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-n", "0", "x.py"], "-n 0: need at least one PE"),
+    (["-n", "-1", "x.py"], "-n -1: need at least one PE"),
+    (["-n", "2", PROGRAMS], f"{PROGRAMS} is a directory, not a program"),
+    (["-n", "2", "no-such-program.py"], "no-such-program.py: no such file"),
+    (["-n", "2", "no-such-command-xyz"], "no-such-command-xyz: no such program"),
+])
+def test_run_rejects_bad_arguments_without_a_traceback(argv, message):
+    proc = subprocess.run([sys.executable, "-m", "unishmem", "run", *argv], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert f"unishmem run: {message}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr

@@ -1,0 +1,57 @@
+"""PE programs for faults around init. argv[1] picks the case:
+  kill_in_init   the last PE SIGKILLs itself in the middle of init (after its second exchange)
+  exit_early     the last PE exits without ever calling init
+  cycles         20 init/finalize cycles with heap sizes that change every time
+"""
+import os
+import signal
+import sys
+import time
+
+import torch
+
+import unishmem
+from unishmem import PeerFailure, bootstrap
+
+
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+mode = sys.argv[1]
+me, n = int(os.environ["UNISHMEM_RANK"]), int(os.environ["UNISHMEM_WORLD_SIZE"])
+victim = n - 1
+if mode == "exit_early" and me == victim:
+    sys.exit(0)
+if mode == "kill_in_init" and me == victim:
+    gather = bootstrap.Bootstrap.allgather
+
+    def dying_gather(self, obj):
+        if self._step == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return gather(self, obj)
+
+    bootstrap.Bootstrap.allgather = dying_gather
+if mode in ("kill_in_init", "exit_early"):
+    start = time.monotonic()
+    try:
+        unishmem.init(heap_size="4M")
+    except PeerFailure as e:
+        say(f"PEERFAILURE pe={me} after={time.monotonic() - start:.2f}s: {e}")
+        sys.exit(3)
+    say(f"INIT RETURNED pe={me}")  # must not happen
+    sys.exit(0)
+if mode == "cycles":
+    for cycle in range(20):
+        heap = (1 + cycle % 5) << 20
+        with unishmem.init(heap_size=heap) as rt:
+            assert rt._heap_size == heap, (rt._heap_size, heap)
+            x = rt.empty(4, dtype=torch.int64)
+            x.fill_(rt.my_pe + cycle)
+            out = rt.empty(4 * rt.n_pes, dtype=torch.int64)
+            rt.fcollect(out, x)
+            assert out.tolist() == [pe + cycle for pe in range(rt.n_pes) for _ in range(4)], out
+            rt.free(x)
+            rt.free(out)
+    say(f"CYCLES OK pe={me}")
