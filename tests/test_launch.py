@@ -241,7 +241,39 @@ def test_launcher_environments_without_a_channel(flavour):
         assert p.returncode == 0, err
     name = "srun" if flavour == "srun" else "mpirun (MPICH)"
     ok_lines("".join(o for o, _ in outs), n, name)
-    assert not glob.glob("/tmp/unishmem-*.rendezvous")
+    private = f"/tmp/unishmem-{os.getuid()}"
+    assert not glob.glob(f"{private}/*.json") and not glob.glob(f"{private}/*.sock")  # rank 0 cleaned up
+
+
+@pytest.mark.parametrize("flavour", ["srun", "torchrun"])
+def test_multi_host_rendezvous_over_tcp(flavour):
+    """Ranks that say they are on different hosts (one per host) meet over TCP at MASTER_ADDR: srun-style
+    with rank 0 serving at MASTER_PORT; torchrun-style with a torchrun agent's store holding MASTER_PORT."""
+    from torch.distributed import TCPStore
+
+    n, port = 2, _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UNISHMEM_", "OMPI_", "PMI_", "SLURM_"))}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    agent = None
+    if flavour == "torchrun":
+        agent = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+        env.update(TORCHELASTIC_RUN_ID="multi-host-test", UNISHMEM_SECRET="a secret every rank was given")
+    procs = []
+    for rank in range(n):
+        if flavour == "srun":
+            extra = dict(SLURM_PROCID=rank, SLURM_NTASKS=n, SLURM_LOCALID=0, SLURM_NTASKS_PER_NODE=1,
+                         SLURM_JOB_ID=4243, SLURM_STEP_ID=0)
+        else:
+            extra = dict(RANK=rank, WORLD_SIZE=n, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1)
+        procs.append(subprocess.Popen([sys.executable, SMOKE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=dict(env, **{k: str(v) for k, v in extra.items()})))
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    ok_lines("".join(o for o, _ in outs), n, flavour)
+    unauthenticated = "rendezvous is not authenticated" in "".join(e for _, e in outs)
+    assert unauthenticated == (flavour == "srun")  # said when, and only when, no UNISHMEM_SECRET was given
+    del agent
 
 
 def test_unishmem_info():

@@ -124,9 +124,9 @@ def test_tcp_rendezvous_listens_on_its_address_only(tcp_server):
 
 def test_duplicate_rank_and_size_mismatch_fail_every_rank_at_once(tcp_server):
     results = [None, None]
+    c = Client(tcp_server.address, SECRET, 0, 2, 0, timeout=10)  # has joined as rank 0
 
     def first():
-        c = Client(tcp_server.address, SECRET, 0, 2, 0, timeout=10)
         try:
             c.gather(1, "first")
         except Exception as e:  # noqa: BLE001
@@ -137,6 +137,7 @@ def test_duplicate_rank_and_size_mismatch_fail_every_rank_at_once(tcp_server):
     with pytest.raises(ValueError, match=r"two processes claim rank 0: pid \d+ and pid \d+"):
         Client(tcp_server.address, SECRET, 0, 2, 0, timeout=10)
     t.join(10)
+    c.close()
     assert isinstance(results[0], ValueError) and "two processes claim rank 0" in str(results[0])
     other = Server("tcp:127.0.0.1:0", SECRET, 2, timeout=10)
     try:
@@ -259,10 +260,7 @@ def test_rank_0_serves_and_leaves_no_file(private):
     ({"UNISHMEM_BOOTSTRAP_TIMEOUT": "soon"}, r"UNISHMEM_BOOTSTRAP_TIMEOUT='soon' is not a positive number"),
 ])
 def test_bad_placement_fails_at_once_naming_the_variable(monkeypatch, env, message):
-    for k in list(os.environ):
-        if k.startswith(("UNISHMEM_", "OMPI_", "PMI_", "SLURM_", "TORCHELASTIC_")) or k in (
-                "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-            monkeypatch.delenv(k)
+    _clear_launcher_env(monkeypatch)
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29999")
     monkeypatch.setenv("RANK", "0")
@@ -271,6 +269,31 @@ def test_bad_placement_fails_at_once_naming_the_variable(monkeypatch, env, messa
         monkeypatch.setenv(k, v)
     with pytest.raises((ValueError, RendezvousError), match=message):
         bootstrap.discover()
+
+
+def _clear_launcher_env(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith(("UNISHMEM_", "OMPI_", "PMI_", "SLURM_", "TORCHELASTIC_")) or k in (
+                "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            monkeypatch.delenv(k)
+
+
+@pytest.mark.parametrize("var, value, message", [
+    ("UNISHMEM_WAIT_TIMEOUT", "5min", "UNISHMEM_WAIT_TIMEOUT='5min' is not a positive number of seconds"),
+    ("UNISHMEM_WAIT_TIMEOUT", "0", "UNISHMEM_WAIT_TIMEOUT='0' is not a positive number"),
+    ("UNISHMEM_STALL_WARN", "-1", r"UNISHMEM_STALL_WARN='-1' is not a number of seconds >= 0"),
+    ("UNISHMEM_DEADLOCK_TIMEOUT", "nan", r"UNISHMEM_DEADLOCK_TIMEOUT='nan' is not a number of seconds >= 0"),
+    ("UNISHMEM_SYMMETRIC_SIZE", "lots", r"UNISHMEM_SYMMETRIC_SIZE: heap size 'lots' is not a byte count"),
+])
+def test_bad_settings_name_the_variable(monkeypatch, var, value, message):
+    import unishmem
+
+    _clear_launcher_env(monkeypatch)
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError, match=message):
+        unishmem.init(backend="host", heap_size=None if var == "UNISHMEM_SYMMETRIC_SIZE" else "1M")
+    with pytest.raises(unishmem.NotInitializedError):
+        unishmem.runtime()
 
 
 # ---- inside a real job --------------------------------------------------------------------------
@@ -306,3 +329,20 @@ def test_job_listens_on_no_network_port(rt):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     for pid in (os.getpid(), os.getppid()):  # this PE and the launcher
         assert not (_socket_inodes(pid) & _listening_inodes()), f"pid {pid} listens on a TCP port"
+
+
+def test_a_second_rank_0_is_refused_and_a_dead_ones_file_swept(private):
+    first = bootstrap._one_host(bootstrap.Placement(0, 2, 0, 2, "srun"), "a job", 0, 5)
+    with pytest.raises(bootstrap.UnishmemError, match=r"two processes claim rank 0 of this srun job: pid \d+"):
+        bootstrap._one_host(bootstrap.Placement(0, 2, 0, 2, "srun"), "a job", 0, 5)
+    first.close()
+    d = private / f"unishmem-{os.getuid()}"
+    assert list(d.iterdir()) == []
+    # a SIGKILLed rank 0's file: its writer is gone, so the next rank 0 removes it
+    path, _ = bootstrap._rendezvous_file("an old job", 0)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, json.dumps({"address": "unix:/nowhere", "secret": "x", "pid": 2**22 + 12345}).encode())
+    os.close(fd)
+    again = bootstrap._one_host(bootstrap.Placement(0, 1, 0, 1, "srun"), "a job", 1, 5)
+    assert not os.path.exists(path)
+    again.close()

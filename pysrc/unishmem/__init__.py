@@ -52,9 +52,12 @@ def init(backend: str = "auto", heap_size=None, device=None, group=None) -> Runt
     global _current
     if backend == "auto":
         backend = os.environ.get("UNISHMEM_BACKEND", "auto")
-    if heap_size is None:
-        heap_size = os.environ.get("UNISHMEM_SYMMETRIC_SIZE", DEFAULT_HEAP_SIZE)
-    heap_size = parse_size(heap_size)
+    if heap_size is None and "UNISHMEM_SYMMETRIC_SIZE" in os.environ:
+        try:
+            heap_size = parse_size(os.environ["UNISHMEM_SYMMETRIC_SIZE"])
+        except ValueError as e:
+            raise ValueError(f"UNISHMEM_SYMMETRIC_SIZE: {e}") from None
+    heap_size = parse_size(DEFAULT_HEAP_SIZE if heap_size is None else heap_size)
     args = (backend, heap_size, None if device is None else str(device), id(group) if group is not None else None)
     with _lock:
         if _current is not None:

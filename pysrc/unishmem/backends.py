@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 
 from . import vendor_libs
+from ._config import seconds
 from .bootstrap import Bootstrap, hostname
 from .errors import BackendUnavailable, SymmetryError, UnishmemError
 
@@ -82,9 +83,8 @@ def open_host(boot: Bootstrap, heap_size: int, device) -> Opened:
     # launcher removes every segment under its job token.
     job = os.environ.get("UNISHMEM_JOB_TOKEN") or boot.broadcast(secrets.token_hex(8))
     token = f"{job}-{boot.init}"
-    wait_timeout = float(os.environ.get("UNISHMEM_WAIT_TIMEOUT", "300"))
-    stall_warn = float(os.environ.get("UNISHMEM_STALL_WARN", "30"))
-    deadlock = float(os.environ.get("UNISHMEM_DEADLOCK_TIMEOUT", "5"))
+    wait_timeout, stall_warn = seconds("UNISHMEM_WAIT_TIMEOUT"), seconds("UNISHMEM_STALL_WARN")
+    deadlock = seconds("UNISHMEM_DEADLOCK_TIMEOUT")
     try:
         native = agree(boot, "creating the shared-memory segment", lambda: _host.HostBackend(
             token, boot.rank, boot.size, heap_size, stall_warn, wait_timeout, deadlock))
@@ -216,8 +216,7 @@ def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
             os.environ.setdefault(variable, value)
     uid = agree(boot, f"making the {library} unique id", lambda: mod.unique_id() if boot.rank == 0 else None)
     uid = boot.broadcast(uid)
-    wait_timeout = float(os.environ.get("UNISHMEM_WAIT_TIMEOUT", "300"))
-    stall_warn = float(os.environ.get("UNISHMEM_STALL_WARN", "30"))
+    wait_timeout, stall_warn = seconds("UNISHMEM_WAIT_TIMEOUT"), seconds("UNISHMEM_STALL_WARN")
     native = agree(boot, f"initialising {library}", lambda: mod.VendorBackend(
         uid, boot.rank, boot.size, dev.index, heap_size, stall_warn, wait_timeout, groups))
 

@@ -25,20 +25,14 @@ import warnings
 from dataclasses import dataclass
 
 from . import rendezvous
+from ._config import seconds
 from .errors import UnishmemError
 
 _inits = itertools.count()  # this process's inits; every PE of a job counts the same
 
 
 def bootstrap_timeout() -> float:
-    text = os.environ.get("UNISHMEM_BOOTSTRAP_TIMEOUT", "120")
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"UNISHMEM_BOOTSTRAP_TIMEOUT={text!r} is not a positive number of seconds")
-    return value
+    return seconds("UNISHMEM_BOOTSTRAP_TIMEOUT")
 
 
 @dataclass
@@ -310,8 +304,14 @@ def _one_host(p: Placement, job: str, init: int, timeout: float) -> Bootstrap:
     """Rank 0 serves on a Unix socket and leaves its address and the secret in a private file."""
     path, sock_path = _rendezvous_file(job, init)
     if p.rank == 0:
-        _sweep_stale(os.path.dirname(path))
-        _unlink(path)  # same job and init: only a dead earlier try of this very rank 0 can have left it
+        _sweep_stale(os.path.dirname(path))  # and this job's own file, if its writer is gone
+        try:
+            other = int(json.loads(_read_private(path))["pid"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            other = None
+        if other is not None:
+            raise UnishmemError(f"two processes claim rank 0 of this {p.launcher} job: pid {other} already serves "
+                                f"its rendezvous ({path}); is the rank variable the same in both?")
         _unlink(sock_path)
         secret = _job_secret(False)
         server = rendezvous.Server(f"unix:{sock_path}", secret, p.size, timeout)
