@@ -389,7 +389,7 @@ def _multi_host(p: Placement, init: int, timeout: float, agent_store: bool) -> B
             store.set(key, server.address)
         address = server.address
     else:
-        address = store.get(key).decode() if store is not None else f"tcp:{host}:{port}"
+        address = _agent_get(store, key, timeout) if store is not None else f"tcp:{host}:{port}"
     try:
         client = rendezvous.Client(address, secret, p.rank, p.size, init, timeout)
     except BaseException:
@@ -397,6 +397,14 @@ def _multi_host(p: Placement, init: int, timeout: float, agent_store: bool) -> B
             server.close()
         raise
     return RendezvousBootstrap(p, init, client, server)
+
+
+def _agent_get(store, key: str, timeout: float) -> str:
+    try:
+        return store.get(key).decode()
+    except RuntimeError as e:  # torch's DistStoreError: a timeout, or the agent went away
+        raise UnishmemError(f"rank 0 published no rendezvous address in torchrun's store within {timeout:.0f} s "
+                            f"(did rank 0 die before init?): {e}") from None
 
 
 def _launcher_ids() -> str:
