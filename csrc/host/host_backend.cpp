@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstddef>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -186,7 +186,7 @@ void HostBackend::check_peers(const std::string& waiting_for, int awaited) {
     for (int hops = 0; hops < n_pes_; ++hops) {
       const std::uint64_t named = load_acquire(ctl(p)->blamed.value);
       const int q = int(named) - 1;
-      if (named == 0 || q >= n_pes_ || q == pe_ || q == p) break;
+      if (named == 0 || q >= n_pes_ || q == pe_ || q == p || !maps_[q].data()) break;
       const std::string q_why = failure_of(q, -1);
       if (q_why.empty()) break;
       note = "; PE " + std::to_string(p) + " reported it and has left since";

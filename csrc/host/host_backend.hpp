@@ -33,7 +33,7 @@ struct WaitCond {
 };
 
 // NOTE [control area]: every word is written only by the PE that owns the segment and read
-// by its peers (but `deadlock_verdict`, see NOTE [deadlock]); that single-writer rule is what
+// by its peers (except `deadlock_verdict`, see NOTE [deadlock]); that single-writer rule is what
 // lets the barrier and the collective check work without locks.
 struct alignas(64) Padded {
   std::uint64_t value;
@@ -70,8 +70,9 @@ struct Team {
 
 class HostBackend final : public Backend {
  public:
-  // Creates this PE's segment. Then, once every PE has created its own:
-  // attach_peers(); and once every PE has attached: unlink_own_segment().
+  // Creates this PE's segment (after checking that every PE's fits /dev/shm). Then, once every
+  // PE has created its own: attach_peers(), which reserves this PE's pages; and once every PE has
+  // attached: unlink_own_segment().
   HostBackend(std::string token, int pe, int n_pes, std::size_t heap_size, WaitPolicy policy);
   ~HostBackend() override;
   void attach_peers();

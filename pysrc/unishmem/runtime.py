@@ -397,7 +397,7 @@ class Runtime:
         if sig.dtype != torch.uint64 or sig.numel() != 1:
             raise TypeError(f"{name} must be a 1-element torch.uint64 view of rt.signals(), got "
                             f"{sig.dtype} with {sig.numel()} elements")
-        if addr & 7:  # a word across two cache lines is not atomic
+        if addr & 7:  # atomics need a naturally aligned word
             raise ValueError(f"{name} at heap offset {addr - self._base} is not 8-byte aligned")
         return addr
 
@@ -406,7 +406,7 @@ class Runtime:
         if t.dtype not in dtypes or t.numel() != 1:
             raise TypeError(f"{name} must be a 1-element symmetric tensor of {', '.join(map(str, dtypes))}; got "
                             f"{t.dtype} with {t.numel()} elements")
-        if addr % t.element_size():  # a word across two cache lines is not atomic
+        if addr % t.element_size():  # atomics need a naturally aligned word
             raise ValueError(f"{name} at heap offset {addr - self._base} is not {t.element_size()}-byte aligned")
         return addr
 

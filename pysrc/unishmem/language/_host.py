@@ -110,7 +110,7 @@ def g(rt, source, pe):
 
 
 def _aligned(rt, p: Ptr, what: str) -> int:
-    if p.addr % p.itemsize:  # a word across two cache lines is not atomic
+    if p.addr % p.itemsize:  # atomics need a naturally aligned word
         raise ValueError(f"{what} at heap offset {p.addr - rt._base} is not {p.itemsize}-byte aligned")
     return p.addr
 
