@@ -52,13 +52,15 @@ std::string describe(const Call& c, bool detail) {
     case CallOp::barrier: s = "called barrier"; break;
     case CallOp::sync: s = "called sync"; break;
     case CallOp::finalize: s = "called finalize"; break;
-    case CallOp::broadcast: s = "called broadcast of " + bytes + of_dtype(c) + " from root " + std::to_string(c.root); break;
+    case CallOp::broadcast:
+      s = "called broadcast of " + bytes + of_dtype(c) + " from root " + std::to_string(c.root);
+      break;
     case CallOp::fcollect: s = "called fcollect of " + bytes + of_dtype(c); break;
     case CallOp::alltoall: s = "called alltoall of " + bytes + of_dtype(c); break;
     case CallOp::reduce:
     case CallOp::reducescatter:
-      s = std::string("called ") + (c.op == CallOp::reduce ? "reduce" : "reducescatter") + " of " + bytes + of_dtype(c) +
-          " with op " + (int(c.redop) < 4 ? redops[int(c.redop)] : "?");
+      s = std::string("called ") + (c.op == CallOp::reduce ? "reduce" : "reducescatter") + " of " + bytes +
+          of_dtype(c) + " with op " + (int(c.redop) < 4 ? redops[int(c.redop)] : "?");
       break;
     case CallOp::alloc: s = "called allocation of " + bytes + of_dtype(c); break;
     case CallOp::free: s = "called free of heap offset " + std::to_string(c.bytes); break;

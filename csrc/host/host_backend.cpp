@@ -402,7 +402,8 @@ std::pair<int, int> HostBackend::team_split_2d(int parent, int xrange) {
 }
 
 void HostBackend::team_destroy(int team) {
-  if (team == kTeamWorld || team == kTeamNode) throw Error(ErrorKind::value, "the world and node teams cannot be destroyed");
+  if (team == kTeamWorld || team == kTeamNode)
+    throw Error(ErrorKind::value, "the world and node teams cannot be destroyed");
   enter(team, Call{.op = CallOp::team_destroy});  // collective over the team, as in OpenSHMEM
   teams_[team].reset();
   store_release(ctl(pe_)->teams_in_use.value, ctl(pe_)->teams_in_use.value & ~(1ull << team));
@@ -590,7 +591,8 @@ void HostBackend::leave(bool collective_barrier, PeState state) {
   if (finalized_) return;
   std::exception_ptr failure;  // a dead peer must not stop this PE from letting go of its memory
   try {
-    if (collective_barrier) enter(kTeamWorld, Call{.op = CallOp::finalize});  // nobody touches a peer's memory after this
+    // Nobody touches a peer's memory after this.
+    if (collective_barrier) enter(kTeamWorld, Call{.op = CallOp::finalize});
   } catch (...) {
     failure = std::current_exception();
   }

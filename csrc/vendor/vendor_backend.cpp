@@ -374,7 +374,8 @@ int VendorBackend::claim_slots(int parent, const Call& split, int count, int* se
 int VendorBackend::team_split_strided(int parent, int start, int stride, int size) {
   require_full_mode("team_split_strided");
   const TeamEntry& p = team_ref(parent);
-  const int slot = claim_slots(parent, Call{.op = CallOp::split_strided, .a = start, .b = stride, .c = size}, 1, nullptr);
+  const Call split{.op = CallOp::split_strided, .a = start, .b = stride, .c = size};
+  const int slot = claim_slots(parent, split, 1, nullptr);
   lib::Team t = lib::team_invalid();
   if (int rc = lib::team_split_strided(p.handle, start, stride, size, &t))
     throw Error(ErrorKind::generic, std::string(lib::kName) + " team_split_strided(start=" + std::to_string(start) +
