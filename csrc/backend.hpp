@@ -49,6 +49,8 @@ class Backend {
   virtual Addr heap_base() const = 0;
   virtual std::size_t heap_size() const = 0;
 
+  // Collective calls (allocation, free, splits, destroy, barriers, collectives) compare what
+  // every member called before acting (NOTE [collective descriptor], common/collective.hpp).
   // Collective allocation; size and dtype are compared across PEs before anything is handed out.
   virtual Addr malloc(std::size_t bytes, DType dtype) = 0;
   virtual void free(Addr local) = 0;
@@ -60,7 +62,7 @@ class Backend {
   virtual int team_translate_pe(int src_team, int pe, int dst_team) const = 0;
   virtual int team_split_strided(int parent, int start, int stride, int size) = 0;
   virtual std::pair<int, int> team_split_2d(int parent, int xrange) = 0;
-  virtual void team_destroy(int team) = 0;
+  virtual void team_destroy(int team) = 0;  // collective over the team
   // The team as Triton kernels name it (the vendor's handle); the host backend's is its slot.
   virtual std::int64_t team_device_handle(int team) const { return team; }
 
@@ -82,9 +84,10 @@ class Backend {
 
   virtual void barrier(int team, Stream s) = 0;
   virtual void sync(int team, Stream s) = 0;
-  virtual void broadcast(int team, Addr dest, Addr source, std::size_t bytes, int root, Stream s) = 0;
-  virtual void fcollect(int team, Addr dest, Addr source, std::size_t bytes_per_pe, Stream s) = 0;
-  virtual void alltoall(int team, Addr dest, Addr source, std::size_t bytes_per_pe, Stream s) = 0;
+  // Collectives: `type` is the buffers' dtype, compared across members like the sizes.
+  virtual void broadcast(int team, Addr dest, Addr source, std::size_t bytes, DType type, int root, Stream s) = 0;
+  virtual void fcollect(int team, Addr dest, Addr source, std::size_t bytes_per_pe, DType type, Stream s) = 0;
+  virtual void alltoall(int team, Addr dest, Addr source, std::size_t bytes_per_pe, DType type, Stream s) = 0;
   virtual void reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op,
                       Stream s) = 0;
   virtual void reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type,

@@ -92,9 +92,15 @@ void bind_interface(py::module_& m) {
       })
       .def("barrier", &Backend::barrier)
       .def("sync", &Backend::sync)
-      .def("broadcast", &Backend::broadcast)
-      .def("fcollect", &Backend::fcollect)
-      .def("alltoall", &Backend::alltoall)
+      .def("broadcast", [](Backend& b, int team, Addr d, Addr s, std::size_t n, int type, int root, Stream st) {
+        b.broadcast(team, d, s, n, DType(type), root, st);
+      })
+      .def("fcollect", [](Backend& b, int team, Addr d, Addr s, std::size_t n, int type, Stream st) {
+        b.fcollect(team, d, s, n, DType(type), st);
+      })
+      .def("alltoall", [](Backend& b, int team, Addr d, Addr s, std::size_t n, int type, Stream st) {
+        b.alltoall(team, d, s, n, DType(type), st);
+      })
       .def("reduce", [](Backend& b, int team, Addr d, Addr s, std::size_t n, int type, int op, Stream st) {
         b.reduce(team, d, s, n, DType(type), ReduceOp(op), st);
       })

@@ -5,7 +5,7 @@ import triton.language as tl
 
 import unishmem
 import unishmem.language as shl
-from unishmem import DeadlockError, NotSymmetricError
+from unishmem import DeadlockError, NotSymmetricError, SymmetryError
 from spmd import spmd
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "3"}
@@ -417,9 +417,19 @@ def test_device_errors_name_the_value(rt):
         rma_ring[(1,)](local, sym, VARIANT=0, N=8)
     with pytest.raises(ValueError, match=rf"pe={rt.n_pes + 3} is out of range"):
         bad_pe[(1,)](sym, rt.n_pes + 3)
-    with pytest.raises(ValueError, match=rf"broadcast: root=99 is out of range for a team of {rt.n_pes} PEs"):
-        bad_root[(1,)](sym, rt.team_world.handle, 99)
+    # A bad root on one PE: its own error there, and the others are not left waiting for it.
+    last = rt.n_pes - 1
+    if rt.my_pe == last:
+        with pytest.raises(ValueError, match=rf"broadcast: root=99 is out of range for a team of {rt.n_pes} PEs"):
+            bad_root[(1,)](sym, rt.team_world.handle, 99)
+    else:
+        with pytest.raises(SymmetryError, match=rf"PE {last} rejected its arguments"):
+            bad_root[(1,)](sym, rt.team_world.handle, 0)
+    raw = rt.zeros(16, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=rf"sig at heap offset {raw.data_ptr() - rt._base + 4} is not 8-byte aligned"):
+        misaligned_signal[(1,)](raw)
     rt.barrier_all()
+    rt.free(raw)
     rt.free(sym)
 
 
@@ -431,6 +441,11 @@ def bad_pe(buf, pe):
 @unishmem.jit
 def bad_root(buf, team, root):
     shl.broadcast(team, buf + 4, buf, 4, root)
+
+
+@unishmem.jit
+def misaligned_signal(buf):
+    shl.signal_op((buf + 4).to(tl.pointer_type(tl.uint64)), 1, shl.SIGNAL_SET, shl.my_pe())
 
 
 def test_every_device_function_is_exercised_here():

@@ -1,5 +1,6 @@
 """Bad input: a clear exception naming the value, on every PE involved, and nothing lost."""
 import importlib.util
+import re
 
 import pytest
 import torch
@@ -49,6 +50,53 @@ def test_local_argument_errors(rt):
 
 
 @spmd
+def test_argument_types_and_alignment(rt):
+    import numpy as np
+
+    x = rt.zeros(8, dtype=torch.float32)
+    rt.put(x, torch.zeros(8), np.int64(rt.n_pes - 1))  # numpy integers are ints
+    for t in (rt.zeros(np.int64(3)), rt.zeros((np.int32(2), 2)), rt.signals(np.uint8(2))):
+        assert t.numel() in (2, 3, 4)
+        rt.free(t)
+    raises(TypeError, r"pe must be an int, got True \(bool\)", rt.put, x, torch.zeros(8), True)
+    raises(TypeError, r"shape must be an int or a sequence of ints, got 2.0", rt.empty, 2.0)
+    raises(TypeError, r"a dimension must be an int, got 1.5", rt.empty, (2, 1.5))
+    raises(TypeError, r"split_strided: size must be an int, got 1.0", rt.team_world.split_strided, 0, 1, 1.0)
+    x_pair, y_pair = rt.team_world.split_2d(2**70)  # wider than the world: one row of every PE
+    assert (x_pair.n_pes, y_pair.n_pes) == (rt.n_pes, 1)
+    x_pair.destroy()
+    y_pair.destroy()
+    sig = rt.signals(1)
+    for op in (True, 1.0, unishmem.CMP.NE, "add"):
+        raises(TypeError, rf"op must be a unishmem.SIGNAL or its int value, got {re.escape(repr(op))}",
+               rt.signal_op, sig, 1, rt.my_pe, op)
+    for cmp in (False, 0.0, unishmem.SIGNAL.SET):
+        raises(TypeError, rf"cmp must be a unishmem.CMP or its int value, got {re.escape(repr(cmp))}",
+               rt.signal_wait_until, sig, cmp, 0)
+    rt.signal_op(sig, 2, rt.my_pe, op=np.int64(1))  # SIGNAL.ADD by its value
+    assert rt.signal_wait_until(sig, np.int32(0), 2) == 2
+    # A word that straddles its natural alignment: a view of the heap's bytes at an odd offset.
+    raw = rt.zeros(32, dtype=torch.uint8)
+    offset = raw.data_ptr() - rt._base
+    word = torch.frombuffer(memoryview(raw.numpy()), dtype=torch.uint64, count=1, offset=4)
+    raises(ValueError, rf"signal at heap offset {offset + 4} is not 8-byte aligned", rt.signal_op, word, 1, 0)
+    raises(ValueError, rf"signal at heap offset {offset + 4} is not 8-byte aligned", rt.signal_fetch, word)
+    word32 = torch.frombuffer(memoryview(raw.numpy()), dtype=torch.int32, count=1, offset=6)
+    raises(ValueError, rf"dest at heap offset {offset + 6} is not 4-byte aligned", rt.atomic_add, word32, 1, 0)
+    raises(ValueError, rf"ivar at heap offset {offset + 6} is not 4-byte aligned", rt.test, word32, 0, 0)
+    assert raw.tolist() == [0] * 32
+    # Collective calls with a bad argument on every PE: each raises its own error, nothing leaks.
+    free_before = rt._native.heap_free_bytes()
+    raises(ValueError, "value=300 does not fit torch.uint8", rt.full, 4, 300, dtype=torch.uint8)
+    raises(TypeError, r"value='a' \(str\) is not a number", rt.full, 4, "a")
+    raises(ValueError, "is 18446744073709551616 bytes, more than any tensor can hold", rt.empty, 2**62)
+    raises(ValueError, "is 18446744073709551616 bytes", rt.empty, (2**32, 2**32), dtype=torch.uint8)
+    assert rt._native.heap_free_bytes() == free_before
+    for t in (x, sig, raw):
+        rt.free(t)
+
+
+@spmd
 def test_use_after_free(rt):
     x = rt.zeros(16)
     view = x[4:8]
@@ -56,6 +104,7 @@ def test_use_after_free(rt):
     raises(NotSymmetricError, "dest was freed", rt.put, x, torch.zeros(16), 0)
     raises(NotSymmetricError, "in no live allocation", rt.put, view, torch.zeros(4), 0)
     raises(ValueError, "not a live symmetric allocation", rt.free, x)  # double free, on every PE
+    raises(ValueError, "not a live symmetric allocation", rt.free, view)
     y = rt.zeros(16)  # the heap is intact
     rt.free(y)
 

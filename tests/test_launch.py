@@ -171,6 +171,83 @@ def test_deadlock_is_reported_by_every_pe():
     assert proc.returncode == 5
 
 
+def test_a_stopped_pe_whose_wait_is_over_is_no_deadlock():
+    # PE 0 is stopped in a wait that PE 1 then satisfies, and stays stopped for 3 deadlock timeouts
+    # while PE 1 waits for it in a barrier: every PE waits, but PE 0 goes on once it runs.
+    proc = launch([FAILURES, "stopped"], 2, timeout=60, env={"UNISHMEM_DEADLOCK_TIMEOUT": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(re.findall(r"^DONE pe=(\d)$", proc.stdout, re.M)) == ["0", "1"], proc.stdout
+
+
+def test_peer_failure_names_the_dead_pe_not_a_peer_that_reported_it_and_left():
+    proc = launch([FAILURES, "blame"], 3, timeout=120)
+    out = proc.stdout + proc.stderr
+    failures = dict((pe, msg) for pe, _, msg in re.findall(r"^PEERFAILURE pe=(\d) after=([\d.]+)s: (.*)$", proc.stdout,
+                                                           re.M))
+    assert sorted(failures) == ["0", "1"], out
+    for msg in failures.values():
+        assert re.match(r"PE 2 \(pid \d+\) died while PE \d was waiting for PE 1? ?", msg), msg
+    assert failures["0"].endswith("; PE 1 reported it and has left since"), failures["0"]
+
+
+def _small_dev_shm(size: str) -> list[str]:
+    """A command prefix that runs the rest in a private mount namespace with a /dev/shm of `size`."""
+    prefix = ["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$0" "$@"']
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is not installed")
+    probe = subprocess.run(prefix + ["true"], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a private /dev/shm here (needs root or user namespaces): {probe.stderr.strip()}")
+    return prefix
+
+
+SHM_PROGRAM = """
+import sys, torch, unishmem
+try:
+    rt = unishmem.init()
+except unishmem.BackendUnavailable as e:
+    print(f"UNAVAILABLE: {e}", flush=True)
+    sys.exit(7)
+if rt.my_pe == 0:  # another program takes what the job left of /dev/shm
+    try:
+        with open("/dev/shm/filler", "wb") as f:
+            while True:
+                f.write(bytes(1 << 20))
+                f.flush()
+    except OSError as e:
+        print(f"FILLED errno={e.errno}", flush=True)
+rt.barrier_all()
+total = rt.zeros(1, dtype=torch.int64)
+x = rt.full(rt._native.heap_free_bytes(), 1, dtype=torch.uint8)  # every other page of the heap
+total.fill_(int(x.sum()))
+rt.reduce(total, total)
+print(f"SUM pe={rt.my_pe} {total.item()}", flush=True)
+rt.free(x)
+rt.free(total)
+rt.finalize()
+"""
+
+
+def test_heaps_beyond_dev_shm_fail_at_init_and_reserved_heaps_never_fault():
+    prefix = _small_dev_shm("96M")
+    run = [sys.executable, "-m", "unishmem", "run", "-n", "2", "-c", SHM_PROGRAM]
+    # 2 x 64 MiB heaps: each fits alone, together they do not
+    proc = subprocess.run(prefix + run, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, UNISHMEM_SYMMETRIC_SIZE="64M"))
+    lines = re.findall(r"^UNAVAILABLE: (.*)$", proc.stdout, re.M)
+    assert len(lines) == 2 and proc.returncode == 7, proc.stdout + proc.stderr
+    for msg in lines:
+        assert re.search(r"/dev/shm has 100663296 bytes free; the job's 2 PEs need 2 x 67174400 bytes \(a heap of "
+                         r"67108864 bytes plus 65536 of control each\)", msg), msg
+    # 2 x 40 MiB fit: then, with the rest of /dev/shm taken by another program, every page is still there
+    proc = subprocess.run(prefix + run, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, UNISHMEM_SYMMETRIC_SIZE="40M"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "FILLED errno=28" in proc.stdout  # ENOSPC
+    total = str(2 * ((40 << 20) - 256))
+    assert sorted(re.findall(r"^SUM pe=(\d) (\d+)$", proc.stdout, re.M)) == [("0", total), ("1", total)], proc.stdout
+
+
 def test_segment_is_private_and_named_by_job_token():
     from unishmem import _host
 

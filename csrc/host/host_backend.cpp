@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -17,26 +18,6 @@ namespace unishmem::host {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x554e4953484d454dull;  // "UNISHMEM"
-constexpr std::uint64_t kCallAlloc = 1, kCallFree = 2;
-constexpr std::uint64_t kNotLive = ~0ull;
-
-enum CollectiveOp : int { kBarrier = 1, kSync, kBroadcast, kFcollect, kAlltoall, kReduce, kReducescatter, kRejected = 255 };
-
-std::string describe_collective(const std::uint64_t* w) {
-  static const char* names[] = {"?", "barrier", "sync", "broadcast", "fcollect", "alltoall", "reduce", "reducescatter"};
-  static const char* redops[] = {"sum", "min", "max", "prod"};
-  const int op = int(w[0] & 0xff), dtype = int(w[0] >> 8 & 0xff), redop = int(w[0] >> 16 & 0xff);
-  const std::uint64_t root = w[0] >> 32;
-  if (op == kRejected) return "rejected its arguments (see its own error)";
-  if (op < kBarrier || op > kReducescatter) return "is in no collective";
-  std::string s = std::string("called ") + names[op];
-  if (op == kBarrier || op == kSync) return s;
-  s += " of " + std::to_string(w[1]) + " bytes";
-  if (op == kBroadcast) s += " from root " + std::to_string(root);
-  if (op == kReduce || op == kReducescatter)
-    s += std::string(" of ") + dtype_name(DType(dtype)) + " with op " + (redop < 4 ? redops[redop] : "?");
-  return s;
-}
 
 template <class T> T load_acquire(const T& v) { return std::atomic_ref<T>(const_cast<T&>(v)).load(std::memory_order_acquire); }
 template <class T> void store_release(T& v, std::type_identity_t<T> x) { std::atomic_ref<T>(v).store(x, std::memory_order_release); }
@@ -126,11 +107,17 @@ HostBackend::HostBackend(std::string token, int pe, int n_pes, std::size_t heap_
   policy_.spin_s = spin_.spin_s = n_pes <= available_cpus() ? 2e-6 : 0.0;
   if (n_pes < 1 || pe < 0 || pe >= n_pes)
     throw Error(ErrorKind::value, "PE " + std::to_string(pe) + " of " + std::to_string(n_pes) + " is out of range");
+  // Every PE of the job is on this host and maps every segment, so the segments must fit
+  // /dev/shm together. attach_peers() reserves them: none is reserved before every PE has
+  // checked here (the bootstrap agrees on our creation before anyone attaches).
   const std::size_t total = kControlBytes + heap_size;
   const std::size_t shm_free = shm_free_bytes();
-  if (shm_free && total > shm_free)
-    throw Error(ErrorKind::unavailable, "/dev/shm has " + std::to_string(shm_free) + " bytes free, a PE's segment needs " +
-                                            std::to_string(total) + ": lower heap_size or UNISHMEM_SYMMETRIC_SIZE");
+  if (shm_free && total > shm_free / std::size_t(n_pes))
+    throw Error(ErrorKind::unavailable,
+                "/dev/shm has " + std::to_string(shm_free) + " bytes free; the job's " + std::to_string(n_pes) +
+                    " PEs need " + std::to_string(n_pes) + " x " + std::to_string(total) + " bytes (a heap of " +
+                    std::to_string(heap_size) + " bytes plus " + std::to_string(kControlBytes) +
+                    " of control each): lower heap_size or UNISHMEM_SYMMETRIC_SIZE, or enlarge /dev/shm");
   maps_[pe] = Mapping::create(segment_name(token_, pe), total);
   ControlArea* c = ctl(pe);
   c->magic = kMagic;
@@ -158,6 +145,8 @@ void HostBackend::unlink_job(const std::string& token, int n_pes) {
 
 void HostBackend::attach_peers() {
   const std::size_t total = kControlBytes + heap_size_;
+  // A sparse segment whose pages /dev/shm cannot supply raises SIGBUS on first touch: take them now.
+  reserve_segment(segment_name(token_, pe_), total);
   for (int p = 0; p < n_pes_; ++p) {
     if (p == pe_) continue;
     maps_[p] = Mapping::open(segment_name(token_, p), total);
@@ -178,28 +167,59 @@ void HostBackend::unlink_own_segment() {
 
 // ---- waiting -------------------------------------------------------------------------------
 
-void HostBackend::check_peers(const std::string& waiting_for, int awaited) {
+std::string HostBackend::failure_of(int p, int awaited) const {
   // A finalized peer has passed finalize's barrier, so every PE has entered finalize: only a
   // wait on that very peer, or one not tied to a peer, can no longer finish.
+  const std::uint32_t state = load_acquire(ctl(p)->state);
+  if (state == kFinalized) return awaited < 0 || awaited == p ? "finalized" : "";
+  if (state == kAbandoned) return "left the job after an error";
+  if (!process_alive(pids_[p])) return "(pid " + std::to_string(pids_[p]) + ") died";
+  return "";
+}
+
+void HostBackend::check_peers(const std::string& waiting_for, int awaited) {
   for (int p = 0; p < n_pes_; ++p) {
     if (p == pe_ || !maps_[p].data()) continue;
-    const std::uint32_t state = load_acquire(ctl(p)->state);
-    const bool finalized = state == kFinalized;
-    if ((finalized && (awaited < 0 || awaited == p)) || state == kAbandoned)
-      throw Error(ErrorKind::peer_failure, "PE " + std::to_string(p) +
-                                               (finalized ? " finalized" : " left the job after an error") +
-                                               " while PE " + std::to_string(pe_) + " was waiting for " + waiting_for);
-    if (!finalized && !process_alive(pids_[p]))
-      throw Error(ErrorKind::peer_failure, "PE " + std::to_string(p) + " (pid " + std::to_string(pids_[p]) +
-                                               ") died while PE " + std::to_string(pe_) + " was waiting for " +
-                                               waiting_for);
+    std::string why = failure_of(p, awaited), note;
+    if (why.empty()) continue;
+    // A peer that reported another's failure and then left is not the cause: name the one it named.
+    for (int hops = 0; hops < n_pes_; ++hops) {
+      const std::uint64_t named = load_acquire(ctl(p)->blamed.value);
+      const int q = int(named) - 1;
+      if (named == 0 || q >= n_pes_ || q == pe_ || q == p || !maps_[q].data()) break;
+      const std::string q_why = failure_of(q, -1);
+      if (q_why.empty()) break;
+      note = "; PE " + std::to_string(p) + " reported it and has left since";
+      p = q;
+      why = q_why;
+    }
+    store_release(ctl(pe_)->blamed.value, std::uint64_t(p + 1));
+    throw Error(ErrorKind::peer_failure, "PE " + std::to_string(p) + " " + why + " while PE " + std::to_string(pe_) +
+                                             " was waiting for " + waiting_for + note);
   }
 }
 
-// NOTE [deadlock]: a PE in a slow wait keeps its `waits` counter odd. When every PE is
-// waiting and no counter has moved for deadlock_s seconds, no PE can ever make another's
-// wait finish (only PEs write the heap). The PE that sees it first tells the others by writing
-// each one's counter value into its `deadlock_verdict`, so every PE still in that wait raises.
+bool HostBackend::holds(const WaitCond& c) const {
+  const DType type = DType(c.dtype);
+  const std::size_t size = dtype_size(type);
+  if (c.pe < 0 || c.pe >= n_pes_ || !maps_[c.pe].data() || c.cmp < 0 || c.cmp > int(Cmp::le) ||
+      !(type == DType::i32 || type == DType::i64 || type == DType::u32 || type == DType::u64) || c.offset % size ||
+      c.offset + size > maps_[c.pe].size())
+    return false;
+  const char* word = maps_[c.pe].data() + c.offset;
+  return with_int_type(type, [&](auto zero) {
+    using T = decltype(zero);
+    return compare(load_acquire(*reinterpret_cast<const T*>(word)), Cmp(c.cmp), from_bits<T>(c.value));
+  });
+}
+
+// NOTE [deadlock]: a PE in a slow wait keeps its `waits` counter odd and publishes what it
+// waits for (`wait_cond`). When every PE is waiting, no counter has moved for deadlock_s
+// seconds and no PE's condition holds, no PE can ever make another's wait finish (only PEs
+// write the heap). A condition that holds is a PE that has not run since it came true
+// (stopped in a debugger, SIGSTOP, descheduled): it goes on once it runs, so that is no
+// deadlock. The PE that sees a deadlock first tells the others by writing each one's counter
+// value into its `deadlock_verdict`, so every PE still in that wait raises.
 void HostBackend::check_deadlock() {
   if (policy_.deadlock_s <= 0) return;
   if (load_acquire(ctl(pe_)->deadlock_verdict.value) == load_acquire(ctl(pe_)->waits.value)) raise_deadlock();
@@ -218,6 +238,15 @@ void HostBackend::check_deadlock() {
     return;
   }
   if (std::chrono::duration<double>(t - deadlock_since_).count() < policy_.deadlock_s) return;
+  std::vector<WaitCond> conds(n_pes_);
+  for (int p = 0; p < n_pes_; ++p) std::memcpy(&conds[p], &ctl(p)->wait_cond, sizeof(WaitCond));
+  for (int p = 0; p < n_pes_; ++p)
+    if (load_acquire(ctl(p)->waits.value) != now[p]) return;  // a new wait: its condition may not be the one read
+  for (int p = 0; p < n_pes_; ++p)
+    if (holds(conds[p])) {
+      deadlock_since_ = t;
+      return;
+    }
   for (int p = 0; p < n_pes_; ++p) std::atomic_ref<std::uint64_t>(ctl(p)->deadlock_verdict.value).store(now[p]);
   raise_deadlock();
 }
@@ -236,7 +265,7 @@ void HostBackend::raise_deadlock() {
 }
 
 template <class Done, class Describe>
-void HostBackend::wait(Done&& done, Describe&& describe, int awaited) {
+void HostBackend::wait(Done&& done, Describe&& describe, const WaitCond& cond, int awaited) {
   std::uint64_t& waits = ctl(pe_)->waits.value;
   bool marked = false;
   struct Unmark {  // leave the odd (waiting) state however the wait ends
@@ -250,6 +279,7 @@ void HostBackend::wait(Done&& done, Describe&& describe, int awaited) {
     if (!marked) {
       std::string what = describe();
       std::snprintf(ctl(pe_)->waiting_for, sizeof(ControlArea::waiting_for), "%s", what.c_str());
+      ctl(pe_)->wait_cond = cond;
       store_release(waits, waits + 1);
       marked = true;
     }
@@ -272,28 +302,49 @@ const Team& HostBackend::team_ref(int team) const {
 }
 
 void HostBackend::team_barrier(int team) {
-  Team& t = team_ref(team);
+  const int c = team_ref(team).channel;
+  Team& t = *teams_[c];
   const std::uint64_t e = ++t.epoch;
-  store_release(ctl(pe_)->arrive[team].value, t.base[t.my_index] + e);
+  store_release(ctl(pe_)->arrive[c].value, t.base[t.my_index] + e);
   for (std::size_t i = 0; i < t.members.size(); ++i) {
     const int m = t.members[i];
     const std::uint64_t target = t.base[i] + e;
-    const std::uint64_t& word = ctl(m)->arrive[team].value;
+    const std::uint64_t& word = ctl(m)->arrive[c].value;
+    const WaitCond cond{offsetof(ControlArea, arrive) + c * sizeof(Padded), target, m, int(DType::u64), int(Cmp::ge)};
     wait([&] { return load_acquire(word) >= target; },
          [&] { return "PE " + std::to_string(m) + " to reach barrier #" + std::to_string(e) + " of team " +
                       std::to_string(team); },
-         m);
+         cond, m);
   }
 }
 
-std::vector<std::array<std::uint64_t, kXchgWords>> HostBackend::exchange(int team, const std::uint64_t* words, int n) {
-  std::memcpy(ctl(pe_)->xchg, words, n * sizeof(std::uint64_t));
-  team_barrier(team);
+// NOTE [collective check]: Calls are double-buffered by barrier parity: a member can only
+// overwrite this parity's record after passing the next barrier, which waits for us to have
+// read it. The record also holds the call's number on its channel, so a PE that skipped a
+// call on it (and passed on a later arrival) is found too.
+void HostBackend::enter(int team, Call call, std::uint64_t payload) {
   const Team& t = team_ref(team);
-  std::vector<std::array<std::uint64_t, kXchgWords>> all(t.members.size());
-  for (std::size_t i = 0; i < t.members.size(); ++i) std::memcpy(all[i].data(), ctl(t.members[i])->xchg, sizeof all[i]);
-  team_barrier(team);  // nobody overwrites its record before every member has read it
-  return all;
+  call.team = team;
+  call.team_id = t.id;
+  call.seq = teams_[t.channel]->epoch + 1;
+  const CallWords mine = call.pack();
+  const int parity = int(call.seq & 1);
+  std::uint64_t* record = ctl(pe_)->calls[t.channel][parity];
+  std::memcpy(record, mine.data(), sizeof mine);
+  record[kCallWords] = payload;
+  team_barrier(team);
+  for (int m : t.members)
+    if (std::memcmp(ctl(m)->calls[t.channel][parity], mine.data(), sizeof mine) != 0) {
+      std::vector<CallWords> all(t.members.size());
+      for (std::size_t i = 0; i < all.size(); ++i)
+        std::memcpy(all[i].data(), ctl(t.members[i])->calls[t.channel][parity], sizeof mine);
+      raise_mismatch(t.members, all, mine);
+    }
+}
+
+std::uint64_t HostBackend::payload(int team, int i) const {
+  const Team& t = team_ref(team);
+  return ctl(t.members[i])->calls[t.channel][teams_[t.channel]->epoch & 1][kCallWords];
 }
 
 int HostBackend::claim_slot(std::uint64_t taken, int skip) const {
@@ -305,27 +356,30 @@ int HostBackend::claim_slot(std::uint64_t taken, int skip) const {
 void HostBackend::make_team(int slot, std::vector<int> members) {
   Team t;
   t.members = std::move(members);
+  t.id = team_identity(t.members);
+  t.channel = int(t.members.size()) == n_pes_ ? kTeamWorld : slot;  // NOTE [barrier channel]
   for (std::size_t i = 0; i < t.members.size(); ++i) {
     if (t.members[i] == pe_) t.my_index = int(i);
     // The slot is free on every member, so no member moves its counter while we read it.
-    t.base.push_back(maps_[t.members[i]].data() ? load_acquire(ctl(t.members[i])->arrive[slot].value) : 0);
+    if (t.channel == slot)
+      t.base.push_back(maps_[t.members[i]].data() ? load_acquire(ctl(t.members[i])->arrive[slot].value) : 0);
   }
   teams_[slot] = std::move(t);
   store_release(ctl(pe_)->teams_in_use.value, ctl(pe_)->teams_in_use.value | (1ull << slot));
 }
 
+// A split is collective over the parent: every member must ask for the same one. Each also
+// publishes the slots it uses, so that the new team's slot is free on all its members.
 int HostBackend::team_split_strided(int parent, int start, int stride, int size) {
+  enter(parent, Call{.op = CallOp::split_strided, .a = start, .b = stride, .c = size}, ctl(pe_)->teams_in_use.value);
   const Team& p = team_ref(parent);
   std::vector<int> members;
   for (int i = 0; i < size; ++i) members.push_back(p.members[start + i * stride]);
   const bool member = std::find(members.begin(), members.end(), pe_) != members.end();
-  // Slots in use anywhere in the parent: a new team's slot must be free on all its members.
-  std::uint64_t mine = ctl(pe_)->teams_in_use.value;
-  auto all = exchange(parent, &mine, 1);
   std::uint64_t taken = 0;
-  for (auto& r : all) taken |= r[0];
+  for (std::size_t i = 0; i < p.members.size(); ++i) taken |= payload(parent, int(i));
   const int slot = claim_slot(taken);
-  if (member) make_team(slot, members);
+  if (member) make_team(slot, std::move(members));
   team_barrier(parent);  // bases are read before any member of the new team can arrive on it
   return member ? slot : kTeamInvalid;
 }
@@ -333,14 +387,13 @@ int HostBackend::team_split_strided(int parent, int start, int stride, int size)
 std::pair<int, int> HostBackend::team_split_2d(int parent, int xrange) {
   const Team& p = team_ref(parent);
   const int n = int(p.members.size()), me = p.my_index;
-  xrange = std::min(xrange, n);
+  xrange = std::min(xrange, n);  // a wider row is the whole team, whatever the number
+  enter(parent, Call{.op = CallOp::split_2d, .a = xrange}, ctl(pe_)->teams_in_use.value);
   std::vector<int> xs, ys;
   for (int i = me / xrange * xrange; i < std::min(n, (me / xrange + 1) * xrange); ++i) xs.push_back(p.members[i]);
   for (int i = me % xrange; i < n; i += xrange) ys.push_back(p.members[i]);
-  std::uint64_t mine = ctl(pe_)->teams_in_use.value;
-  auto all = exchange(parent, &mine, 1);
   std::uint64_t taken = 0;
-  for (auto& r : all) taken |= r[0];
+  for (int i = 0; i < n; ++i) taken |= payload(parent, i);
   const int xslot = claim_slot(taken), yslot = claim_slot(taken, xslot);
   make_team(xslot, xs);
   make_team(yslot, ys);
@@ -349,8 +402,9 @@ std::pair<int, int> HostBackend::team_split_2d(int parent, int xrange) {
 }
 
 void HostBackend::team_destroy(int team) {
-  team_ref(team);
-  if (team == kTeamWorld || team == kTeamNode) throw Error(ErrorKind::value, "the world and node teams cannot be destroyed");
+  if (team == kTeamWorld || team == kTeamNode)
+    throw Error(ErrorKind::value, "the world and node teams cannot be destroyed");
+  enter(team, Call{.op = CallOp::team_destroy});  // collective over the team, as in OpenSHMEM
   teams_[team].reset();
   store_release(ctl(pe_)->teams_in_use.value, ctl(pe_)->teams_in_use.value & ~(1ull << team));
 }
@@ -365,26 +419,8 @@ int HostBackend::team_translate_pe(int src_team, int pe, int dst_team) const {
 
 // ---- symmetric allocation -------------------------------------------------------------------
 
-void HostBackend::check_symmetric_call(std::uint64_t kind, std::uint64_t a, std::uint64_t b, const char* what) {
-  const std::uint64_t seq = ++call_seq_;
-  const std::uint64_t mine[4] = {seq, kind, a, b};
-  auto all = exchange(kTeamWorld, mine, 4);
-  auto describe = [&](int p) {
-    const auto& r = all[p];
-    std::string s = "PE " + std::to_string(p) + " made symmetric call #" + std::to_string(r[0]) + ", ";
-    if (r[1] == kCallAlloc) return s + "allocating " + std::to_string(r[2]) + " bytes of " + dtype_name(DType(r[3]));
-    if (r[1] == kCallFree) return s + (r[2] == kNotLive ? "freeing an address that is not a live allocation"
-                                                         : "freeing heap offset " + std::to_string(r[2]));
-    return s + "no allocation call";
-  };
-  for (int p = 1; p < n_pes_; ++p)
-    if (std::memcmp(all[p].data(), all[0].data(), 4 * sizeof(std::uint64_t)) != 0)
-      throw Error(ErrorKind::symmetry, std::string(what) + " differs between PEs: " + describe(0) + "; " + describe(p) +
-                                           ". Nothing was allocated or freed.");
-}
-
 Addr HostBackend::malloc(std::size_t bytes, DType dtype) {
-  check_symmetric_call(kCallAlloc, bytes, std::uint64_t(dtype), "symmetric allocation");
+  enter(kTeamWorld, Call{.op = CallOp::alloc, .dtype = dtype, .bytes = bytes});
   auto offset = allocator_.allocate(bytes);
   if (!offset)
     throw Error(ErrorKind::out_of_memory,
@@ -397,10 +433,9 @@ Addr HostBackend::malloc(std::size_t bytes, DType dtype) {
 
 void HostBackend::free(Addr local) {
   const std::size_t offset = local - heap_base();
-  const bool live = local >= heap_base() && allocator_.is_live(offset);
-  check_symmetric_call(kCallFree, live ? offset : kNotLive, 0, "symmetric free");
-  if (!live) throw Error(ErrorKind::value, "address " + std::to_string(local) + " is not a live symmetric allocation (already freed?)");
-  allocator_.release(offset);
+  enter(kTeamWorld, Call{.op = CallOp::free, .bytes = offset});
+  if (local < heap_base() || !allocator_.release(offset))
+    throw Error(ErrorKind::value, "heap offset " + std::to_string(offset) + " is not a live symmetric allocation");
 }
 
 // ---- RMA, signals, atomics ---------------------------------------------------------------------
@@ -434,9 +469,11 @@ std::uint64_t HostBackend::signal_fetch(Addr sig) {
 std::uint64_t HostBackend::signal_wait_until(Addr sig, Cmp cmp, std::uint64_t value, Stream) {
   auto& word = *reinterpret_cast<std::uint64_t*>(sig);
   std::uint64_t seen = 0;
+  const WaitCond cond{kControlBytes + (sig - heap_base()), value, pe_, int(DType::u64), int(cmp)};
   wait([&] { return compare(seen = load_acquire(word), cmp, value); },
        [&] { return "signal at heap offset " + std::to_string(sig - heap_base()) + " to become " + cmp_name(cmp) + " " +
-                    std::to_string(value) + " (it is " + std::to_string(load_acquire(word)) + ")"; });
+                    std::to_string(value) + " (it is " + std::to_string(load_acquire(word)) + ")"; },
+       cond);
   return seen;
 }
 
@@ -452,9 +489,11 @@ void HostBackend::wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value)
     using T = decltype(zero);
     T& word = *reinterpret_cast<T*>(ptr);
     const T target = from_bits<T>(value);
+    const WaitCond cond{kControlBytes + (ptr - heap_base()), value, pe_, int(type), int(cmp)};
     wait([&] { return compare(load_acquire(word), cmp, target); },
          [&] { return "value at heap offset " + std::to_string(ptr - heap_base()) + " to become " + cmp_name(cmp) +
-                      " " + std::to_string(target) + " (it is " + std::to_string(load_acquire(word)) + ")"; });
+                      " " + std::to_string(target) + " (it is " + std::to_string(load_acquire(word)) + ")"; },
+         cond);
     return 0;
   });
 }
@@ -472,28 +511,9 @@ std::uint64_t HostBackend::atomic(AtomicOp op, DType type, Addr dest, std::uint6
 // ---- synchronisation and collectives --------------------------------------------------------
 // Collectives read peers' sources straight from their mappings between two team barriers.
 
-void HostBackend::enter_collective(int team, int op, std::size_t bytes, int dtype, int root, int redop) {
-  // NOTE [collective check]: descriptors are double-buffered by barrier parity: a member
-  // can only overwrite this parity's slot after passing the next barrier, which waits for us.
-  const Team& t = team_ref(team);
-  const int parity = int((t.epoch + 1) & 1);
-  std::uint64_t* mine = ctl(pe_)->collective[team][parity];
-  mine[0] = std::uint64_t(op) | std::uint64_t(dtype) << 8 | std::uint64_t(redop) << 16 | std::uint64_t(root) << 32;
-  mine[1] = bytes;
-  team_barrier(team);
-  for (int m : t.members) {
-    const std::uint64_t* theirs = ctl(m)->collective[team][parity];
-    const std::uint64_t w[2] = {load_acquire(theirs[0]), load_acquire(theirs[1])};
-    if (w[0] != mine[0] || w[1] != mine[1])
-      throw Error(ErrorKind::symmetry, "collective on team " + std::to_string(team) + " differs between PEs: PE " +
-                                           std::to_string(pe_) + " " + describe_collective(mine) + ", PE " +
-                                           std::to_string(m) + " " + describe_collective(w));
-  }
-}
-
 void HostBackend::reject_collective(int team) {
   try {
-    enter_collective(team, kRejected, 0);
+    enter(team, Call{.op = CallOp::rejected});
   } catch (const Error& e) {
     if (e.kind != ErrorKind::symmetry) throw;  // the mismatch is expected; the caller raises its own error
   }
@@ -501,30 +521,30 @@ void HostBackend::reject_collective(int team) {
 
 void HostBackend::barrier(int team, Stream s) {
   quiet(s);
-  enter_collective(team, kBarrier, 0);
+  enter(team, Call{.op = CallOp::barrier});
 }
 
-void HostBackend::sync(int team, Stream) { enter_collective(team, kSync, 0); }
+void HostBackend::sync(int team, Stream) { enter(team, Call{.op = CallOp::sync}); }
 
-void HostBackend::broadcast(int team, Addr dest, Addr source, std::size_t bytes, int root, Stream) {
+void HostBackend::broadcast(int team, Addr dest, Addr source, std::size_t bytes, DType type, int root, Stream) {
   const Team& t = team_ref(team);
-  enter_collective(team, kBroadcast, bytes, 0, root);
+  enter(team, Call{.op = CallOp::broadcast, .dtype = type, .root = std::uint32_t(root), .bytes = bytes});
   std::memmove(reinterpret_cast<void*>(dest), reinterpret_cast<const void*>(translate(source, t.members[root])), bytes);
   team_barrier(team);
 }
 
-void HostBackend::fcollect(int team, Addr dest, Addr source, std::size_t bytes, Stream) {
+void HostBackend::fcollect(int team, Addr dest, Addr source, std::size_t bytes, DType type, Stream) {
   const Team& t = team_ref(team);
-  enter_collective(team, kFcollect, bytes);
+  enter(team, Call{.op = CallOp::fcollect, .dtype = type, .bytes = bytes});
   for (std::size_t i = 0; i < t.members.size(); ++i)
     std::memcpy(reinterpret_cast<char*>(dest) + i * bytes, reinterpret_cast<const void*>(translate(source, t.members[i])),
                 bytes);
   team_barrier(team);
 }
 
-void HostBackend::alltoall(int team, Addr dest, Addr source, std::size_t bytes, Stream) {
+void HostBackend::alltoall(int team, Addr dest, Addr source, std::size_t bytes, DType type, Stream) {
   const Team& t = team_ref(team);
-  enter_collective(team, kAlltoall, bytes);
+  enter(team, Call{.op = CallOp::alltoall, .dtype = type, .bytes = bytes});
   for (std::size_t i = 0; i < t.members.size(); ++i)
     std::memcpy(reinterpret_cast<char*>(dest) + i * bytes,
                 reinterpret_cast<const void*>(translate(source + t.my_index * bytes, t.members[i])), bytes);
@@ -539,7 +559,7 @@ void HostBackend::reduce(int team, Addr dest, Addr source, std::size_t nelems, D
   const std::size_t esz = dtype_size(type);
   auto chunk = [&](int i) { return std::pair{nelems * i / n * esz, (nelems * (i + 1) / n - nelems * i / n)}; };
   std::vector<const void*> srcs(n);
-  enter_collective(team, kReduce, nelems * esz, int(type), 0, int(op));
+  enter(team, Call{.op = CallOp::reduce, .dtype = type, .redop = op, .bytes = nelems * esz});
   auto [off, len] = chunk(t.my_index);
   for (int i = 0; i < n; ++i) srcs[i] = reinterpret_cast<const void*>(translate(source + off, t.members[i]));
   if (len) reduce_arrays(reinterpret_cast<void*>(dest + off), srcs.data(), n, len, type, op);
@@ -559,7 +579,7 @@ void HostBackend::reducescatter(int team, Addr dest, Addr source, std::size_t ne
   const std::size_t off = t.my_index * nelems_out * dtype_size(type);
   std::vector<const void*> srcs(n);
   for (int i = 0; i < n; ++i) srcs[i] = reinterpret_cast<const void*>(translate(source + off, t.members[i]));
-  enter_collective(team, kReducescatter, nelems_out * dtype_size(type), int(type), 0, int(op));
+  enter(team, Call{.op = CallOp::reducescatter, .dtype = type, .redop = op, .bytes = nelems_out * dtype_size(type)});
   if (nelems_out) reduce_arrays(reinterpret_cast<void*>(dest), srcs.data(), n, nelems_out, type, op);
   team_barrier(team);
 }
@@ -571,7 +591,8 @@ void HostBackend::leave(bool collective_barrier, PeState state) {
   if (finalized_) return;
   std::exception_ptr failure;  // a dead peer must not stop this PE from letting go of its memory
   try {
-    if (collective_barrier) enter_collective(kTeamWorld, kBarrier, 0);  // nobody touches a peer's memory after this
+    // Nobody touches a peer's memory after this.
+    if (collective_barrier) enter(kTeamWorld, Call{.op = CallOp::finalize});
   } catch (...) {
     failure = std::current_exception();
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../backend.hpp"
+#include "../common/collective.hpp"
 #include "allocator.hpp"
 #include "segment.hpp"
 #include "wait.hpp"
@@ -17,14 +18,23 @@
 namespace unishmem::host {
 
 constexpr int kMaxTeams = 64;   // team slots; a team's handle is its slot
-constexpr int kXchgWords = 8;   // words one PE contributes to an internal exchange
+constexpr int kRecordWords = kCallWords + 1;  // a Call, then a word not compared (a split's slots in use)
 constexpr std::size_t kControlBytes = 64 * 1024;
 
 enum PeState : std::uint32_t { kCreated = 1, kRunning = 2, kFinalized = 3, kAbandoned = 4 };
 
-// NOTE [control area]: every word is written only by the PE that owns the
-// segment and read by its peers; that single-writer rule is what lets the
-// barrier and the exchange work without locks.
+// What a PE in a slow wait waits for: the word at `offset` of PE `pe`'s segment to compare
+// `cmp` against `value` (as `dtype`). The deadlock check tests it (NOTE [deadlock]).
+struct WaitCond {
+  std::uint64_t offset = 0;
+  std::uint64_t value = 0;
+  std::int32_t pe = 0;
+  std::int32_t dtype = 0, cmp = 0;
+};
+
+// NOTE [control area]: every word is written only by the PE that owns the segment and read
+// by its peers (except `deadlock_verdict`, see NOTE [deadlock]); that single-writer rule is what
+// lets the barrier and the collective check work without locks.
 struct alignas(64) Padded {
   std::uint64_t value;
 };
@@ -33,28 +43,36 @@ struct ControlArea {
   std::uint64_t heap_size;
   std::int32_t pe, n_pes, pid;
   std::uint32_t state;
-  Padded arrive[kMaxTeams];         // barrier arrivals per team slot, monotonic
+  Padded arrive[kMaxTeams];         // barrier arrivals per channel, monotonic
   Padded teams_in_use;              // bitmap of slots this PE belongs to
   Padded waits;                     // odd while this PE is in a slow wait (see NOTE [deadlock])
   char waiting_for[192];            // what that wait is for, for the deadlock report
+  WaitCond wait_cond;               // and its condition
   Padded deadlock_verdict;          // written by the PE that found a deadlock: our `waits` value then
-  // What this PE's collective on each slot is, by barrier parity (see enter_collective).
-  std::uint64_t collective[kMaxTeams][2][2];
-  alignas(64) std::uint64_t xchg[kXchgWords];
+  Padded blamed;                    // 1 + the PE this PE's PeerFailure named; 0 if none
+  // Each PE's current Call per channel, by barrier parity (NOTE [collective check]).
+  std::uint64_t calls[kMaxTeams][2][kRecordWords];
 };
 static_assert(sizeof(ControlArea) <= kControlBytes);
 
+// NOTE [barrier channel]: a team whose members are all the PEs synchronises on the world's
+// counters and Calls, as full teams of the vendor backend use barrier_all: so a collective on
+// the world against one on an equal sub-team (or the node team) meet at one barrier and fail
+// the check, instead of each waiting forever for the other.
 struct Team {
   std::vector<int> members;         // world PEs, in team order
-  std::vector<std::uint64_t> base;  // each member's arrive value when the team was made
+  std::uint64_t id = 0;             // team_identity(members)
   int my_index = -1;
-  std::uint64_t epoch = 0;
+  int channel = 0;                  // the slot whose counters and Calls it uses
+  std::vector<std::uint64_t> base;  // a channel's own: each member's arrive value when it was made
+  std::uint64_t epoch = 0;          // a channel's own: barriers passed on it
 };
 
 class HostBackend final : public Backend {
  public:
-  // Creates this PE's segment. Then, once every PE has created its own:
-  // attach_peers(); and once every PE has attached: unlink_own_segment().
+  // Creates this PE's segment (after checking that every PE's fits /dev/shm). Then, once every
+  // PE has created its own: attach_peers(), which reserves this PE's pages; and once every PE has
+  // attached: unlink_own_segment().
   HostBackend(std::string token, int pe, int n_pes, std::size_t heap_size, WaitPolicy policy);
   ~HostBackend() override;
   void attach_peers();
@@ -96,9 +114,9 @@ class HostBackend final : public Backend {
 
   void barrier(int team, Stream) override;
   void sync(int team, Stream) override;
-  void broadcast(int team, Addr dest, Addr source, std::size_t bytes, int root, Stream) override;
-  void fcollect(int team, Addr dest, Addr source, std::size_t bytes_per_pe, Stream) override;
-  void alltoall(int team, Addr dest, Addr source, std::size_t bytes_per_pe, Stream) override;
+  void broadcast(int team, Addr dest, Addr source, std::size_t bytes, DType type, int root, Stream) override;
+  void fcollect(int team, Addr dest, Addr source, std::size_t bytes_per_pe, DType type, Stream) override;
+  void alltoall(int team, Addr dest, Addr source, std::size_t bytes_per_pe, DType type, Stream) override;
   void reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op, Stream) override;
   void reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
                      Stream) override;
@@ -120,18 +138,19 @@ class HostBackend final : public Backend {
 
   // awaited: the PE whose action ends the wait, or -1 when any PE's could.
   template <class Done, class Describe>
-  void wait(Done&& done, Describe&& describe, int awaited = -1);
+  void wait(Done&& done, Describe&& describe, const WaitCond& cond, int awaited = -1);
+  std::string failure_of(int pe, int awaited) const;
   void check_peers(const std::string& waiting_for, int awaited);
+  bool holds(const WaitCond& cond) const;
   void check_deadlock();
   [[noreturn]] void raise_deadlock();
   void team_barrier(int team);
-  // Internal all-gather of a few words over a team (two team barriers).
-  std::vector<std::array<std::uint64_t, kXchgWords>> exchange(int team, const std::uint64_t* words, int n);
-  // Opens a collective: publishes what this PE calls, passes a team barrier and
-  // checks every member called the same (op, sizes, dtype, root, reduction).
-  void enter_collective(int team, int op, std::size_t bytes, int dtype = 0, int root = 0, int redop = 0);
+  // Opens a collective (NOTE [collective descriptor]): publishes `call` and `payload`, passes
+  // a barrier of the team and checks that every member made the same call.
+  void enter(int team, Call call, std::uint64_t payload = 0);
+  // Member i's payload in the call just entered on `team`.
+  std::uint64_t payload(int team, int i) const;
   void leave(bool collective_barrier, PeState state);
-  void check_symmetric_call(std::uint64_t kind, std::uint64_t a, std::uint64_t b, const char* what);
 
   std::string token_;
   int pe_, n_pes_;
@@ -143,7 +162,6 @@ class HostBackend final : public Backend {
   std::vector<int> pids_;
   Allocator allocator_;
   std::array<std::optional<Team>, kMaxTeams> teams_;
-  std::uint64_t call_seq_ = 0;  // symmetric calls so far (alloc, free)
   std::vector<std::uint64_t> deadlock_snapshot_;  // every PE's `waits` when all were first seen waiting
   std::chrono::steady_clock::time_point deadlock_since_;
   bool unlinked_ = false;

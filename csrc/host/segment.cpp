@@ -89,6 +89,20 @@ void Mapping::retire() {
 
 void unlink_segment(const std::string& name) { shm_unlink(name.c_str()); }
 
+void reserve_segment(const std::string& name, std::size_t bytes) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) fail("shm_open of this PE's segment failed", name);
+  int rc;
+  do rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  while (rc == EINTR);
+  close(fd);
+  if (rc != 0)
+    throw Error(rc == ENOSPC ? ErrorKind::unavailable : ErrorKind::generic,
+                "reserving " + std::to_string(bytes) + " bytes of /dev/shm for segment '" + name + "' failed: " +
+                    std::strerror(rc) + " (" + std::to_string(shm_free_bytes()) +
+                    " bytes free now): lower heap_size or UNISHMEM_SYMMETRIC_SIZE, or enlarge /dev/shm");
+}
+
 std::size_t shm_free_bytes() {
   struct statvfs st {};
   if (statvfs("/dev/shm", &st) != 0) return 0;

@@ -34,5 +34,8 @@ class Mapping {
 
 void unlink_segment(const std::string& name);  // ignores a missing name
 std::size_t shm_free_bytes();                    // free space of /dev/shm
+// Allocates the pages of a segment, so that touching them later can never fault (SIGBUS);
+// Error(unavailable) when /dev/shm cannot hold them.
+void reserve_segment(const std::string& name, std::size_t bytes);
 
 }  // namespace unishmem::host

@@ -8,29 +8,10 @@ namespace unishmem::vendor {
 
 namespace {
 
-constexpr std::uint64_t kCallAlloc = 1, kCallFree = 2;
-constexpr std::uint64_t kNotLive = ~0ull;
-enum CollectiveOp : int { kBarrier = 1, kSync, kBroadcast, kFcollect, kAlltoall, kReduce, kReducescatter, kRejected = 255 };
-
 // The library can be initialised once per process: after a failed init every further call
 // may end the process (VENDOR_NOTES), and one runtime at a time owns it.
 bool g_library_failed = false;
 bool g_library_active = false;
-
-std::string describe_collective(const std::uint64_t* w) {
-  static const char* names[] = {"?", "barrier", "sync", "broadcast", "fcollect", "alltoall", "reduce", "reducescatter"};
-  static const char* redops[] = {"sum", "min", "max", "prod"};
-  const int op = int(w[0] & 0xff), dtype = int(w[0] >> 8 & 0xff), redop = int(w[0] >> 16 & 0xff);
-  if (op == kRejected) return "rejected its arguments (see its own error)";
-  if (op < kBarrier || op > kReducescatter) return "is in no collective";
-  std::string s = std::string("called ") + names[op];
-  if (op == kBarrier || op == kSync) return s;
-  s += " of " + std::to_string(w[1]) + " bytes";
-  if (op == kBroadcast) s += " from root " + std::to_string(w[0] >> 32);
-  if (op == kReduce || op == kReducescatter)
-    s += std::string(" of ") + dtype_name(DType(dtype)) + " with op " + (redop < 4 ? redops[redop] : "?");
-  return s;
-}
 
 void rt_check(int rc, const char* call) {
   if (rc != 0) throw Error(ErrorKind::generic, std::string(lib::kRuntimeName) + " " + call + " failed: " + lib::rt_error(rc));
@@ -141,7 +122,7 @@ VendorBackend::VendorBackend(const std::string& unique_id, int pe, int n_pes, in
 
     std::vector<int> all(n_pes);
     for (int i = 0; i < n_pes; ++i) all[i] = i;
-    teams_[kTeamWorld] = TeamEntry{lib::team_world(), all, pe, 0};
+    teams_[kTeamWorld] = TeamEntry{lib::team_world(), all, team_identity(all), pe, kTeamWorld, 0};
     if constexpr (lib::kNodeTeam) {
       add_team(kTeamNode, lib::team_node());
     } else {
@@ -198,7 +179,7 @@ void VendorBackend::finalize() {
   try {
     // No work of this process may still touch the heap when it is freed.
     rt_check(lib::rt_device_sync(), "device synchronize");
-    enter_collective(kTeamWorld, kBarrier, 0);
+    enter(kTeamWorld, Call{.op = CallOp::finalize});
     team_barrier(kTeamWorld, true, stream_);
     rt_check(lib::rt_stream_sync(stream_), "stream synchronize");
   } catch (...) {
@@ -235,10 +216,12 @@ const TeamEntry& VendorBackend::team_ref(int team) const {
 }
 
 void VendorBackend::add_team(int slot, lib::Team handle) {
-  TeamEntry t{handle, {}, -1, 0};
+  TeamEntry t{handle, {}, 0, -1, slot, 0};
   const int n = lib::team_n_pes(handle);
   for (int i = 0; i < n; ++i) t.members.push_back(lib::team_translate_pe(handle, i, lib::team_world()));
+  t.id = team_identity(t.members);
   t.my_index = lib::team_my_pe(handle);
+  if (n == n_pes_) t.channel = kTeamWorld;  // its barrier is barrier_all: it meets the world's calls
   teams_[slot] = std::move(t);
 }
 
@@ -281,69 +264,44 @@ void VendorBackend::team_barrier(int team, bool complete_puts, lib::Stream s) {
   }
 }
 
-std::vector<Record> VendorBackend::exchange(int team, const std::uint64_t* words, int n) {
-  TeamEntry& t = team_ref(team);
-  const std::uint64_t epoch = ++t.epoch;
-  const int parity = int(epoch & 1);
-  std::memset(pinned_, 0, kRecordWords * 8);
-  std::memcpy(pinned_, words, std::size_t(std::min(n, kPayloadWords)) * 8);
-  pinned_[kPayloadWords] = epoch;
+std::vector<std::uint64_t> VendorBackend::enter(int team, Call call, std::uint64_t payload) {
+  const TeamEntry& t = team_ref(team);
+  TeamEntry& channel = team_ref(t.channel);
+  call.team = team;
+  call.team_id = t.id;
+  call.seq = ++channel.epoch;
+  const int parity = int(call.seq & 1);
+  const CallWords mine = call.pack();
+  std::memcpy(pinned_, mine.data(), sizeof mine);
+  pinned_[kCallWords] = payload;
   rt_check(lib::rt_copy_to_device(staging(), pinned_, kRecordWords * 8, stream_), "copy to device");
-  for (int m : t.members) lib::putmem_on_stream(slot(team, parity, pe_), staging(), kRecordWords * 8, m, stream_);
+  for (int m : t.members)
+    lib::putmem_on_stream(slot(t.channel, parity, pe_), staging(), kRecordWords * 8, m, stream_);
   // Double-buffered by parity: a member writes this parity again only after the next
-  // exchange's barrier, which waits for every member to have read this one.
+  // call's barrier, which waits for every member to have read this one.
   team_barrier(team, true, stream_);
-  rt_check(lib::rt_copy_to_host(pinned_, slot(team, parity, 0), std::size_t(n_pes_) * kRecordWords * 8, stream_),
+  rt_check(lib::rt_copy_to_host(pinned_, slot(t.channel, parity, 0), std::size_t(n_pes_) * kRecordWords * 8, stream_),
            "copy to host");
   rt_check(lib::rt_stream_sync(stream_), "stream synchronize");
-  std::vector<Record> all(t.members.size());
+  std::vector<std::uint64_t> payloads(t.members.size());
+  std::vector<CallWords> all(t.members.size());
+  bool same = true;
   for (std::size_t i = 0; i < t.members.size(); ++i) {
-    std::memcpy(all[i].data(), pinned_ + std::size_t(t.members[i]) * kRecordWords, kRecordWords * 8);
-    if (all[i][kPayloadWords] != epoch)
-      throw Error(ErrorKind::symmetry, "PE " + std::to_string(t.members[i]) + " is at exchange #" +
-                                           std::to_string(all[i][kPayloadWords]) + " of team " + std::to_string(team) +
-                                           ", PE " + std::to_string(pe_) + " at #" + std::to_string(epoch) +
-                                           ": the PEs made different sequences of collective calls");
+    const std::uint64_t* record = pinned_ + std::size_t(t.members[i]) * kRecordWords;
+    std::memcpy(all[i].data(), record, sizeof mine);
+    payloads[i] = record[kCallWords];
+    same = same && all[i] == mine;
   }
-  return all;
-}
-
-void VendorBackend::enter_collective(int team, int op, std::size_t bytes, int dtype, int root, int redop) {
-  const std::uint64_t mine[2] = {
-      std::uint64_t(op) | std::uint64_t(dtype) << 8 | std::uint64_t(redop) << 16 | std::uint64_t(root) << 32, bytes};
-  auto all = exchange(team, mine, 2);
-  const TeamEntry& t = team_ref(team);
-  for (std::size_t i = 0; i < all.size(); ++i)
-    if (all[i][0] != mine[0] || all[i][1] != mine[1])
-      throw Error(ErrorKind::symmetry, "collective on team " + std::to_string(team) + " differs between PEs: PE " +
-                                           std::to_string(pe_) + " " + describe_collective(mine) + ", PE " +
-                                           std::to_string(t.members[i]) + " " + describe_collective(all[i].data()));
+  if (!same) raise_mismatch(t.members, all, mine);
+  return payloads;
 }
 
 void VendorBackend::reject_collective(int team) {
   try {
-    enter_collective(team, kRejected, 0);
+    enter(team, Call{.op = CallOp::rejected});
   } catch (const Error& e) {
     if (e.kind != ErrorKind::symmetry) throw;  // the mismatch is expected; the caller raises its own error
   }
-}
-
-void VendorBackend::check_symmetric_call(std::uint64_t kind, std::uint64_t a, std::uint64_t b, const char* what) {
-  const std::uint64_t seq = ++call_seq_;
-  const std::uint64_t mine[4] = {seq, kind, a, b};
-  auto all = exchange(kTeamWorld, mine, 4);
-  auto describe = [&](int p) {
-    const auto& r = all[p];
-    std::string s = "PE " + std::to_string(p) + " made symmetric call #" + std::to_string(r[0]) + ", ";
-    if (r[1] == kCallAlloc) return s + "allocating " + std::to_string(r[2]) + " bytes of " + dtype_name(DType(r[3]));
-    if (r[1] == kCallFree) return s + (r[2] == kNotLive ? "freeing an address that is not a live allocation"
-                                                         : "freeing heap offset " + std::to_string(r[2]));
-    return s + "no allocation call";
-  };
-  for (int p = 1; p < n_pes_; ++p)
-    if (std::memcmp(all[p].data(), all[0].data(), 4 * sizeof(std::uint64_t)) != 0)
-      throw Error(ErrorKind::symmetry, std::string(what) + " differs between PEs: " + describe(0) + "; " + describe(p) +
-                                           ". Nothing was allocated or freed.");
 }
 
 std::uint64_t VendorBackend::read_local(Addr addr, std::size_t size) {
@@ -364,7 +322,7 @@ void VendorBackend::wait(Done&& done, Describe&& describe) {
 // ---- symmetric allocation --------------------------------------------------------------------
 
 Addr VendorBackend::malloc(std::size_t bytes, DType dtype) {
-  check_symmetric_call(kCallAlloc, bytes, std::uint64_t(dtype), "symmetric allocation");
+  enter(kTeamWorld, Call{.op = CallOp::alloc, .dtype = dtype, .bytes = bytes});
   auto offset = allocator_.allocate(bytes);
   if (!offset)
     throw Error(ErrorKind::out_of_memory,
@@ -377,10 +335,9 @@ Addr VendorBackend::malloc(std::size_t bytes, DType dtype) {
 
 void VendorBackend::free(Addr local) {
   const std::size_t offset = local - heap_base();
-  const bool live = local >= heap_base() && allocator_.is_live(offset);
-  check_symmetric_call(kCallFree, live ? offset : kNotLive, 0, "symmetric free");
-  if (!live) throw Error(ErrorKind::value, "address " + std::to_string(local) + " is not a live symmetric allocation (already freed?)");
-  allocator_.release(offset);
+  enter(kTeamWorld, Call{.op = CallOp::free, .bytes = offset});
+  if (local < heap_base() || !allocator_.release(offset))
+    throw Error(ErrorKind::value, "heap offset " + std::to_string(offset) + " is not a live symmetric allocation");
 }
 
 Addr VendorBackend::peer_ptr(Addr local, int pe) const {
@@ -398,14 +355,13 @@ int VendorBackend::team_translate_pe(int src_team, int pe, int dst_team) const {
   return it == dst.members.end() ? -1 : int(it - dst.members.begin());
 }
 
-int VendorBackend::claim_slots(int parent, int count, int* second) {
-  // A new team's slot must be free on every member: agree on it over the parent.
+int VendorBackend::claim_slots(int parent, const Call& split, int count, int* second) {
+  // The split is checked over the parent, and a new team's slot must be free on every member.
   std::uint64_t mine = 0;
   for (int s = 0; s < kMaxTeams; ++s)
     if (teams_[s]) mine |= 1ull << s;
-  auto all = exchange(parent, &mine, 1);
   std::uint64_t taken = 0;
-  for (auto& r : all) taken |= r[0];
+  for (std::uint64_t t : enter(parent, split, mine)) taken |= t;
   int found[2] = {-1, -1}, k = 0;
   for (int s = 0; s < kMaxTeams && k < count; ++s)
     if (!(taken >> s & 1)) found[k++] = s;
@@ -418,7 +374,8 @@ int VendorBackend::claim_slots(int parent, int count, int* second) {
 int VendorBackend::team_split_strided(int parent, int start, int stride, int size) {
   require_full_mode("team_split_strided");
   const TeamEntry& p = team_ref(parent);
-  const int slot = claim_slots(parent, 1, nullptr);
+  const Call split{.op = CallOp::split_strided, .a = start, .b = stride, .c = size};
+  const int slot = claim_slots(parent, split, 1, nullptr);
   lib::Team t = lib::team_invalid();
   if (int rc = lib::team_split_strided(p.handle, start, stride, size, &t))
     throw Error(ErrorKind::generic, std::string(lib::kName) + " team_split_strided(start=" + std::to_string(start) +
@@ -435,7 +392,7 @@ std::pair<int, int> VendorBackend::team_split_2d(int parent, int xrange) {
   const int n = int(p.members.size());
   xrange = std::max(1, std::min(xrange, n));
   int yslot = -1;
-  const int xslot = claim_slots(parent, 2, &yslot);
+  const int xslot = claim_slots(parent, Call{.op = CallOp::split_2d, .a = xrange}, 2, &yslot);
   lib::Team x = lib::team_invalid(), y = lib::team_invalid();
   if constexpr (lib::kSplit2d) {
     if (int rc = lib::team_split_2d(p.handle, xrange, &x, &y))
@@ -465,10 +422,10 @@ std::pair<int, int> VendorBackend::team_split_2d(int parent, int xrange) {
 }
 
 void VendorBackend::team_destroy(int team) {
-  const TeamEntry& t = team_ref(team);
   if (team == kTeamWorld || team == kTeamNode)
     throw Error(ErrorKind::value, "the world and node teams cannot be destroyed");
-  lib::team_destroy(t.handle);
+  enter(team, Call{.op = CallOp::team_destroy});  // collective over the team, as in OpenSHMEM
+  lib::team_destroy(team_ref(team).handle);
   teams_[team].reset();
 }
 
@@ -532,11 +489,11 @@ std::uint64_t VendorBackend::atomic(AtomicOp op, DType type, Addr dest, std::uin
 }
 
 // ---- synchronisation and collectives ---------------------------------------------------------
-// Each first exchanges what every member calls (NOTE [vendor exchange]), so that a PE with
+// Each first enters (NOTE [collective descriptor], NOTE [vendor exchange]), so that a PE with
 // other arguments, or one that rejected its own, makes every member raise instead of hang.
 
 void VendorBackend::barrier(int team, Stream s) {
-  enter_collective(team, kBarrier, 0);
+  enter(team, Call{.op = CallOp::barrier});
   team_barrier(team, true, as_stream(s));
   // Returns once the barrier has passed on the stream: host-initiated operations (atomics)
   // issued next cannot overtake stream work that preceded the barrier on any PE.
@@ -544,21 +501,21 @@ void VendorBackend::barrier(int team, Stream s) {
 }
 
 void VendorBackend::sync(int team, Stream s) {
-  enter_collective(team, kSync, 0);
+  enter(team, Call{.op = CallOp::sync});
   team_barrier(team, false, as_stream(s));
   rt_check(lib::rt_stream_sync(as_stream(s)), "stream synchronize");
 }
 
-void VendorBackend::broadcast(int team, Addr dest, Addr source, std::size_t bytes, int root, Stream s) {
+void VendorBackend::broadcast(int team, Addr dest, Addr source, std::size_t bytes, DType type, int root, Stream s) {
   require_full_mode("broadcastmem_on_stream");
-  enter_collective(team, kBroadcast, bytes, 0, root);
+  enter(team, Call{.op = CallOp::broadcast, .dtype = type, .root = std::uint32_t(root), .bytes = bytes});
   if (int rc = lib::broadcastmem_on_stream(team_ref(team).handle, ptr(dest), ptr(source), bytes, root, as_stream(s)))
     throw Error(ErrorKind::generic, std::string(lib::kName) + " broadcastmem_on_stream returned " + std::to_string(rc));
 }
 
-void VendorBackend::fcollect(int team, Addr dest, Addr source, std::size_t bytes, Stream s) {
+void VendorBackend::fcollect(int team, Addr dest, Addr source, std::size_t bytes, DType type, Stream s) {
   require_full_mode("fcollectmem_on_stream");
-  enter_collective(team, kFcollect, bytes);
+  enter(team, Call{.op = CallOp::fcollect, .dtype = type, .bytes = bytes});
   const TeamEntry& t = team_ref(team);
   if constexpr (lib::kFcollectOnStream) {
     if (int rc = lib::fcollectmem_on_stream(t.handle, ptr(dest), ptr(source), bytes, as_stream(s)))
@@ -570,9 +527,9 @@ void VendorBackend::fcollect(int team, Addr dest, Addr source, std::size_t bytes
   }
 }
 
-void VendorBackend::alltoall(int team, Addr dest, Addr source, std::size_t bytes, Stream s) {
+void VendorBackend::alltoall(int team, Addr dest, Addr source, std::size_t bytes, DType type, Stream s) {
   require_full_mode("alltoallmem_on_stream");
-  enter_collective(team, kAlltoall, bytes);
+  enter(team, Call{.op = CallOp::alltoall, .dtype = type, .bytes = bytes});
   if (int rc = lib::alltoallmem_on_stream(team_ref(team).handle, ptr(dest), ptr(source), bytes, as_stream(s)))
     throw Error(ErrorKind::generic, std::string(lib::kName) + " alltoallmem_on_stream returned " + std::to_string(rc));
 }
@@ -582,7 +539,7 @@ void VendorBackend::reduce(int team, Addr dest, Addr source, std::size_t nelems,
   if (const char* missing = lib::missing_reduction(type, false))
     throw Error(ErrorKind::generic, std::string(lib::kName) + " has no " + missing + ": " + dtype_name(type) +
                                         " reductions are not available on this backend");
-  enter_collective(team, kReduce, nelems * dtype_size(type), int(type), 0, int(op));
+  enter(team, Call{.op = CallOp::reduce, .dtype = type, .redop = op, .bytes = nelems * dtype_size(type)});
   if (int rc = lib::reduce(type, op, team_ref(team).handle, ptr(dest), ptr(source), nelems, as_stream(s)))
     throw Error(ErrorKind::generic, std::string(lib::kName) + " reduction returned " + std::to_string(rc));
 }
@@ -593,7 +550,7 @@ void VendorBackend::reducescatter(int team, Addr dest, Addr source, std::size_t 
   if (const char* missing = lib::missing_reduction(type, true))
     throw Error(ErrorKind::generic, std::string(lib::kName) + " has no " + missing + ": " + dtype_name(type) +
                                         " reduce-scatter is not available on this backend");
-  enter_collective(team, kReducescatter, nelems_out * dtype_size(type), int(type), 0, int(op));
+  enter(team, Call{.op = CallOp::reducescatter, .dtype = type, .redop = op, .bytes = nelems_out * dtype_size(type)});
   if (int rc = lib::reducescatter(type, op, team_ref(team).handle, ptr(dest), ptr(source), nelems_out, as_stream(s)))
     throw Error(ErrorKind::generic, std::string(lib::kName) + " reduce-scatter returned " + std::to_string(rc));
 }

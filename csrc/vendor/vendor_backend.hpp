@@ -6,9 +6,11 @@
 // backend, so rt.empty() never calls a vendor collective, every PE computes the
 // same offsets, and a peer's copy is its heap base (vendor ptr) plus the offset.
 //
-// NOTE [vendor exchange]: the symmetry checks of malloc/free and of every
-// collective exchange a 64-byte record per PE through a small symmetric control
-// buffer: puts on a private stream, quiet, a team barrier, then a read back.
+// NOTE [vendor exchange]: the Call of every collective call (NOTE [collective
+// descriptor]: malloc, free, splits, destroy, barriers, collectives) travels as a
+// 64-byte record per PE through a small symmetric control buffer: puts on a private
+// stream, quiet, a team barrier, then a read back. Full teams use barrier_all, so
+// they share the world's records and call count: their calls meet the world's.
 // Only puts, quiet and barrier_all are used for the world team, so it also
 // works in NVSHMEM's limited multi-PE-per-GPU mode, which refuses host collectives.
 #pragma once
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "../backend.hpp"
+#include "../common/collective.hpp"
 #include "../host/allocator.hpp"
 #include "../host/wait.hpp"
 
@@ -35,17 +38,16 @@
 namespace unishmem::vendor {
 
 constexpr int kMaxTeams = 32;
-constexpr int kRecordWords = 8;  // 64 bytes per PE and exchange; the last word is the exchange's epoch
-constexpr int kPayloadWords = kRecordWords - 1;
+constexpr int kRecordWords = kCallWords + 1;  // 64 bytes per PE and call: a Call, then a word not compared
 
 struct TeamEntry {
   lib::Team handle;
   std::vector<int> members;  // world PEs in team order
+  std::uint64_t id = 0;      // team_identity(members)
   int my_index = -1;
-  std::uint64_t epoch = 0;   // exchanges on this team so far
+  int channel = 0;           // whose records and call count it uses: the world's for a full team
+  std::uint64_t epoch = 0;   // a channel's own: calls entered on it so far
 };
-
-using Record = std::array<std::uint64_t, kRecordWords>;
 
 class VendorBackend final : public Backend {
  public:
@@ -99,9 +101,9 @@ class VendorBackend final : public Backend {
 
   void barrier(int team, Stream s) override;
   void sync(int team, Stream s) override;
-  void broadcast(int team, Addr dest, Addr source, std::size_t bytes, int root, Stream s) override;
-  void fcollect(int team, Addr dest, Addr source, std::size_t bytes_per_pe, Stream s) override;
-  void alltoall(int team, Addr dest, Addr source, std::size_t bytes_per_pe, Stream s) override;
+  void broadcast(int team, Addr dest, Addr source, std::size_t bytes, DType type, int root, Stream s) override;
+  void fcollect(int team, Addr dest, Addr source, std::size_t bytes_per_pe, DType type, Stream s) override;
+  void alltoall(int team, Addr dest, Addr source, std::size_t bytes_per_pe, DType type, Stream s) override;
   void reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op, Stream s) override;
   void reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
                      Stream s) override;
@@ -115,12 +117,12 @@ class VendorBackend final : public Backend {
   const TeamEntry& team_ref(int team) const;
   std::uint64_t* slot(int team, int parity, int pe) const;
   std::uint64_t* staging() const;
-  std::vector<Record> exchange(int team, const std::uint64_t* words, int n);
-  void enter_collective(int team, int op, std::size_t bytes, int dtype = 0, int root = 0, int redop = 0);
-  void check_symmetric_call(std::uint64_t kind, std::uint64_t a, std::uint64_t b, const char* what);
+  // Publishes `call` and `payload` to the team, passes its barrier and checks that every
+  // member made the same call (NOTE [collective descriptor]); returns each member's payload.
+  std::vector<std::uint64_t> enter(int team, Call call, std::uint64_t payload = 0);
   void team_barrier(int team, bool complete_puts, lib::Stream s);
   void require_full_mode(const char* call) const;
-  int claim_slots(int parent, int count, int* second);
+  int claim_slots(int parent, const Call& split, int count, int* second);
   void add_team(int slot, lib::Team handle);
   std::uint64_t read_local(Addr addr, std::size_t size);
   template <class Done, class Describe> void wait(Done&& done, Describe&& describe);
@@ -138,7 +140,6 @@ class VendorBackend final : public Backend {
   std::uint64_t* pinned_ = nullptr;  // page-locked host buffer for records and polled words
   host::Allocator allocator_;
   std::array<std::optional<TeamEntry>, kMaxTeams> teams_;
-  std::uint64_t call_seq_ = 0;
   bool limited_ = false;
   bool finalized_ = false;
 };

@@ -3,7 +3,9 @@ backend; the native backends below trust what they are given."""
 from __future__ import annotations
 
 import bisect
+import enum
 import math
+import operator
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -14,27 +16,49 @@ from .enums import ATOMIC_DTYPES, ATOMIC_OPS, CMP, DTYPE_CODES, REDUCE_DTYPES, R
 from .errors import NotInitializedError, NotSymmetricError
 
 
-# Enum value -> code. Lookups hash like the enums' own value lookup (SIGNAL(x)); a miss falls back
-# to the enum, which raises its usual ValueError. NOTE [hot paths]: put, get, the signal calls and
-# the collectives are called in tight loops (`unishmem bench` times them), so their checks avoid
-# building enums and storage objects where a cheaper test says the same.
+# Enum value -> code, for the enum's members and plain ints. NOTE [hot paths]: put, get, the
+# signal calls and the collectives are called in tight loops (`unishmem bench` times them), so
+# their checks avoid building enums and storage objects where a cheaper test says the same.
 _SIGNAL_CODES = {int(m): int(m) for m in SIGNAL}
 _CMP_CODES = {int(m): int(m) for m in CMP}
 _REDUCE_DTYPE_SET = frozenset(REDUCE_DTYPES)
+_MAX_BYTES = 2**63 - 1  # the most bytes a tensor can have (torch counts them in int64)
+
+
+def _index(value, what: str) -> int:
+    """An int from anything int-like (numpy integers too), but not a bool, a float or a string."""
+    if type(value) is int:
+        return value
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"{what} must be an int, got {value!r} ({type(value).__name__})")
+
+
+def _enum_code(value, kind: type[enum.IntEnum], what: str) -> int:
+    # The other IntEnum (CMP for SIGNAL), a bool or a float would pass as an int: refuse them.
+    if isinstance(value, (bool, enum.Enum)) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{what} must be a unishmem.{kind.__name__} or its int value, got {value!r} "
+                        f"({type(value).__name__})")
+    return int(kind(operator.index(value)))  # ValueError for a number that is none of its values
 
 
 def _signal_code(op) -> int:
-    try:
-        return _SIGNAL_CODES[op]
-    except (KeyError, TypeError):
-        return int(SIGNAL(op))
+    if type(op) is SIGNAL or type(op) is int:
+        code = _SIGNAL_CODES.get(op)
+        if code is not None:
+            return code
+    return _enum_code(op, SIGNAL, "op")
 
 
 def _cmp_code(cmp) -> int:
-    try:
-        return _CMP_CODES[cmp]
-    except (KeyError, TypeError):
-        return int(CMP(cmp))
+    if type(cmp) is CMP or type(cmp) is int:
+        code = _CMP_CODES.get(cmp)
+        if code is not None:
+            return code
+    return _enum_code(cmp, CMP, "cmp")
 
 
 class UnishmemWarning(UserWarning):
@@ -61,8 +85,7 @@ def _bits(value, dtype: torch.dtype, name: str) -> int:
         lo, hi = _INT_RANGES[dtype]
         if lo <= value < hi:
             return value & (2**64 - 1)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    value = _index(value, name)
     lo, hi = _INT_RANGES[dtype]
     if not lo <= value < hi:
         raise ValueError(f"{name}={value} does not fit {dtype} (range [{lo}, {hi - 1}])")
@@ -108,13 +131,19 @@ class Team:
         """Collective over this team: members start, start+stride, ... (size of them).
         Returns None on PEs that are not members."""
         h = self._check()
-        for name, v, lo in (("start", start, 0), ("stride", stride, 1), ("size", size, 1)):
-            if not isinstance(v, int) or v < lo:
-                raise ValueError(f"split_strided: {name}={v!r} must be an int >= {lo}")
-        last = start + (size - 1) * stride
-        if last >= self.n_pes:
-            raise ValueError(f"split_strided(start={start}, stride={stride}, size={size}) reaches PE {last} "
-                             f"of {self.name}, which has {self.n_pes} PEs")
+
+        def check():
+            args = [_index(v, f"split_strided: {name}") for name, v in (("start", start), ("stride", stride),
+                                                                        ("size", size))]
+            for name, v, lo in zip(("start", "stride", "size"), args, (0, 1, 1)):
+                if v < lo:
+                    raise ValueError(f"split_strided: {name}={v} must be >= {lo}")
+            last = args[0] + (args[2] - 1) * args[1]
+            if last >= self.n_pes:
+                raise ValueError(f"split_strided(start={args[0]}, stride={args[1]}, size={args[2]}) reaches PE "
+                                 f"{last} of {self.name}, which has {self.n_pes} PEs")
+            return args
+        start, stride, size = self._rt._checked(h, check)
         handle = self._rt._native.team_split_strided(h, start, stride, size)
         return None if handle < 0 else Team(self._rt, handle, f"{self.name}[{start}::{stride}x{size}]")
 
@@ -122,15 +151,22 @@ class Team:
         """Collective over this team: (the row of `xrange` consecutive PEs, the column of PEs
         `xrange` apart) that this PE belongs to."""
         h = self._check()
-        if not isinstance(xrange, int) or xrange < 1:
-            raise ValueError(f"split_2d: xrange={xrange!r} must be an int >= 1")
-        x, y = self._rt._native.team_split_2d(h, xrange)
+
+        def check():
+            x = _index(xrange, "split_2d: xrange")
+            if x < 1:
+                raise ValueError(f"split_2d: xrange={x} must be >= 1")
+            return x
+        xrange = self._rt._checked(h, check)
+        x, y = self._rt._native.team_split_2d(h, min(xrange, self.n_pes))  # a wider row is the whole team
         return Team(self._rt, x, f"{self.name}.x{xrange}"), Team(self._rt, y, f"{self.name}.y{xrange}")
 
     def destroy(self) -> None:
+        """Collective over the team (every member destroys it, or none does)."""
         if self._destroyed or self._rt._finalized:
             return
         if self is self._rt.team_world or self is self._rt.team_node:
+            self._rt._native.reject_collective(self._slot)
             raise ValueError(f"{self.name} team cannot be destroyed")
         self._rt._native.team_destroy(self._slot)
         self._destroyed = True
@@ -145,8 +181,7 @@ class Team:
 def _check_pe(pe, n: int, what: str = "pe") -> int:
     if type(pe) is int and 0 <= pe < n:  # fast path
         return pe
-    if isinstance(pe, bool) or not isinstance(pe, int):
-        raise TypeError(f"{what} must be an int, got {pe!r}")
+    pe = _index(pe, what)
     if not 0 <= pe < n:
         raise ValueError(f"{what}={pe} is out of range: there are {n} PEs (0..{n - 1})")
     return pe
@@ -232,32 +267,42 @@ class Runtime:
             self._typed[key] = self._heap_of(pe).view(dtype)
         return self._typed[key]
 
+    # Allocation and free are collective over the world: their local checks run inside
+    # _checked, so a PE whose arguments fail still enters the call (see _collective).
+
     def empty(self, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Collective: an uninitialised tensor in the symmetric heap."""
         self._check_active()
-        shape = _shape(shape)
-        if dtype not in DTYPE_CODES:
-            raise TypeError(f"dtype {dtype} is not supported in the symmetric heap (supported: "
-                            f"{', '.join(str(d) for d in DTYPE_CODES)})")
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        nbytes = math.prod(shape) * itemsize
+        shape, nbytes = self._checked(0, lambda: _allocation(shape, dtype))
+        return self._allocate(shape, dtype, nbytes)
+
+    def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype, nbytes: int) -> torch.Tensor:
         offset = self._native.malloc(nbytes, DTYPE_CODES[dtype]) - self._base
         alloc = _Allocation(offset, nbytes, dtype)
         self._allocs[offset] = alloc
         bisect.insort(self._offsets, offset)
+        itemsize = _ITEMSIZE[dtype]
         t = self._typed_heap(self.my_pe, dtype).as_strided(shape, _contiguous_strides(shape), offset // itemsize)
         t._unishmem_allocation = alloc
         return t
 
-    def _filled(self, shape, value, dtype) -> torch.Tensor:
-        t = self.empty(shape, dtype)
+    def _filled(self, shape, value, dtype, check_value: bool = True) -> torch.Tensor:
+        self._check_active()
+
+        def check():
+            args = _allocation(shape, dtype)
+            if check_value:
+                _check_fill(value, dtype)
+            return args
+        dims, nbytes = self._checked(0, check)
+        t = self._allocate(dims, dtype, nbytes)
         t.fill_(value)
         # No peer may write into it before every PE has filled its copy (on the current stream).
         self._native.sync(0, self._stream_of(None))
         return t
 
     def zeros(self, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        return self._filled(shape, 0, dtype)
+        return self._filled(shape, 0, dtype, check_value=False)
 
     def full(self, shape, value, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return self._filled(shape, value, dtype)
@@ -267,25 +312,34 @@ class Runtime:
 
     def signals(self, n: int) -> torch.Tensor:
         """Collective: n zeroed uint64 signal words."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"signals(n): n={n!r} must be an int >= 1")
-        return self.zeros((n,), torch.uint64)
+        self._check_active()
+
+        def check():
+            count = _index(n, "signals(n): n")
+            if count < 1:
+                raise ValueError(f"signals(n): n={count} must be >= 1")
+            return count
+        return self._filled((self._checked(0, check),), 0, torch.uint64, check_value=False)
 
     def free(self, t: torch.Tensor) -> None:
         """Collective and explicit: nothing is freed by garbage collection."""
         self._check_active()
-        addr, _ = self._local(t, "tensor to free")
-        # A bad address goes to the backend too, which checks the call across PEs: every PE raises.
-        try:
-            self._native.free(addr)
-        except ValueError as e:
-            if not self._in_heap(addr, 0):
-                raise NotSymmetricError(f"rt.free: the tensor at {addr:#x} is not in the symmetric heap") from e
-            raise
-        alloc = self._allocs[addr - self._base]
+        alloc = self._checked(0, lambda: self._allocation_of(t))
+        self._native.free(self._base + alloc.offset)
         alloc.live = False
         del self._allocs[alloc.offset]
         self._offsets.remove(alloc.offset)
+
+    def _allocation_of(self, t) -> _Allocation:
+        """The live allocation that `t` starts, for rt.free."""
+        addr, nbytes = self._local(t, "tensor to free", contiguous=False)
+        if not self._in_heap(addr, nbytes):
+            raise NotSymmetricError(f"rt.free: the tensor at {addr:#x} is not in the symmetric heap")
+        alloc = self._allocs.get(addr - self._base)
+        if alloc is None:
+            raise ValueError(f"rt.free: the tensor at heap offset {addr - self._base} is not a live symmetric "
+                             "allocation (freed already, or a view that does not start one)")
+        return alloc
 
     def is_symmetric(self, t: torch.Tensor) -> bool:
         """True for any view into this PE's symmetric heap."""
@@ -343,6 +397,8 @@ class Runtime:
         if sig.dtype != torch.uint64 or sig.numel() != 1:
             raise TypeError(f"{name} must be a 1-element torch.uint64 view of rt.signals(), got "
                             f"{sig.dtype} with {sig.numel()} elements")
+        if addr & 7:  # atomics need a naturally aligned word
+            raise ValueError(f"{name} at heap offset {addr - self._base} is not 8-byte aligned")
         return addr
 
     def _word(self, t, name: str, dtypes) -> int:
@@ -350,6 +406,8 @@ class Runtime:
         if t.dtype not in dtypes or t.numel() != 1:
             raise TypeError(f"{name} must be a 1-element symmetric tensor of {', '.join(map(str, dtypes))}; got "
                             f"{t.dtype} with {t.numel()} elements")
+        if addr % t.element_size():  # atomics need a naturally aligned word
+            raise ValueError(f"{name} at heap offset {addr - self._base} is not {t.element_size()}-byte aligned")
         return addr
 
     def _team(self, team) -> Team:
@@ -489,14 +547,29 @@ class Runtime:
     # A PE whose arguments fail the checks still enters the collective, marked as rejected,
     # so that every member raises instead of waiting for it.
 
+    def _checked(self, slot: int, check: Callable):
+        """check()'s result; if it raises, this PE enters the collective on team `slot` as
+        rejected first, so that the other members raise too and every barrier count stays equal."""
+        try:
+            return check()
+        except (TypeError, ValueError):
+            self._native.reject_collective(slot)
+            raise
+
     def _collective(self, team, check: Callable[[Team], tuple], run: Callable) -> None:
         self._check_active()
-        team = self._team(team)
-        try:
+        if team is None:
+            team = self.team_world
+        elif not isinstance(team, Team) or team._rt is not self:
+            self._native.reject_collective(self.team_world._slot)  # no team to enter: the others are likely here
+            raise TypeError(f"team must be a unishmem.Team of this runtime or None, got {team!r}")
+        else:
+            team._check()  # a destroyed team was destroyed on every member: none is waiting in a call on it
+        try:  # _checked, inline (NOTE [hot paths])
             args = check(team)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError):
             self._native.reject_collective(team._slot)
-            raise e
+            raise
         run(team._slot, *args)
 
     # barrier_all and sync_all on the default stream have nothing to check: they skip _collective's
@@ -534,14 +607,14 @@ class Runtime:
         """Copy `source` of the team's PE `root` into every member's `dest`."""
         def check(t):
             d, s, n = self._pair(dest, source, "broadcast", in_place_ok=True)
-            return d, s, n, _check_pe(root, t.n_pes, "root"), self._stream_of(stream)
+            return d, s, n, _dtype_code(source, "broadcast"), _check_pe(root, t.n_pes, "root"), self._stream_of(stream)
         self._collective(team, check, self._native.broadcast)
 
     def fcollect(self, dest, source, team=None, stream=None) -> None:
         """All-gather: `dest` receives the team's `source` blocks in team order."""
         def check(t):
             d, s, n = self._pair(dest, source, "fcollect", source.numel() * t.n_pes)
-            return d, s, n, self._stream_of(stream)
+            return d, s, n, _dtype_code(source, "fcollect"), self._stream_of(stream)
         self._collective(team, check, self._native.fcollect)
 
     def alltoall(self, dest, source, team=None, stream=None) -> None:
@@ -550,7 +623,7 @@ class Runtime:
             d, s, n = self._pair(dest, source, "alltoall")
             if source.numel() % t.n_pes:
                 raise ValueError(f"alltoall: {source.numel()} elements do not split into {t.n_pes} equal blocks")
-            return d, s, n // t.n_pes, self._stream_of(stream)
+            return d, s, n // t.n_pes, _dtype_code(source, "alltoall"), self._stream_of(stream)
         self._collective(team, check, self._native.alltoall)
 
     def _reduction(self, dest, source, op, what: str, stream):
@@ -583,17 +656,51 @@ def _address(t: torch.Tensor) -> int:
     return t.data_ptr() or t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
 
 
+_ITEMSIZE = {d: torch.empty((), dtype=d).element_size() for d in DTYPE_CODES}
+
+
 def _shape(shape) -> tuple[int, ...]:
-    if isinstance(shape, int):
+    if hasattr(type(shape), "__index__") and not isinstance(shape, bool):
         shape = (shape,)
     try:
-        shape = tuple(shape)
+        dims = tuple(shape)
     except TypeError:
         raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
-    for s in shape:
-        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise ValueError(f"shape {shape} has an invalid dimension {s!r}")
-    return shape
+    dims = tuple(_index(s, f"shape {shape!r}: a dimension") for s in dims)
+    for s in dims:
+        if s < 0:
+            raise ValueError(f"shape {dims} has an invalid dimension {s}")
+    return dims
+
+
+def _allocation(shape, dtype) -> tuple[tuple[int, ...], int]:
+    """(shape, bytes) of an allocation, checked."""
+    shape = _shape(shape)
+    if dtype not in DTYPE_CODES:
+        raise TypeError(f"dtype {dtype} is not supported in the symmetric heap (supported: "
+                        f"{', '.join(str(d) for d in DTYPE_CODES)})")
+    nbytes = math.prod(shape) * _ITEMSIZE[dtype]
+    if nbytes > _MAX_BYTES:
+        raise ValueError(f"shape {shape} of {dtype} is {nbytes} bytes, more than any tensor can hold "
+                         f"({_MAX_BYTES})")
+    return shape, nbytes
+
+
+def _check_fill(value, dtype) -> None:
+    """What fill_ would refuse, refused before anything is allocated."""
+    try:
+        torch.full((), value, dtype=dtype)
+    except (RuntimeError, OverflowError) as e:
+        raise ValueError(f"full: value={value!r} does not fit {dtype} ({e})") from None
+    except TypeError:
+        raise TypeError(f"full: value={value!r} ({type(value).__name__}) is not a number") from None
+
+
+def _dtype_code(t: torch.Tensor, what: str) -> int:
+    code = DTYPE_CODES.get(t.dtype)
+    if code is None:
+        raise TypeError(f"{what}: dtype {t.dtype} is not supported in the symmetric heap")
+    return code
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,22 +1,36 @@
 """PE programs that fail on purpose, for the launcher and failure tests. argv[1] picks the failure."""
 import os
 import signal
+import subprocess
 import sys
 import time
 
-
 import unishmem
+from unishmem import CMP, PeerFailure
 
 
 def say(line: str) -> None:
     sys.stdout.write(line + "\n")  # one write per line: PEs share the terminal
     sys.stdout.flush()
-from unishmem import CMP, PeerFailure
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
 
 mode = sys.argv[1]
 rt = unishmem.init(heap_size="16M")
 victim = rt.n_pes - 1
 sig = rt.signals(1)
+if mode in ("stopped", "blame"):
+    import torch
+
+    mine, pids = rt.full(1, os.getpid(), dtype=torch.int64), rt.zeros(rt.n_pes, dtype=torch.int64)
+    rt.fcollect(pids, mine)
+    pids = pids.tolist()
 say(f"READY pe={rt.my_pe} pid={os.getpid()}")
 start = time.monotonic()
 try:
@@ -40,6 +54,27 @@ try:
             rt.barrier_all()
         else:
             rt.signal_wait_until(sig, CMP.EQ, 1)
+    elif mode == "stopped":  # PE 0 is stopped (as by a debugger) in a wait that PE 1 then ends
+        if rt.my_pe == 0:
+            rt.signal_wait_until(sig, CMP.EQ, 1)
+        else:
+            time.sleep(0.5)  # PE 0 is well into its wait
+            os.kill(pids[0], signal.SIGSTOP)
+            rt.signal_op(sig, 1, 0)
+            # Continued well after the deadlock timeout, by a process that does not wait in unishmem.
+            subprocess.Popen(["sh", "-c", f"sleep {3 * float(os.environ['UNISHMEM_DEADLOCK_TIMEOUT'])}; "
+                                          f"kill -CONT {pids[0]}"])
+        rt.barrier_all()
+        say(f"DONE pe={rt.my_pe}")
+        rt.finalize()
+    elif mode == "blame":  # the victim dies; PE 1 reports it and leaves; PE 0 waits only after that
+        if rt.my_pe == victim:
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif rt.my_pe == 0:
+            while process_alive(pids[1]):
+                time.sleep(0.02)
+        rt.barrier_all()
     elif mode == "leak_segment":  # a segment a crashed PE would leave behind: the launcher removes it
         open(f"/dev/shm/unishmem-{os.environ['UNISHMEM_JOB_TOKEN']}-{rt.n_pes + 7}", "w").close()
         os._exit(3)

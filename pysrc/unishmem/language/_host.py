@@ -109,10 +109,17 @@ def g(rt, source, pe):
     return local.item()
 
 
+def _aligned(rt, p: Ptr, what: str) -> int:
+    if p.addr % p.itemsize:  # atomics need a naturally aligned word
+        raise ValueError(f"{what} at heap offset {p.addr - rt._base} is not {p.itemsize}-byte aligned")
+    return p.addr
+
+
 def _signal(rt, sig: Ptr) -> int:
     if sig.itemsize != 8:
         raise TypeError(f"sig must point to a uint64 signal word, not {sig.dtype}")
-    return _sym(rt, sig, 8, "sig")
+    _sym(rt, sig, 8, "sig")
+    return _aligned(rt, sig, "sig")
 
 
 def put_signal(rt, dest, source, nbytes, sig, value, op, pe):
@@ -135,7 +142,8 @@ def signal_fetch(rt, sig):
 def _word(rt, ptr: Ptr) -> tuple[int, int]:
     if ptr.dtype not in DTYPE_CODES or ptr.itemsize not in (4, 8) or ptr.dtype.is_floating_point:
         raise TypeError(f"point-to-point waits and atomics take int32, int64, uint32 or uint64 words, not {ptr.dtype}")
-    return _sym(rt, ptr, ptr.itemsize, "ptr"), DTYPE_CODES[ptr.dtype]
+    _sym(rt, ptr, ptr.itemsize, "ptr")
+    return _aligned(rt, ptr, "ptr"), DTYPE_CODES[ptr.dtype]
 
 
 def _bits(value: int) -> int:
@@ -176,49 +184,71 @@ def sync_all(rt):
     rt._native.sync(0, 0)
 
 
+def _collective(rt, team: int, check):
+    """check()'s result. As in the host API, a PE whose check fails still enters the collective
+    (rejected), so that the other members raise too instead of waiting for it."""
+    try:
+        _team(rt, team)
+    except ValueError:
+        rt._native.reject_collective(0)  # no team to enter: the others are likely in the world
+        raise
+    try:
+        return check()
+    except (TypeError, ValueError):
+        rt._native.reject_collective(team)
+        raise
+
+
 def barrier(rt, team):
-    _team(rt, team)
+    _collective(rt, team, lambda: None)
     rt._native.barrier(team, 0)
 
 
 def sync(rt, team):
-    _team(rt, team)
+    _collective(rt, team, lambda: None)
     rt._native.sync(team, 0)
 
 
 def _pair(rt, dest: Ptr, source: Ptr, dest_bytes: int, source_bytes: int, what: str):
     if dest.dtype != source.dtype:
         raise TypeError(f"{what}: dest points to {dest.dtype} but source to {source.dtype}")
-    return _sym(rt, dest, dest_bytes, f"{what}: dest"), _sym(rt, source, source_bytes, f"{what}: source")
+    if dest.dtype not in DTYPE_CODES:
+        raise TypeError(f"{what}: {dest.dtype} is not a dtype of the symmetric heap")
+    return (_sym(rt, dest, dest_bytes, f"{what}: dest"), _sym(rt, source, source_bytes, f"{what}: source"),
+            DTYPE_CODES[dest.dtype])
 
 
 def broadcast(rt, team, dest, source, nelems, root):
-    _team(rt, team)
-    n = nelems * dest.itemsize
-    d, s = _pair(rt, dest, source, n, n, "broadcast")
-    n_pes = rt._native.team_n_pes(team)
-    if not 0 <= root < n_pes:
-        raise ValueError(f"broadcast: root={root} is out of range for a team of {n_pes} PEs")
-    rt._native.broadcast(team, d, s, n, root, 0)
+    def check():
+        n = nelems * dest.itemsize
+        d, s, code = _pair(rt, dest, source, n, n, "broadcast")
+        n_pes = rt._native.team_n_pes(team)
+        if not 0 <= root < n_pes:
+            raise ValueError(f"broadcast: root={root} is out of range for a team of {n_pes} PEs")
+        return d, s, n, code, root
+    rt._native.broadcast(team, *_collective(rt, team, check), 0)
 
 
 def fcollect(rt, team, dest, source, nelems):
-    _team(rt, team)
-    n = nelems * dest.itemsize
-    d, s = _pair(rt, dest, source, n * rt._native.team_n_pes(team), n, "fcollect")
-    rt._native.fcollect(team, d, s, n, 0)
+    def check():
+        n = nelems * dest.itemsize
+        d, s, code = _pair(rt, dest, source, n * rt._native.team_n_pes(team), n, "fcollect")
+        return d, s, n, code
+    rt._native.fcollect(team, *_collective(rt, team, check), 0)
 
 
 def alltoall(rt, team, dest, source, nelems):
-    _team(rt, team)
-    n = nelems * dest.itemsize
-    total = n * rt._native.team_n_pes(team)
-    d, s = _pair(rt, dest, source, total, total, "alltoall")
-    rt._native.alltoall(team, d, s, n, 0)
+    def check():
+        n = nelems * dest.itemsize
+        total = n * rt._native.team_n_pes(team)
+        d, s, code = _pair(rt, dest, source, total, total, "alltoall")
+        return d, s, n, code
+    rt._native.alltoall(team, *_collective(rt, team, check), 0)
 
 
 def reduce(rt, team, dest, source, nelems, op):
-    _team(rt, team)
-    n = nelems * dest.itemsize
-    d, s = _pair(rt, dest, source, n, n, "reduce")
-    rt._native.reduce(team, d, s, nelems, DTYPE_CODES[dest.dtype], REDUCE_OPS[op], 0)
+    def check():
+        n = nelems * dest.itemsize
+        d, s, code = _pair(rt, dest, source, n, n, "reduce")
+        return d, s, nelems, code, REDUCE_OPS[op]
+    rt._native.reduce(team, *_collective(rt, team, check), 0)
