@@ -94,6 +94,35 @@ def test_unauthenticated_connection_reads_nothing_and_injects_nothing(tcp_server
     assert gather_all(tcp_server.address, 2, [1, 2]) == [[1, 2], [1, 2]]  # only the members' own values
 
 
+def test_messages_after_the_handshake_cannot_be_tampered_with_replayed_or_moved():
+    sender_sock, wire = socket.socketpair()
+    sender = rendezvous._Sealed(sender_sock, SECRET, "server-nonce", "client-nonce", "client")
+    sender.send({"op": "gather", "step": 1, "value": 7})
+    sender.send({"op": "gather", "step": 2, "value": 8})
+    first, second = rendezvous._recv_frame(wire), rendezvous._recv_frame(wire)
+
+    def receive(*frames, nonce="client-nonce"):
+        inject, receiver_sock = socket.socketpair()
+        for f in frames:
+            inject.sendall(frame(f))
+        receiver = rendezvous._Sealed(receiver_sock, SECRET, "server-nonce", nonce, "server")
+        try:
+            return [receiver.recv() for _ in frames]
+        finally:
+            inject.close()
+            receiver_sock.close()
+
+    assert receive(first, second) == [{"op": "gather", "step": 1, "value": 7}, {"op": "gather", "step": 2, "value": 8}]
+    tampered = first.replace(b'"value":7', b'"value":9')
+    for frames in ([tampered], [first, first], [second], [first[:-1]]):  # altered, replayed, out of order, cut
+        with pytest.raises(ConnectionError, match="failed authentication"):
+            receive(*frames)
+    with pytest.raises(ConnectionError, match="failed authentication"):  # from another connection
+        receive(first, nonce="another connection's nonce")
+    sender_sock.close()
+    wire.close()
+
+
 def test_a_server_without_the_secret_is_not_trusted():
     impostor = Server("tcp:127.0.0.1:0", b"another job's secret", 1, timeout=5)
     try:

@@ -6,7 +6,8 @@ NOTE [rendezvous trust]:
   listens on TCP at the one address the other hosts use (MASTER_ADDR), never on every interface.
 - Every connection proves that it knows the job secret, and the server proves it back: HMAC-SHA256
   over a fresh nonce from the other side, compared in constant time. A client without the secret
-  reads nothing and writes nothing. A multi-host job's secret is UNISHMEM_SECRET, which the user
+  reads nothing and writes nothing. After that every message carries an HMAC under a key of the
+  connection (`_Sealed`), so nothing can be injected into it, replayed or reordered on the way. A multi-host job's secret is UNISHMEM_SECRET, which the user
   gives every rank; without it the job still runs, unauthenticated, and says so.
 - Messages are length-prefixed JSON, at most MAX_MESSAGE bytes; nothing is ever unpickled.
 - The server knows who has joined. A PE that disconnects without saying goodbye (it died), or that
@@ -79,8 +80,7 @@ def private_dir() -> str:
 
 # ---- framing ------------------------------------------------------------------------------------
 
-def _send(sock: socket.socket, message: dict) -> None:
-    data = json.dumps(message, separators=(",", ":")).encode()
+def _send_frame(sock: socket.socket, data: bytes) -> None:
     sock.sendall(len(data).to_bytes(4, "big") + data)
 
 
@@ -95,14 +95,57 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _recv(sock: socket.socket) -> dict:
+def _recv_frame(sock: socket.socket) -> bytes:
     n = int.from_bytes(_recv_exact(sock, 4), "big")
     if n > MAX_MESSAGE:
         raise ConnectionError(f"a message of {n} bytes is over the {MAX_MESSAGE}-byte limit")
-    message = json.loads(_recv_exact(sock, n))
+    return _recv_exact(sock, n)
+
+
+def _parse(body: bytes) -> dict:
+    message = json.loads(body)
     if not isinstance(message, dict):
         raise ConnectionError("a message is not a JSON object")
     return message
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    _send_frame(sock, json.dumps(message, separators=(",", ":")).encode())
+
+
+def _recv(sock: socket.socket) -> dict:
+    return _parse(_recv_frame(sock))
+
+
+class _Sealed:
+    """A connection past its handshake. Every message carries an HMAC, under a key of this connection
+    (from the secret and both nonces), of its direction, its number and its text: nothing can be
+    injected into the stream, replayed or reordered without the secret."""
+
+    _TAG = hashlib.sha256().digest_size
+
+    def __init__(self, sock: socket.socket, secret: bytes, server_nonce: str, client_nonce: str, role: str):
+        self.sock = sock
+        self._key = hmac.new(secret, f"{_PROTOCOL}|session|{server_nonce}|{client_nonce}".encode(),
+                             hashlib.sha256).digest()
+        self._role, self._peer = role, "client" if role == "server" else "server"
+        self._sent = self._received = 0
+
+    def _tag(self, role: str, number: int, body: bytes) -> bytes:
+        return hmac.new(self._key, f"{role}|{number}|".encode() + body, hashlib.sha256).digest()
+
+    def send(self, message: dict) -> None:
+        body = json.dumps(message, separators=(",", ":")).encode()
+        _send_frame(self.sock, self._tag(self._role, self._sent, body) + body)
+        self._sent += 1
+
+    def recv(self) -> dict:
+        data = _recv_frame(self.sock)
+        tag, body = data[:self._TAG], data[self._TAG:]
+        if not hmac.compare_digest(tag, self._tag(self._peer, self._received, body)):
+            raise ConnectionError("a message failed authentication (tampered with, replayed, or not from this job)")
+        self._received += 1
+        return _parse(body)
 
 
 def _proof(secret: bytes, role: str, nonce: str, hello: dict | None = None) -> str:
@@ -186,19 +229,20 @@ class Server:
         member, said_bye = None, False
         try:
             conn.settimeout(30)  # a client that connects and says nothing is let go
-            member = self._handshake(conn)
-            if member is None:
+            joined = self._handshake(conn)
+            if joined is None:
                 return
+            member, channel = joined
             conn.settimeout(None)
             while True:
-                message = _recv(conn)
+                message = channel.recv()
                 if message.get("op") == "bye":
                     said_bye = True
                     return
                 if message.get("op") != "gather" or not isinstance(message.get("step"), int):
-                    _send(conn, {"error": "protocol", "message": f"unknown request {str(message)[:80]}"})
+                    channel.send({"error": "protocol", "message": f"unknown request {str(message)[:80]}"})
                     return
-                _send(conn, self._gather(member, message["step"], message.get("value")))
+                channel.send(self._gather(member, message["step"], message.get("value")))
         except (OSError, ConnectionError, ValueError):
             pass  # a dead client, or one that spoke garbage: it leaves; the job goes on without its words
         finally:
@@ -246,7 +290,7 @@ class Server:
                 _send(conn, {**reply, "error": "value", "message": why})
                 return None
         _send(conn, {**reply, "ok": True})
-        return init, rank, pid
+        return (init, rank, pid), _Sealed(conn, self._secret, nonce, client_nonce, "server")
 
     def _gather(self, member, step: int, value) -> dict:
         init, rank, _ = member
@@ -338,12 +382,13 @@ class Client:
                                   "job's rendezvous")
         if "error" in reply:
             raise _ERRORS.get(reply["error"], RendezvousError)(f"rendezvous: {reply.get('message')}")
+        self._channel = _Sealed(self._sock, secret, greeting["nonce"], nonce, "client")
 
     def gather(self, step: int, value) -> list:
         """Every rank's JSON `value` for this step, in rank order."""
         try:
-            _send(self._sock, {"op": "gather", "step": step, "value": value})
-            reply = _recv(self._sock)
+            self._channel.send({"op": "gather", "step": step, "value": value})
+            reply = self._channel.recv()
         except (OSError, ConnectionError, ValueError) as e:
             raise PeerFailure(f"the rendezvous at {self.address} went away during init step {step} ({e}); the "
                               "process that serves it (rank 0, or the launcher) died") from None
@@ -354,7 +399,7 @@ class Client:
 
     def close(self) -> None:
         try:
-            _send(self._sock, {"op": "bye"})
+            self._channel.send({"op": "bye"})
         except OSError:
             pass
         self._sock.close()
