@@ -6,13 +6,14 @@ import os
 import pickle
 import socket
 import stat
+import subprocess
+import sys
 import threading
 
 import pytest
 
 from unishmem import PeerFailure, bootstrap, rendezvous
 from unishmem.rendezvous import Client, RendezvousError, Server
-from spmd import spmd
 
 SECRET = b"0123456789abcdef" * 4
 
@@ -326,19 +327,20 @@ def test_bad_settings_name_the_variable(monkeypatch, var, value, message):
 
 
 # ---- inside a real job --------------------------------------------------------------------------
-
-def _listening_inodes() -> set[str]:
-    inodes = set()
+# A PE that checks, without importing torch, that neither it nor the launcher listens on a TCP port,
+# and that the rendezvous socket and its directory are this user's alone.
+NO_PORTS = """
+import os, stat, sys
+from unishmem.rendezvous import parse_address
+def listening():
+    found = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[3] == "0A":  # LISTEN
-                    inodes.add(fields[9])
-    return inodes
-
-
-def _socket_inodes(pid: int) -> set[str]:
+        for line in open(table).readlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                found.add(fields[9])
+    return found
+def sockets(pid):
     found = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -348,16 +350,18 @@ def _socket_inodes(pid: int) -> set[str]:
         if target.startswith("socket:["):
             found.add(target[8:-1])
     return found
+kind, path = parse_address(os.environ["UNISHMEM_RENDEZVOUS"])
+mode = lambda p: oct(stat.S_IMODE(os.stat(p).st_mode))
+ports = [pid for pid in (os.getpid(), os.getppid()) if sockets(pid) & listening()]
+print(f"RENDEZVOUS {kind} dir={mode(os.path.dirname(path))} socket={mode(path)} listening={ports}")
+"""
 
 
-@spmd(sizes=(2,))
-def test_job_listens_on_no_network_port(rt):
-    kind, path = rendezvous.parse_address(os.environ["UNISHMEM_RENDEZVOUS"])
-    assert kind == "unix"
-    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    for pid in (os.getpid(), os.getppid()):  # this PE and the launcher
-        assert not (_socket_inodes(pid) & _listening_inodes()), f"pid {pid} listens on a TCP port"
+def test_job_listens_on_no_network_port():
+    proc = subprocess.run([sys.executable, "-m", "unishmem", "run", "-n", "2", sys.executable, "-c", NO_PORTS],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["RENDEZVOUS unix dir=0o700 socket=0o600 listening=[]"] * 2, proc.stdout
 
 
 def test_a_second_rank_0_is_refused_and_a_dead_ones_file_swept(private):
