@@ -227,7 +227,8 @@ bool HostBackend::holds(const WaitCond& c) const {
 // value into its `deadlock_verdict`, so every PE still in that wait raises.
 void HostBackend::check_deadlock() {
   if (policy_.deadlock_s <= 0) return;
-  if (load_acquire(ctl(pe_)->deadlock_verdict.value) == load_acquire(ctl(pe_)->waits.value)) raise_deadlock();
+  const std::uint64_t mine = load_acquire(ctl(pe_)->waits.value);
+  if ((mine & 1) && load_acquire(ctl(pe_)->deadlock_verdict.value) == mine) raise_deadlock();
   std::unique_lock lock(deadlock_mu_, std::try_to_lock);
   if (!lock) return;  // another thread of this PE is checking
   std::vector<std::uint64_t> now(n_pes_);
