@@ -400,8 +400,8 @@ def exchange_kernel(data, src, sig, out, PRODUCERS_FIRST: tl.constexpr, P: tl.co
     if produces:
         shl.putmem_signal(data + j * N, src + j * N, N * 4, sig + j, 1, shl.SIGNAL_SET, (shl.my_pe() + 1) % shl.n_pes())
     else:
-        token = shl.signal_wait_until(sig + j, shl.CMP_EQ, 1)
-        x = tl.load(shl.consume_token(data + j * N, token) + tl.arange(0, N))
+        shl.signal_wait_until(sig + j, shl.CMP_EQ, 1)
+        x = tl.load(data + j * N + tl.arange(0, N))
         tl.store(out + j * N + tl.arange(0, N), x * 2 + 1)
 
 
