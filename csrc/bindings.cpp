@@ -49,6 +49,9 @@ void translate_errors() {
   });
 }
 
+// Calls that can wait release the GIL: the interpreter's programs run on threads and wait on each other.
+using NoGil = py::call_guard<py::gil_scoped_release>;
+
 // Every backend module binds its own copy of the interface (module_local): _host and _nvshmem
 // can be imported into one process.
 void bind_interface(py::module_& m) {
@@ -57,16 +60,17 @@ void bind_interface(py::module_& m) {
       .def_property_readonly("n_pes", &Backend::n_pes)
       .def_property_readonly("heap_base", &Backend::heap_base)
       .def_property_readonly("heap_size", &Backend::heap_size)
-      .def("malloc", [](Backend& b, std::size_t bytes, int dtype) { return b.malloc(bytes, DType(dtype)); })
-      .def("free", &Backend::free)
+      .def("malloc", [](Backend& b, std::size_t bytes, int dtype) { return b.malloc(bytes, DType(dtype)); },
+           NoGil())
+      .def("free", &Backend::free, NoGil())
       .def("heap_free_bytes", &Backend::heap_free_bytes)
       .def("peer_ptr", &Backend::peer_ptr)
       .def("team_my_pe", &Backend::team_my_pe)
       .def("team_n_pes", &Backend::team_n_pes)
       .def("team_translate_pe", &Backend::team_translate_pe)
-      .def("team_split_strided", &Backend::team_split_strided)
-      .def("team_split_2d", &Backend::team_split_2d)
-      .def("team_destroy", &Backend::team_destroy)
+      .def("team_split_strided", &Backend::team_split_strided, NoGil())
+      .def("team_split_2d", &Backend::team_split_2d, NoGil())
+      .def("team_destroy", &Backend::team_destroy, NoGil())
       .def("team_device_handle", &Backend::team_device_handle)
       .def("put", &Backend::put)
       .def("get", &Backend::get)
@@ -77,11 +81,11 @@ void bind_interface(py::module_& m) {
       })
       .def("signal_wait_until", [](Backend& b, Addr sig, int cmp, std::uint64_t v, Stream st) {
         return b.signal_wait_until(sig, Cmp(cmp), v, st);
-      })
+      }, NoGil())
       .def("signal_fetch", &Backend::signal_fetch)
       .def("wait_until", [](Backend& b, Addr p, int type, int cmp, std::uint64_t v) {
         b.wait_until(p, DType(type), Cmp(cmp), v);
-      })
+      }, NoGil())
       .def("test", [](Backend& b, Addr p, int type, int cmp, std::uint64_t v) {
         return b.test(p, DType(type), Cmp(cmp), v);
       })
@@ -90,30 +94,32 @@ void bind_interface(py::module_& m) {
       .def("atomic", [](Backend& b, int op, int type, Addr dest, std::uint64_t v, std::uint64_t cond, int pe) {
         return b.atomic(AtomicOp(op), DType(type), dest, v, cond, pe);
       })
-      .def("barrier", &Backend::barrier)
-      .def("sync", &Backend::sync)
+      .def("barrier", &Backend::barrier, NoGil())
+      .def("sync", &Backend::sync, NoGil())
       .def("broadcast", [](Backend& b, int team, Addr d, Addr s, std::size_t n, int type, int root, Stream st) {
         b.broadcast(team, d, s, n, DType(type), root, st);
-      })
+      }, NoGil())
       .def("fcollect", [](Backend& b, int team, Addr d, Addr s, std::size_t n, int type, Stream st) {
         b.fcollect(team, d, s, n, DType(type), st);
-      })
+      }, NoGil())
       .def("alltoall", [](Backend& b, int team, Addr d, Addr s, std::size_t n, int type, Stream st) {
         b.alltoall(team, d, s, n, DType(type), st);
-      })
+      }, NoGil())
       .def("reduce", [](Backend& b, int team, Addr d, Addr s, std::size_t n, int type, int op, Stream st) {
         b.reduce(team, d, s, n, DType(type), ReduceOp(op), st);
-      })
+      }, NoGil())
       .def("reducescatter", [](Backend& b, int team, Addr d, Addr s, std::size_t n, int type, int op, Stream st) {
         b.reducescatter(team, d, s, n, DType(type), ReduceOp(op), st);
-      })
-      .def("reject_collective", &Backend::reject_collective)
-      .def("finalize", &Backend::finalize)
-      .def("abandon", &Backend::abandon);
+      }, NoGil())
+      .def("reject_collective", &Backend::reject_collective, NoGil())
+      .def("finalize", &Backend::finalize, NoGil())
+      .def("abandon", &Backend::abandon, NoGil());
 }
 
-// Waits hold the GIL; this lets Ctrl-C (SIGINT) end them with KeyboardInterrupt.
+// Waits release the GIL (so the interpreter's other programs run); a wait takes it back just to
+// let Ctrl-C (SIGINT) end it with KeyboardInterrupt. Python runs signal handlers on the main thread only.
 void check_python_signals() {
+  py::gil_scoped_acquire gil;
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
 
@@ -135,6 +141,13 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
            py::arg("token"), py::arg("pe"), py::arg("n_pes"), py::arg("heap_size"), py::arg("stall_warn_s"),
            py::arg("timeout_s"), py::arg("deadlock_s") = 5.0)
       .def("attach_peers", &HostBackend::attach_peers)
+      // NOTE [programs] (host_backend.hpp): the concurrent interpreter's bookkeeping.
+      .def("begin_programs", &HostBackend::begin_programs)
+      .def("end_programs", &HostBackend::end_programs)
+      .def("add_program", &HostBackend::add_program)
+      .def("program_begin", &HostBackend::program_begin)
+      .def("program_end", &HostBackend::program_end)
+      .def("abort_programs", &HostBackend::abort_programs)
       .def("unlink_own_segment", &HostBackend::unlink_own_segment)
       .def("peer_heap_base", &HostBackend::peer_heap_base)
       .def("heap_view", [](HostBackend& b, int pe) {
@@ -144,6 +157,7 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
       })
       .def_static("unlink_job", &HostBackend::unlink_job);
   m.attr("segment_prefix") = "unishmem-";
+  m.attr("max_resident_programs") = host::kMaxWaiters;
   // Timed loops for `unishmem bench` (csrc/host/bench.hpp); each returns seconds.
   m.def("bench_memcpy", &host::bench::memcpy_seconds, py::arg("dest"), py::arg("source"), py::arg("nbytes"),
         py::arg("iters"), py::arg("chunk") = 0);

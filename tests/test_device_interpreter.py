@@ -1,6 +1,7 @@
 """Every unishmem.language function under TRITON_INTERPRET=1 on the host backend, at 2 and 4 PEs."""
 import pytest
 import torch
+import triton
 import triton.language as tl
 
 import unishmem
@@ -391,22 +392,133 @@ def test_collectives_over_dtypes_and_ops(rt):
                 rt.free(t)
 
 
-@unishmem.jit
-def waits_for_a_later_program(sig):
-    # program 0 waits for what program 1 signals: the interpreter runs program 0 first
-    if tl.program_id(0) == 0:
-        shl.signal_wait_until(sig, shl.CMP_EQ, 1)
+def exchange_kernel(data, src, sig, out, PRODUCERS_FIRST: tl.constexpr, P: tl.constexpr, N: tl.constexpr):
+    # P producers each send a block to the right PE; P consumers each wait for theirs from the left.
+    pid = tl.program_id(0)
+    produces = pid < P if PRODUCERS_FIRST else pid >= P
+    j = pid % P
+    if produces:
+        shl.putmem_signal(data + j * N, src + j * N, N * 4, sig + j, 1, shl.SIGNAL_SET, (shl.my_pe() + 1) % shl.n_pes())
     else:
-        shl.signal_op(sig, 1, shl.SIGNAL_SET, shl.my_pe())
+        shl.signal_wait_until(sig + j, shl.CMP_EQ, 1)
+        x = tl.load(data + j * N + tl.arange(0, N))
+        tl.store(out + j * N + tl.arange(0, N), x * 2 + 1)
+
+
+exchange = unishmem.jit(exchange_kernel)
+exchange_one_resident = unishmem.jit(resident=1)(exchange_kernel)
 
 
 @spmd(sizes=SIZES)
-def test_interpreter_wait_on_a_later_program_is_an_error(rt):
-    sig = rt.signals(1)
-    with pytest.raises(DeadlockError, match=r"runs the 2 programs of a launch one after another"):
-        waits_for_a_later_program[(2,)](sig)
+def test_programs_wait_on_each_other_in_both_orders(rt):
+    p, n = 3, 16
+    left = (rt.my_pe - 1) % rt.n_pes
+    for producers_first in (True, False):
+        src = rt.empty((p, n), dtype=torch.int32)
+        src.copy_(rt.my_pe * 1000 + torch.arange(p * n, dtype=torch.int32).reshape(p, n))
+        data, sig = rt.zeros((p, n), dtype=torch.int32), rt.signals(p)
+        out = torch.zeros((p, n), dtype=torch.int32)
+        exchange[(2 * p,)](data, src, sig, out, PRODUCERS_FIRST=producers_first, P=p, N=n)
+        expected = left * 1000 + torch.arange(p * n, dtype=torch.int32).reshape(p, n)
+        assert torch.equal(data, expected), producers_first
+        assert torch.equal(out, expected * 2 + 1), producers_first
+        assert sig.tolist() == [1] * p
+        rt.barrier_all()
+        for t in (src, data, sig):
+            rt.free(t)
+
+
+@spmd(sizes=SIZES)
+def test_one_resident_program_shows_a_residency_bug(rt):
+    p, n = 2, 8
+    src, data, sig = rt.zeros((p, n), dtype=torch.int32), rt.zeros((p, n), dtype=torch.int32), rt.signals(p)
+    out = torch.zeros((p, n), dtype=torch.int32)
+    # Producers first: program 0 never waits, so one program at a time is enough.
+    exchange_one_resident[(2 * p,)](data, src, sig, out, PRODUCERS_FIRST=True, P=p, N=n)
+    rt.barrier_all()
+    sig.zero_()
+    rt.barrier_all()
+    # Producers last: every PE's program 0 waits for a producer that cannot start before it ends.
+    with pytest.raises(DeadlockError, match=r"PE 0 waits for program \(0, 0, 0\): signal at heap offset \d+ to "
+                                            r"become == 1(.|\n)*at most 1 of the 4 programs of a launch are resident"):
+        exchange_one_resident[(2 * p,)](data, src, sig, out, PRODUCERS_FIRST=False, P=p, N=n)
+    rt.barrier_all()
+    for t in (src, data, sig):
+        rt.free(t)
+
+
+@spmd(sizes=(2,))
+def test_resident_setting_is_checked(rt):
+    import os
+
+    sig, out = rt.signals(1), torch.zeros((1, 4), dtype=torch.int32)
+    try:
+        for bad in ("0", "many", "100000"):
+            os.environ["UNISHMEM_INTERPRET_RESIDENT"] = bad
+            with pytest.raises(ValueError, match=rf"UNISHMEM_INTERPRET_RESIDENT='{bad}' is not a whole number of "
+                                                 r"programs from 1 to \d+"):
+                exchange[(2,)](sig, sig, sig, out, PRODUCERS_FIRST=True, P=1, N=4)
+    finally:
+        del os.environ["UNISHMEM_INTERPRET_RESIDENT"]
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match=rf"resident={bad!r} is not a whole number of programs"):
+            unishmem.jit(resident=bad)(exchange_kernel)
     rt.barrier_all()
     rt.free(sig)
+
+
+@unishmem.jit
+def one_program_fails(sig, ivar, pe):
+    pid = tl.program_id(0)
+    if pid == 0:
+        shl.signal_wait_until(sig, shl.CMP_EQ, 1)
+    elif pid == 1:
+        shl.wait_until(ivar, shl.CMP_EQ, 1)
+    elif pid == 2:
+        while shl.test(ivar, shl.CMP_EQ, 1) == 0:  # a program spinning in Python, not in a C++ wait
+            pass
+    else:
+        shl.p(ivar, 1, pe)  # pe out of range: the launch's error
+
+
+@spmd(sizes=SIZES)
+def test_a_failing_program_aborts_its_launch(rt):
+    import time
+
+    sig, ivar = rt.signals(1), rt.zeros(1, dtype=torch.int64)
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=rf"pe={rt.n_pes + 5} is out of range"):
+        one_program_fails[(4,)](sig, ivar, rt.n_pes + 5)
+    assert time.monotonic() - start < 3, "the siblings' waits ended only by a timeout"  # UNISHMEM_DEADLOCK_TIMEOUT
+    assert sig.item() == 0 and ivar.item() == 0
+    rt.barrier_all()
+    rt.free(sig)
+    rt.free(ivar)
+
+
+@triton.jit
+def put_to(buf, pe):
+    shl.p(buf, 1, pe)
+
+
+@triton.jit
+def helper_of_a_helper(buf, pe):
+    put_to(buf, pe)
+
+
+@unishmem.jit
+def calls_a_helper(buf, pe):
+    helper_of_a_helper(buf, pe)
+
+
+@spmd(sizes=(2,))
+def test_errors_in_nested_helpers_arrive_unwrapped(rt):
+    buf = rt.zeros(1, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"pe=9 is out of range") as caught:
+        calls_a_helper[(2,)](buf, 9)
+    assert caught.type is ValueError and caught.value.__cause__ is None
+    rt.barrier_all()
+    rt.free(buf)
 
 
 @spmd(sizes=SIZES)

@@ -120,10 +120,12 @@ def test_dead_pe_raises_peer_failure_everywhere(mode):
     assert segments() <= before
 
 
-def test_ctrl_c_stops_every_pe():
+@pytest.mark.parametrize("mode", ["hang", "hang_in_kernel"])  # a host wait; the programs of an interpreted launch
+def test_ctrl_c_stops_every_pe(mode):
     before = segments()
-    cmd = [sys.executable, "-m", "unishmem", "run", "-n", "4", FAILURES, "hang"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-m", "unishmem", "run", "-n", "4", FAILURES, mode]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TRITON_INTERPRET="1"))
     pids = []
     deadline = time.monotonic() + 60
     while len(pids) < 4 and time.monotonic() < deadline:

@@ -98,13 +98,17 @@ template <class Fn> auto with_int_type(DType type, Fn&& fn) {
   throw Error(ErrorKind::value, "dtype code " + std::to_string(int(type)) + " is not int32, int64, uint32 or uint64");
 }
 
+// Per thread: programs of a launch wait concurrently, each adapting its own spin.
+thread_local std::optional<SpinState> t_spin;
+thread_local std::string t_program;  // "program (x, y, z)" on a program's thread
+
 }  // namespace
 
 HostBackend::HostBackend(std::string token, int pe, int n_pes, std::size_t heap_size, WaitPolicy policy)
     : token_(std::move(token)), pe_(pe), n_pes_(n_pes), heap_size_(heap_size), policy_(policy),
       maps_(n_pes), pids_(n_pes, 0), allocator_(heap_size) {
   // NOTE [wait phases] (wait.hpp): spin before yielding only where every PE can have a core.
-  policy_.spin_s = spin_.spin_s = n_pes <= available_cpus() ? 2e-6 : 0.0;
+  policy_.spin_s = n_pes <= available_cpus() ? 2e-6 : 0.0;
   if (n_pes < 1 || pe < 0 || pe >= n_pes)
     throw Error(ErrorKind::value, "PE " + std::to_string(pe) + " of " + std::to_string(n_pes) + " is out of range");
   // Every PE of the job is on this host and maps every segment, so the segments must fit
@@ -213,16 +217,20 @@ bool HostBackend::holds(const WaitCond& c) const {
   });
 }
 
-// NOTE [deadlock]: a PE in a slow wait keeps its `waits` counter odd and publishes what it
-// waits for (`wait_cond`). When every PE is waiting, no counter has moved for deadlock_s
-// seconds and no PE's condition holds, no PE can ever make another's wait finish (only PEs
-// write the heap). A condition that holds is a PE that has not run since it came true
+// NOTE [deadlock]: a PE whose every live thread is in a slow wait keeps its `waits` counter odd
+// and publishes what each waits for (`wait_conds`); any change (a wait ends or starts, a program
+// starts or ends) moves the counter. When every PE is waiting, no counter has moved for deadlock_s
+// seconds and no published condition holds, no PE can ever make another's wait finish (only
+// PEs write the heap). A condition that holds is a thread that has not run since it came true
 // (stopped in a debugger, SIGSTOP, descheduled): it goes on once it runs, so that is no
 // deadlock. The PE that sees a deadlock first tells the others by writing each one's counter
 // value into its `deadlock_verdict`, so every PE still in that wait raises.
 void HostBackend::check_deadlock() {
   if (policy_.deadlock_s <= 0) return;
-  if (load_acquire(ctl(pe_)->deadlock_verdict.value) == load_acquire(ctl(pe_)->waits.value)) raise_deadlock();
+  const std::uint64_t mine = load_acquire(ctl(pe_)->waits.value);
+  if ((mine & 1) && load_acquire(ctl(pe_)->deadlock_verdict.value) == mine) raise_deadlock();
+  std::unique_lock lock(deadlock_mu_, std::try_to_lock);
+  if (!lock) return;  // another thread of this PE is checking
   std::vector<std::uint64_t> now(n_pes_);
   for (int p = 0; p < n_pes_; ++p) {
     now[p] = maps_[p].data() ? load_acquire(ctl(p)->waits.value) : 0;
@@ -238,16 +246,26 @@ void HostBackend::check_deadlock() {
     return;
   }
   if (std::chrono::duration<double>(t - deadlock_since_).count() < policy_.deadlock_s) return;
-  std::vector<WaitCond> conds(n_pes_);
-  for (int p = 0; p < n_pes_; ++p) std::memcpy(&conds[p], &ctl(p)->wait_cond, sizeof(WaitCond));
+  std::vector<WaitCond> conds;
+  std::vector<std::size_t> first(n_pes_ + 1, 0);
+  for (int p = 0; p < n_pes_; ++p) {
+    const ControlArea* c = ctl(p);
+    const std::uint32_t n = std::min<std::uint32_t>(load_acquire(c->n_wait_conds), kMaxWaiters);
+    conds.resize(first[p] + n);
+    std::memcpy(conds.data() + first[p], c->wait_conds, n * sizeof(WaitCond));
+    first[p + 1] = first[p] + n;
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
   for (int p = 0; p < n_pes_; ++p)
     if (load_acquire(ctl(p)->waits.value) != now[p]) return;  // a new wait: its condition may not be the one read
-  for (int p = 0; p < n_pes_; ++p)
-    if (holds(conds[p])) {
+  for (const WaitCond& c : conds)
+    if (holds(c)) {
       deadlock_since_ = t;
       return;
     }
   for (int p = 0; p < n_pes_; ++p) std::atomic_ref<std::uint64_t>(ctl(p)->deadlock_verdict.value).store(now[p]);
+  deadlock_snapshot_.clear();
+  lock.unlock();
   raise_deadlock();
 }
 
@@ -260,33 +278,102 @@ void HostBackend::raise_deadlock() {
     buf[sizeof buf - 1] = 0;
     what += " PE " + std::to_string(p) + " waits for " + buf + (p + 1 < n_pes_ ? ";" : "");
   }
-  deadlock_snapshot_.clear();
   throw Error(ErrorKind::deadlock, what);
 }
 
+void HostBackend::publish_waits() {
+  ControlArea* c = ctl(pe_);
+  std::uint64_t w = c->waits.value;
+  if (w & 1) store_release(c->waits.value, ++w);  // what was published is out of date
+  // With more waiters than slots no verdict is possible: the waits' own timeouts still end them.
+  if (waiting_.empty() || int(waiting_.size()) < live_ || waiting_.size() > std::size_t(kMaxWaiters)) return;
+  std::string what;
+  for (std::size_t i = 0; i < waiting_.size(); ++i) {
+    c->wait_conds[i] = waiting_[i]->cond;
+    what += (i ? " and " : "") + waiting_[i]->what;
+  }
+  constexpr std::size_t room = sizeof(ControlArea::waiting_for);
+  if (what.size() >= room) what.replace(room - 4, what.npos, "...");
+  std::snprintf(c->waiting_for, room, "%s", what.c_str());
+  store_release(c->n_wait_conds, std::uint32_t(waiting_.size()));
+  store_release(c->waits.value, w + 1);
+}
+
+void HostBackend::set_waiting(Waiter* w, bool waiting) {
+  std::lock_guard lock(waiters_mu_);
+  if (waiting)
+    waiting_.push_back(w);
+  else
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), w));
+  publish_waits();
+}
+
+void HostBackend::begin_programs() {
+  std::lock_guard lock(waiters_mu_);
+  aborted_ = false;
+  --live_;
+  publish_waits();
+}
+
+void HostBackend::end_programs() {
+  std::lock_guard lock(waiters_mu_);
+  ++live_;
+  publish_waits();
+}
+
+void HostBackend::add_program() {
+  std::lock_guard lock(waiters_mu_);
+  if (live_ >= kMaxWaiters)
+    throw Error(ErrorKind::value,
+                "at most " + std::to_string(kMaxWaiters) + " programs of a PE can be resident at once");
+  ++live_;
+  publish_waits();
+}
+
+void HostBackend::program_begin(std::string label) { t_program = std::move(label); }
+
+void HostBackend::program_end() {
+  t_program.clear();
+  std::lock_guard lock(waiters_mu_);
+  --live_;
+  publish_waits();
+}
+
+void HostBackend::abort_programs() { aborted_ = true; }
+
 template <class Done, class Describe>
 void HostBackend::wait(Done&& done, Describe&& describe, const WaitCond& cond, int awaited) {
-  std::uint64_t& waits = ctl(pe_)->waits.value;
+  Waiter me{cond, {}};
   bool marked = false;
-  struct Unmark {  // leave the odd (waiting) state however the wait ends
-    std::uint64_t& w;
+  struct Unmark {  // stop counting as waiting however the wait ends
+    HostBackend& b;
+    Waiter& w;
     bool& m;
     ~Unmark() {
-      if (m) store_release(w, w + 1);
+      if (m) b.set_waiting(&w, false);
     }
-  } unmark{waits, marked};
-  wait_for(done, describe, policy_, spin_, [&] {
+  } unmark{*this, me, marked};
+  if (!t_spin) t_spin = SpinState{policy_.spin_s};
+  wait_for(done, describe, policy_, *t_spin, [&] {
     if (!marked) {
-      std::string what = describe();
-      std::snprintf(ctl(pe_)->waiting_for, sizeof(ControlArea::waiting_for), "%s", what.c_str());
-      ctl(pe_)->wait_cond = cond;
-      store_release(waits, waits + 1);
+      me.what = t_program.empty() ? describe() : t_program + ": " + describe();
+      set_waiting(&me, true);
       marked = true;
     }
+    if (aborted_ && !t_program.empty())
+      throw Error(ErrorKind::generic, t_program + " stopped waiting: another program of its launch failed");
     check_deadlock();  // before check_peers: a peer that already reported it may have exited
     check_peers(describe(), awaited);
     if (external_check_) external_check_();
   });
+}
+
+std::unique_lock<std::mutex> HostBackend::collective_turn() {
+  std::unique_lock lock(collective_mu_, std::try_to_lock);
+  if (!lock)  // a sibling program's collective: it ends through its own waits, so this one never holds alone
+    wait([&] { return lock.try_lock(); },
+         [] { return std::string("another program of this PE to finish its collective call"); }, WaitCond{.pe = -1});
+  return lock;
 }
 
 // ---- teams and internal exchange -------------------------------------------------------------
@@ -371,6 +458,7 @@ void HostBackend::make_team(int slot, std::vector<int> members) {
 // A split is collective over the parent: every member must ask for the same one. Each also
 // publishes the slots it uses, so that the new team's slot is free on all its members.
 int HostBackend::team_split_strided(int parent, int start, int stride, int size) {
+  const auto turn = collective_turn();
   enter(parent, Call{.op = CallOp::split_strided, .a = start, .b = stride, .c = size}, ctl(pe_)->teams_in_use.value);
   const Team& p = team_ref(parent);
   std::vector<int> members;
@@ -385,6 +473,7 @@ int HostBackend::team_split_strided(int parent, int start, int stride, int size)
 }
 
 std::pair<int, int> HostBackend::team_split_2d(int parent, int xrange) {
+  const auto turn = collective_turn();
   const Team& p = team_ref(parent);
   const int n = int(p.members.size()), me = p.my_index;
   xrange = std::min(xrange, n);  // a wider row is the whole team, whatever the number
@@ -402,6 +491,7 @@ std::pair<int, int> HostBackend::team_split_2d(int parent, int xrange) {
 }
 
 void HostBackend::team_destroy(int team) {
+  const auto turn = collective_turn();
   if (team == kTeamWorld || team == kTeamNode)
     throw Error(ErrorKind::value, "the world and node teams cannot be destroyed");
   enter(team, Call{.op = CallOp::team_destroy});  // collective over the team, as in OpenSHMEM
@@ -420,6 +510,7 @@ int HostBackend::team_translate_pe(int src_team, int pe, int dst_team) const {
 // ---- symmetric allocation -------------------------------------------------------------------
 
 Addr HostBackend::malloc(std::size_t bytes, DType dtype) {
+  const auto turn = collective_turn();
   enter(kTeamWorld, Call{.op = CallOp::alloc, .dtype = dtype, .bytes = bytes});
   auto offset = allocator_.allocate(bytes);
   if (!offset)
@@ -432,6 +523,7 @@ Addr HostBackend::malloc(std::size_t bytes, DType dtype) {
 }
 
 void HostBackend::free(Addr local) {
+  const auto turn = collective_turn();
   const std::size_t offset = local - heap_base();
   enter(kTeamWorld, Call{.op = CallOp::free, .bytes = offset});
   if (local < heap_base() || !allocator_.release(offset))
@@ -512,6 +604,7 @@ std::uint64_t HostBackend::atomic(AtomicOp op, DType type, Addr dest, std::uint6
 // Collectives read peers' sources straight from their mappings between two team barriers.
 
 void HostBackend::reject_collective(int team) {
+  const auto turn = collective_turn();
   try {
     enter(team, Call{.op = CallOp::rejected});
   } catch (const Error& e) {
@@ -520,13 +613,18 @@ void HostBackend::reject_collective(int team) {
 }
 
 void HostBackend::barrier(int team, Stream s) {
+  const auto turn = collective_turn();
   quiet(s);
   enter(team, Call{.op = CallOp::barrier});
 }
 
-void HostBackend::sync(int team, Stream) { enter(team, Call{.op = CallOp::sync}); }
+void HostBackend::sync(int team, Stream) {
+  const auto turn = collective_turn();
+  enter(team, Call{.op = CallOp::sync});
+}
 
 void HostBackend::broadcast(int team, Addr dest, Addr source, std::size_t bytes, DType type, int root, Stream) {
+  const auto turn = collective_turn();
   const Team& t = team_ref(team);
   enter(team, Call{.op = CallOp::broadcast, .dtype = type, .root = std::uint32_t(root), .bytes = bytes});
   std::memmove(reinterpret_cast<void*>(dest), reinterpret_cast<const void*>(translate(source, t.members[root])), bytes);
@@ -534,6 +632,7 @@ void HostBackend::broadcast(int team, Addr dest, Addr source, std::size_t bytes,
 }
 
 void HostBackend::fcollect(int team, Addr dest, Addr source, std::size_t bytes, DType type, Stream) {
+  const auto turn = collective_turn();
   const Team& t = team_ref(team);
   enter(team, Call{.op = CallOp::fcollect, .dtype = type, .bytes = bytes});
   for (std::size_t i = 0; i < t.members.size(); ++i)
@@ -543,6 +642,7 @@ void HostBackend::fcollect(int team, Addr dest, Addr source, std::size_t bytes, 
 }
 
 void HostBackend::alltoall(int team, Addr dest, Addr source, std::size_t bytes, DType type, Stream) {
+  const auto turn = collective_turn();
   const Team& t = team_ref(team);
   enter(team, Call{.op = CallOp::alltoall, .dtype = type, .bytes = bytes});
   for (std::size_t i = 0; i < t.members.size(); ++i)
@@ -552,6 +652,7 @@ void HostBackend::alltoall(int team, Addr dest, Addr source, std::size_t bytes, 
 }
 
 void HostBackend::reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op, Stream) {
+  const auto turn = collective_turn();
   // Reduce-scatter then all-gather: each member reduces one chunk, then copies the others'.
   // Safe in place (dest == source): a member only ever writes the chunk that no peer reads.
   const Team& t = team_ref(team);
@@ -574,6 +675,7 @@ void HostBackend::reduce(int team, Addr dest, Addr source, std::size_t nelems, D
 
 void HostBackend::reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
                                 Stream) {
+  const auto turn = collective_turn();
   const Team& t = team_ref(team);
   const int n = int(t.members.size());
   const std::size_t off = t.my_index * nelems_out * dtype_size(type);
@@ -588,6 +690,7 @@ void HostBackend::finalize() { leave(true, kFinalized); }
 void HostBackend::abandon() { leave(false, kAbandoned); }
 
 void HostBackend::leave(bool collective_barrier, PeState state) {
+  const auto turn = collective_turn();
   if (finalized_) return;
   std::exception_ptr failure;  // a dead peer must not stop this PE from letting go of its memory
   try {

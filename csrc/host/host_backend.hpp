@@ -3,8 +3,10 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +22,7 @@ namespace unishmem::host {
 constexpr int kMaxTeams = 64;   // team slots; a team's handle is its slot
 constexpr int kRecordWords = kCallWords + 1;  // a Call, then a word not compared (a split's slots in use)
 constexpr std::size_t kControlBytes = 64 * 1024;
+constexpr int kMaxWaiters = 256;  // threads of one PE whose waits the deadlock check can judge
 
 enum PeState : std::uint32_t { kCreated = 1, kRunning = 2, kFinalized = 3, kAbandoned = 4 };
 
@@ -45,9 +48,10 @@ struct ControlArea {
   std::uint32_t state;
   Padded arrive[kMaxTeams];         // barrier arrivals per channel, monotonic
   Padded teams_in_use;              // bitmap of slots this PE belongs to
-  Padded waits;                     // odd while this PE is in a slow wait (see NOTE [deadlock])
-  char waiting_for[192];            // what that wait is for, for the deadlock report
-  WaitCond wait_cond;               // and its condition
+  Padded waits;                     // odd while every live thread of this PE is in a slow wait (NOTE [deadlock])
+  char waiting_for[2048];           // what those waits are for, for the deadlock report
+  std::uint32_t n_wait_conds;       // and their conditions
+  WaitCond wait_conds[kMaxWaiters];
   Padded deadlock_verdict;          // written by the PE that found a deadlock: our `waits` value then
   Padded blamed;                    // 1 + the PE this PE's PeerFailure named; 0 if none
   // Each PE's current Call per channel, by barrier parity (NOTE [collective check]).
@@ -78,6 +82,17 @@ class HostBackend final : public Backend {
   void attach_peers();
   void unlink_own_segment();
   void set_wait_check(WaitCheck check) { external_check_ = std::move(check); }
+
+  // NOTE [programs]: the interpreter runs a launch's programs on threads of this process. The
+  // deadlock check counts this PE as waiting only when every live thread is in a slow wait, so
+  // the launching thread stops being live while its programs run (begin/end_programs), and each
+  // program is live from add_program (before its thread starts) to program_end.
+  void begin_programs();
+  void end_programs();
+  void add_program();
+  void program_begin(std::string label);  // on the program's thread: names its waits
+  void program_end();
+  void abort_programs();  // every program's wait raises, so a failed launch ends
   static void unlink_job(const std::string& token, int n_pes);
 
   int my_pe() const override { return pe_; }
@@ -139,6 +154,14 @@ class HostBackend final : public Backend {
   // awaited: the PE whose action ends the wait, or -1 when any PE's could.
   template <class Done, class Describe>
   void wait(Done&& done, Describe&& describe, const WaitCond& cond, int awaited = -1);
+  struct Waiter {
+    WaitCond cond;
+    std::string what;
+  };
+  void set_waiting(Waiter* w, bool waiting);
+  void publish_waits();  // with waiters_mu_ held
+  // Collectives of one PE take turns: programs of a launch may call them concurrently.
+  std::unique_lock<std::mutex> collective_turn();
   std::string failure_of(int pe, int awaited) const;
   void check_peers(const std::string& waiting_for, int awaited);
   bool holds(const WaitCond& cond) const;
@@ -156,8 +179,13 @@ class HostBackend final : public Backend {
   int pe_, n_pes_;
   std::size_t heap_size_;
   WaitPolicy policy_;
-  SpinState spin_;
   WaitCheck external_check_;
+  std::mutex waiters_mu_;            // guards waiting_, live_ and what this PE publishes of them
+  std::vector<Waiter*> waiting_;     // this process's threads in a slow wait
+  int live_ = 1;                     // threads that may wait: the launching one, or a launch's programs
+  std::atomic<bool> aborted_{false};
+  std::mutex collective_mu_;
+  std::mutex deadlock_mu_;           // one thread of this PE at a time runs the deadlock check
   std::vector<Mapping> maps_;
   std::vector<int> pids_;
   Allocator allocator_;

@@ -1,4 +1,4 @@
-"""UNISHMEM_* settings that are numbers of seconds: read when needed, checked, and named when wrong."""
+"""UNISHMEM_* settings: read when needed, checked, and named when wrong."""
 from __future__ import annotations
 
 import os
@@ -25,3 +25,31 @@ def seconds(name: str) -> float:
         need = "a number of seconds >= 0" if zero_ok else "a positive number of seconds"
         raise ValueError(f"{name}={text!r} is not {need}")
     return value
+
+
+# Under TRITON_INTERPRET=1, programs of one launch resident at once on each PE. A GPU keeps many
+# (an SM holds several; an H200 has 132 SMs); here each is a thread, and 64 covers the grids that
+# communicating and persistent kernels are tested with at little memory. 1 runs them one after another.
+RESIDENT_DEFAULT = 64
+
+
+def resident(value, what: str) -> int:
+    """value as a residency cap, or a ValueError naming `what` (a setting or an argument)."""
+    from .backends import native_module
+
+    max_resident_programs = native_module("host").max_resident_programs
+    if isinstance(value, str):
+        try:
+            number = int(value.strip())
+        except ValueError:
+            number = None
+    else:
+        number = value if isinstance(value, int) and not isinstance(value, bool) else None
+    if number is None or not 1 <= number <= max_resident_programs:
+        raise ValueError(f"{what}={value!r} is not a whole number of programs from 1 to {max_resident_programs}")
+    return number
+
+
+def interpret_resident() -> int:
+    text = os.environ.get("UNISHMEM_INTERPRET_RESIDENT")
+    return RESIDENT_DEFAULT if text is None else resident(text, "UNISHMEM_INTERPRET_RESIDENT")

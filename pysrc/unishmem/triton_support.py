@@ -4,11 +4,21 @@ NOTE [module init]: NVSHMEM (nvshmemx_cumodule_init) and rocSHMEM (rocshmem_hipm
 initialise every loaded module that uses their device state before its first launch. A
 kernel_load_end_hook entry (added to Triton's chain, never replacing another library's hook) calls
 the active runtime's module init for kernels made with @unishmem.jit.
+
+NOTE [concurrent interpreter]: under TRITON_INTERPRET=1 Triton's GridExecutor calls the kernel
+once per program, one after another, and keeps the program id on its one builder. Here the
+program id is per thread, and the function the executor calls only records each program; the
+last call runs them all on threads, started in program-id order with at most `resident` alive at
+once (as a GPU fills its SMs), so programs may wait on each other. The host backend counts them
+(NOTE [programs] in csrc/host/host_backend.hpp) so that its deadlock check stays exact.
 """
 from __future__ import annotations
 
 import functools
+import inspect
+import math
 import os
+import threading
 
 import triton
 
@@ -63,11 +73,137 @@ def _add_hook() -> None:
         _hook_added = True
 
 
+_program = threading.local()  # on a program's thread: grid_idx, launch
+
+
+class _ThreadGridIdx:
+    """The interpreter builder's grid_idx, one per thread."""
+
+    def __get__(self, builder, owner=None):
+        return self if builder is None else getattr(_program, "grid_idx", None)
+
+    def __set__(self, builder, value):
+        _program.grid_idx = value
+
+
+class LaunchAborted(UnishmemError):
+    """A program stopped because another program of its launch failed (never reaches the user)."""
+
+
+class _Launch:
+    def __init__(self, resident: int):
+        self.resident = resident
+        self.n_programs = 0
+        self.aborted = False
+        self._native = None
+
+    def programs(self, fn):
+        """fn as GridExecutor calls it, once per program: the last call runs them all."""
+        return _Programs(fn, self)
+
+    def abort(self):
+        self.aborted = True
+        if self._native is not None:
+            self._native.abort_programs()
+
+    def run(self, fn, args, order):
+        from . import _current
+
+        native = self._native = _current._native if _current is not None and _current.backend == "host" else None
+        self.n_programs = len(order)
+        slots = threading.Semaphore(self.resident)
+        errors = []
+
+        def program(idx):
+            _program.grid_idx, _program.launch = idx, self
+            if native is not None:
+                native.program_begin(f"program {idx}")
+            try:
+                fn(**args)
+            except BaseException as e:
+                errors.append(e)
+                self.abort()
+            finally:
+                if native is not None:
+                    native.program_end()
+                slots.release()
+
+        threads = []
+        if native is not None:
+            native.begin_programs()
+        try:
+            for idx in order:
+                slots.acquire()
+                if self.aborted:
+                    break
+                if native is not None:
+                    native.add_program()  # live before it starts: no moment looks like every program waiting
+                thread = threading.Thread(target=program, args=(idx,), name=f"unishmem program {idx}", daemon=True)
+                try:
+                    thread.start()
+                except BaseException:
+                    if native is not None:
+                        native.program_end()
+                    raise
+                threads.append(thread)
+            for thread in threads:
+                thread.join()
+        except BaseException:  # Ctrl-C in the launching thread: stop the programs first
+            self.abort()
+            for thread in threads:
+                thread.join()
+            raise
+        finally:
+            if native is not None:
+                native.end_programs()
+        if errors:
+            raise errors[0]  # the first failure; the others only stopped because of it
+
+
+class _Programs:
+    """Stands in for the kernel in GridExecutor, which reads its signature, annotations and globals."""
+
+    def __init__(self, fn, launch: _Launch):
+        self.fn, self.launch, self.seen = fn, launch, []
+        self.__signature__ = inspect.signature(fn)
+        self.__annotations__ = fn.__annotations__
+        self.__globals__ = fn.__globals__
+        self.__name__ = fn.__name__
+
+    def __call__(self, **args):
+        from triton.runtime.interpreter import interpreter_builder
+
+        self.seen.append(interpreter_builder.grid_idx)
+        if len(self.seen) == math.prod(interpreter_builder.grid_dim):
+            self.launch.run(self.fn, args, sorted(self.seen, key=lambda idx: idx[::-1]))  # x fastest, as on a GPU
+
+
+def current_program():
+    """(launch, program id) on a program's thread of a concurrent launch, else (None, None)."""
+    return getattr(_program, "launch", None), getattr(_program, "grid_idx", None)
+
+
+def stop_if_aborted():
+    launch = getattr(_program, "launch", None)
+    if launch is not None and launch.aborted:
+        raise LaunchAborted(f"program {_program.grid_idx} stopped: another program of its launch failed")
+
+
+def _innermost(e: BaseException) -> BaseException:
+    """What an InterpreterError wraps, through every nested @triton.jit helper's layer."""
+    from triton.runtime.interpreter import InterpreterError
+
+    while isinstance(e, InterpreterError) and e.__cause__ is not None:
+        e = e.__cause__
+    return e
+
+
 class Kernel:
     """A Triton kernel that uses unishmem.language. Launch it as kernel[grid](args...)."""
 
-    def __init__(self, jit_function):
+    def __init__(self, jit_function, resident: int | None = None):
         self.jit_function = jit_function
+        self.resident = resident
         self.fn = jit_function.fn
         functools.update_wrapper(self, self.fn)
         _KERNEL_NAMES.add(self.fn.__name__)
@@ -91,22 +227,34 @@ class Kernel:
         return self.jit_function.run(*args, grid=grid, warmup=False, **kwargs)
 
     def _run_interpreted(self, args, grid, kwargs):
-        from triton.runtime.interpreter import InterpreterError
+        from triton.runtime.interpreter import GridExecutor, InterpreterError, interpreter_builder
 
+        from ._config import interpret_resident
+
+        if not isinstance(type(interpreter_builder).__dict__.get("grid_idx"), _ThreadGridIdx):
+            type(interpreter_builder).grid_idx = _ThreadGridIdx()
+        fn = self.jit_function
+        launch = _Launch(self.resident if self.resident is not None else interpret_resident())
         try:
-            return self.jit_function.run(*args, grid=grid, warmup=False, **kwargs)
+            # InterpretedFunction.run, with the concurrent programs in place of the kernel
+            GridExecutor(launch.programs(fn.rewrite()), fn.arg_names, grid, fn.pre_run_hooks)(*args, **kwargs)
         except InterpreterError as e:
             # Re-raise what a device function raised (PeerFailure, SymmetryError, bad arguments...)
             # as itself, not as the interpreter's wrapper.
-            cause = e.__cause__
+            cause = _innermost(e)
             if isinstance(cause, (UnishmemError, ValueError, TypeError)):
                 raise cause.with_traceback(cause.__traceback__) from None
             raise
 
 
-def jit(fn=None, **kwargs):
+def jit(fn=None, *, resident: int | None = None, **kwargs):
     """triton.jit for kernels that call unishmem.language: links the vendor bitcode of the active
-    runtime's device and initialises each loaded module; plain interpreter under TRITON_INTERPRET=1."""
+    runtime's device and initialises each loaded module. Under TRITON_INTERPRET=1 the programs of a
+    launch run concurrently, at most `resident` at once (default UNISHMEM_INTERPRET_RESIDENT, else 64)."""
+    if resident is not None:
+        from ._config import resident as check_resident
+
+        resident = check_resident(resident, "resident")
     if fn is None:
-        return functools.partial(jit, **kwargs)
-    return Kernel(triton.jit(fn, **kwargs))
+        return functools.partial(jit, resident=resident, **kwargs)
+    return Kernel(triton.jit(fn, **kwargs), resident)

@@ -31,7 +31,29 @@ if mode in ("stopped", "blame"):
     mine, pids = rt.full(1, os.getpid(), dtype=torch.int64), rt.zeros(rt.n_pes, dtype=torch.int64)
     rt.fcollect(pids, mine)
     pids = pids.tolist()
-say(f"READY pe={rt.my_pe} pid={os.getpid()}")
+if mode == "hang_in_kernel":  # under TRITON_INTERPRET=1: a launch whose programs all wait
+    import threading
+
+    import triton.language as tl
+
+    import unishmem.language as shl
+
+    @unishmem.jit
+    def wait_forever(sig):
+        if tl.program_id(0) == 1:
+            shl.signal_op(sig + 1, 1, shl.SIGNAL_SET, shl.my_pe())  # the programs are running
+        shl.signal_wait_until(sig, shl.CMP_EQ, 1)
+
+    sig = rt.signals(2)
+
+    def ready_once_running():
+        while rt.signal_fetch(sig[1:]) != 1:
+            time.sleep(0.01)
+        say(f"READY pe={rt.my_pe} pid={os.getpid()}")
+
+    threading.Thread(target=ready_once_running, daemon=True).start()
+else:
+    say(f"READY pe={rt.my_pe} pid={os.getpid()}")
 start = time.monotonic()
 try:
     if mode == "kill" and rt.my_pe == victim:
@@ -47,6 +69,8 @@ try:
             rt.signal_wait_until(sig, CMP.EQ, 1)  # never signalled
     elif mode == "hang":  # wait until interrupted
         rt.signal_wait_until(sig, CMP.EQ, 1)
+    elif mode == "hang_in_kernel":
+        wait_forever[(2,)](sig)
     elif mode == "stall":  # nobody will ever signal: the wait must time out and say what it waited for
         rt.signal_wait_until(sig, CMP.EQ, 42)
     elif mode == "deadlock":  # PE 0 waits in a barrier, the others on a signal nobody sends

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import inspect
-import math
 
 import numpy as np
 import triton.language as tl
@@ -211,18 +210,17 @@ def _tensor(value, ty: tl.dtype):
 
 
 def _explain_deadlock(e):
-    from triton.runtime.interpreter import interpreter_builder
-
     from ..errors import DeadlockError
+    from ..triton_support import current_program
 
-    grid = getattr(interpreter_builder, "grid_dim", (1, 1, 1))
-    if math.prod(grid) <= 1:
+    launch, idx = current_program()
+    if launch is None or launch.n_programs <= launch.resident:
         return e
     return DeadlockError(
-        f"{e}\nUnder TRITON_INTERPRET=1 each PE runs the {math.prod(grid)} programs of a launch one after "
-        f"another (this wait is in program {interpreter_builder.grid_idx} of grid {grid}): a wait on work that "
-        "a later program of some PE would do cannot finish. Launch one program per PE for such kernels, "
-        "or split the kernel at the wait.")
+        f"{e}\nUnder TRITON_INTERPRET=1 at most {launch.resident} of the {launch.n_programs} programs of a launch "
+        f"are resident at once on a PE (this wait is in program {idx}): a wait on work that a program not yet "
+        "started would do cannot finish. Raise @unishmem.jit(resident=...) or UNISHMEM_INTERPRET_RESIDENT, "
+        "or launch no more programs than stay resident (on a GPU too).")
 
 
 def _interpreted(fn_name: str, host, params, result, args: dict):

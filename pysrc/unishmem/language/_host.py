@@ -17,7 +17,9 @@ class Ptr:
 
 def _runtime():
     from .. import runtime
+    from ..triton_support import stop_if_aborted
 
+    stop_if_aborted()  # every device call: a program looping on test() or atomics stops too
     rt = runtime()
     if rt.backend != "host":
         raise UnishmemError(f"device functions under TRITON_INTERPRET=1 need the host backend; "
