@@ -73,38 +73,81 @@ else()
 endif()
 
 # ---- rocSHMEM: unishmem._rocshmem -----------------------------------------------------------------
-# Compiled as HIP by ROCm's clang (what hipcc drives) with -fgpu-rdc and position-independent
-# code, for the architectures in UNISHMEM_ROCM_ARCHS, and linked with roc::rocshmem.
+# NOTE [rocSHMEM build]: one HIP toolchain for the whole module, and nothing that reaches another target.
+# Every source of _rocshmem is compiled as HIP through a generated one-line `.hip` wrapper in the build
+# tree (`#include "<source>"`), so no LANGUAGE property is set on a shared source (source properties are
+# per directory: setting one here would make _host's bindings.cpp HIP as well). Only _rocshmem links
+# roc::rocshmem (and, through it, hip::device/hip::host); it is built without pybind11's LTO flags
+# (NO_EXTRAS) and linked by the HIP compiler. rocSHMEM's CMake package links hip::device PUBLIC, so
+# hip's package is found first. rocSHMEM >= 3.3 is required (unique-id init, rocshmem_hipmodule_init,
+# quiet/sync_all on a stream, ROCSHMEM_TEAM_SHARED); its librocshmem.a must be position-independent
+# (-DCMAKE_POSITION_INDEPENDENT_CODE=ON; scripts/ci_rocm.sh builds it so).
+# tests/test_vendor.py configures this branch with tests/fixtures/standin_rocm and checks both points.
 set(UNISHMEM_ROCM_ARCHS "gfx942;gfx950" CACHE STRING "AMD GPU architectures of the rocSHMEM backend")
+set(UNISHMEM_ROCSHMEM_MIN_VERSION 3.3)
 if(DEFINED ENV{ROCM_PATH})
   set(_rocm "$ENV{ROCM_PATH}")
 else()
   set(_rocm /opt/rocm)
 endif()
-find_program(UNISHMEM_HIPCC hipcc HINTS "${_rocm}/bin" NO_DEFAULT_PATH)
-find_program(UNISHMEM_HIPCC hipcc)
-if(NOT UNISHMEM_HIPCC)
-  message(STATUS "unishmem: rocSHMEM backend not built: missing hipcc (looked in ROCM_PATH=${_rocm}/bin and PATH)")
-else()
-  find_package(rocshmem CONFIG QUIET HINTS "${_rocm}" PATHS "${_rocm}/lib/cmake/rocshmem")
-  if(NOT rocshmem_FOUND)
-    message(STATUS "unishmem: rocSHMEM backend not built: missing the rocSHMEM CMake package "
-                   "(find_package(rocshmem CONFIG) found none under ROCM_PATH=${_rocm})")
-  else()
-    message(STATUS "unishmem: rocSHMEM backend: ${rocshmem_DIR}, architectures ${UNISHMEM_ROCM_ARCHS}")
-    if(NOT CMAKE_HIP_COMPILER AND EXISTS "${_rocm}/llvm/bin/clang++")
-      set(CMAKE_HIP_COMPILER "${_rocm}/llvm/bin/clang++")
-    endif()
-    set(CMAKE_HIP_ARCHITECTURES "${UNISHMEM_ROCM_ARCHS}")
-    enable_language(HIP)
-    pybind11_add_module(_rocshmem ${_vendor_sources})
-    set_source_files_properties(csrc/bindings.cpp csrc/vendor/vendor_backend.cpp TARGET_DIRECTORY _rocshmem
-                                PROPERTIES LANGUAGE HIP)
-    target_compile_definitions(_rocshmem PRIVATE UNISHMEM_ROCSHMEM UNISHMEM_MODULE_NAME=_rocshmem)
-    set_target_properties(_rocshmem PROPERTIES POSITION_INDEPENDENT_CODE ON HIP_ARCHITECTURES "${UNISHMEM_ROCM_ARCHS}")
-    target_compile_options(_rocshmem PRIVATE $<$<COMPILE_LANGUAGE:HIP>:-fgpu-rdc>)
-    target_link_options(_rocshmem PRIVATE -fgpu-rdc --hip-link)
-    target_link_libraries(_rocshmem PRIVATE roc::rocshmem)
-    install(TARGETS _rocshmem DESTINATION unishmem)
+set(_rocm_why)
+if(CMAKE_VERSION VERSION_LESS 3.21)
+  set(_rocm_why "CMake >= 3.21 (HIP language support; this is ${CMAKE_VERSION})")
+elseif(NOT CMAKE_HIP_COMPILER AND NOT DEFINED ENV{HIPCXX} AND NOT EXISTS "${_rocm}/llvm/bin/clang++")
+  set(_rocm_why "ROCm's clang (looked for ${_rocm}/llvm/bin/clang++; set ROCM_PATH, HIPCXX or CMAKE_HIP_COMPILER)")
+endif()
+if(NOT _rocm_why)
+  # hip's package reads GPU_TARGETS for the --offload-arch options hip::device carries.
+  set(GPU_TARGETS "${UNISHMEM_ROCM_ARCHS}")
+  find_package(hip CONFIG QUIET HINTS "${_rocm}" PATHS "${_rocm}/lib/cmake/hip")
+  if(NOT hip_FOUND)
+    set(_rocm_why "HIP's CMake package (find_package(hip CONFIG) found none under ROCM_PATH=${_rocm})")
   endif()
+endif()
+if(NOT _rocm_why)
+  find_package(rocshmem ${UNISHMEM_ROCSHMEM_MIN_VERSION} CONFIG QUIET HINTS "${_rocm}"
+               PATHS "${_rocm}/lib/cmake/rocshmem")
+  if(NOT rocshmem_FOUND)
+    if(rocshmem_CONSIDERED_VERSIONS)
+      set(_seen ${rocshmem_CONSIDERED_VERSIONS})
+      set(_where ${rocshmem_CONSIDERED_CONFIGS})
+      list(REMOVE_DUPLICATES _seen)
+      list(REMOVE_DUPLICATES _where)
+      list(JOIN _seen ", " _seen)
+      list(JOIN _where ", " _where)
+      string(CONCAT _rocm_why "rocSHMEM >= ${UNISHMEM_ROCSHMEM_MIN_VERSION} (found version ${_seen} at ${_where}; "
+                    "ROCm 7.2 ships 3.2.x: build rocSHMEM from source as scripts/ci_rocm.sh does)")
+    else()
+      set(_rocm_why "the rocSHMEM CMake package (find_package(rocshmem CONFIG) found none under ROCM_PATH=${_rocm})")
+    endif()
+  endif()
+endif()
+
+if(_rocm_why)
+  message(STATUS "unishmem: rocSHMEM backend not built: missing ${_rocm_why}")
+else()
+  message(STATUS "unishmem: rocSHMEM backend: rocSHMEM ${rocshmem_VERSION} (${rocshmem_DIR}), "
+                 "architectures ${UNISHMEM_ROCM_ARCHS}")
+  if(NOT CMAKE_HIP_COMPILER AND NOT DEFINED ENV{HIPCXX})
+    set(CMAKE_HIP_COMPILER "${_rocm}/llvm/bin/clang++")
+  endif()
+  # Set before enable_language: otherwise CMake asks a GPU for its architecture.
+  set(CMAKE_HIP_ARCHITECTURES "${UNISHMEM_ROCM_ARCHS}")
+  enable_language(HIP)
+  set(_roc_sources)
+  foreach(_src IN LISTS _vendor_sources)
+    string(MAKE_C_IDENTIFIER "${_src}" _id)
+    set(_wrapper "${CMAKE_CURRENT_BINARY_DIR}/rocshmem_hip/${_id}.hip")
+    file(CONFIGURE OUTPUT "${_wrapper}" CONTENT "#include \"${CMAKE_CURRENT_SOURCE_DIR}/${_src}\"\n" @ONLY)
+    list(APPEND _roc_sources "${_wrapper}")
+  endforeach()
+  pybind11_add_module(_rocshmem NO_EXTRAS ${_roc_sources})
+  target_compile_definitions(_rocshmem PRIVATE UNISHMEM_ROCSHMEM UNISHMEM_MODULE_NAME=_rocshmem)
+  target_compile_options(_rocshmem PRIVATE -Wall -Wextra -fgpu-rdc)
+  target_link_options(_rocshmem PRIVATE -fgpu-rdc --hip-link)
+  set_target_properties(_rocshmem PROPERTIES HIP_STANDARD 20 HIP_STANDARD_REQUIRED ON HIP_VISIBILITY_PRESET hidden
+                                             HIP_ARCHITECTURES "${UNISHMEM_ROCM_ARCHS}" LINKER_LANGUAGE HIP
+                                             POSITION_INDEPENDENT_CODE ON INTERPROCEDURAL_OPTIMIZATION OFF)
+  target_link_libraries(_rocshmem PRIVATE roc::rocshmem)
+  install(TARGETS _rocshmem DESTINATION unishmem)
 endif()

@@ -117,7 +117,13 @@ def hip_synchronization(buf, src, sig, ivar, team, N: tl.constexpr):
     shl.sync_all()
     shl.barrier_all_block()
     shl.sync_all_block()
-    shl.reduce(0, buf, src, N, "sum")
+
+
+# rocSHMEM has no C-linkage device reduction: compiling this for a HIP target must fail with the reason.
+# The team comes from the kernel's argument (team.handle), never a literal: rocSHMEM's team is a pointer.
+@triton.jit
+def hip_reduce(buf, src, sig, ivar, team, N: tl.constexpr):
+    shl.reduce(team, buf, src, N, "sum")
 
 
 HIP_GROUPS = [hip_queries, thread_rma, block_rma, warp_rma, signals, atomics, hip_synchronization]

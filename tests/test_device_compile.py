@@ -1,6 +1,6 @@
 """The device library compiled for real targets, with no GPU: every function compiles and links
 against the nvidia-nvshmem wheel's bitcode into a cubin for sm_80, sm_90 and sm_100; for gfx942 and
-gfx950 the LLVM IR declares each rocSHMEM symbol with the signature its headers give."""
+gfx950 the LLVM IR declares each rocSHMEM symbol with the signature rocSHMEM's rocshmem_wrapper.cc gives."""
 import concurrent.futures
 import multiprocessing
 import os
@@ -52,6 +52,7 @@ def builds():
     jobs = [(k.__name__, "cuda", cc, True) for cc in CUDA_ARCHS for k in device_kernels.GROUPS]
     jobs += [(k.__name__, "hip", arch, False) for arch in HIP_ARCHS for k in device_kernels.HIP_GROUPS]
     jobs += [(name, "hip", "gfx942", False) for name in ("queries", "collectives")]
+    jobs += [("hip_reduce", "hip", arch, False) for arch in HIP_ARCHS]
     with tempfile.TemporaryDirectory() as cache:
         ctx = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx, initializer=_init_worker,
@@ -100,24 +101,45 @@ def test_nvshmem_constants_are_mapped(builds):
     assert re.search(r"arith.constant 5 : i32", ttir)
 
 
-# What rocSHMEM's headers declare, as LLVM IR types (pointers and size_t are i64 in our calls,
-# and a void function is called as returning i32).
-ROCSHMEM_SIGNATURES = {
-    "rocshmem_my_pe": "i32 ()", "rocshmem_n_pes": "i32 ()", "rocshmem_ptr": "i64 (i64, i32)",
-    **{f"rocshmem_{op}{sfx}": "i32 (i64, i64, i64, i32)"
+# The truth for gfx942/gfx950: C prototypes copied by hand from rocSHMEM's src/device/rocshmem_wrapper.cc
+# (the extern "C" wrappers, the only device symbols Triton can call), ROCm/rocm-systems
+# projects/rocshmem at commit 2922ab56a0d0739d096bff5c70745f69c93de04c (rocSHMEM 3.5 line). Written
+# independently of unishmem.language's table: only the functions device_kernels' HIP groups call.
+# WRAP_RMA(int, int), WRAP_RMA_EXTENDED (_wave, _wg), WRAP_AMO_STANDARD(uint64_t, uint64),
+# WRAP_WAIT(long, long) and WRAP_WAIT(uint64_t, uint64) give the typed ones.
+ROCSHMEM_WRAPPER_PROTOTYPES = {
+    "rocshmem_my_pe": "int ()", "rocshmem_n_pes": "int ()",
+    "rocshmem_ptr": "void* (const void*, int)",
+    **{f"rocshmem_{op}{sfx}": "void (void*, const void*, size_t, int)"
        for op in ("putmem", "getmem", "putmem_nbi", "getmem_nbi") for sfx in ("", "_wg", "_wave")},
-    **{f"rocshmem_int_{op}{sfx}": "i32 (i64, i64, i64, i32)"
+    **{f"rocshmem_int_{op}{sfx}": "void (int*, const int*, size_t, int)"
        for op in ("put", "get", "put_nbi", "get_nbi") for sfx in ("", "_wg")},
-    "rocshmem_int_p": "i32 (i64, i32, i32)", "rocshmem_int_g": "i32 (i64, i32)",
-    **{f"rocshmem_putmem_signal{nbi}{sfx}": "i32 (i64, i64, i64, i64, i64, i32, i32)"
+    "rocshmem_int_p": "void (int*, int, int)", "rocshmem_int_g": "int (const int*, int)",
+    **{f"rocshmem_putmem_signal{nbi}{sfx}": "void (void*, const void*, size_t, uint64_t*, uint64_t, int, int)"
        for nbi in ("", "_nbi") for sfx in ("", "_wg", "_wave")},
-    "rocshmem_uint64_atomic_add": "i32 (i64, i64, i32)",
-    "rocshmem_uint64_wait_until": "i32 (i64, i32, i64)", "rocshmem_signal_fetch": "i64 (i64)",
-    "rocshmem_long_wait_until": "i32 (i64, i32, i64)", "rocshmem_long_test": "i32 (i64, i32, i64)",
-    **{f"rocshmem_{f}": "i32 ()" for f in ("fence", "quiet", "barrier_all", "sync_all", "barrier_all_wg",
-                                            "sync_all_wg")},
-    "rocshmem_int_sum_reduce_wg": "i32 (i32, i64, i64, i32)",
+    "rocshmem_uint64_atomic_add": "void (uint64_t*, uint64_t, int)",
+    "rocshmem_uint64_wait_until": "void (uint64_t*, int, uint64_t)",
+    "rocshmem_signal_fetch": "uint64_t (const uint64_t*)",
+    "rocshmem_long_wait_until": "void (long*, int, long)", "rocshmem_long_test": "int (long*, int, long)",
+    **{f"rocshmem_{f}": "void ()" for f in ("fence", "quiet", "barrier_all", "sync_all", "barrier_all_wg",
+                                             "sync_all_wg")},
 }
+# Symbols the reduce row used to emit; rocshmem_wrapper.cc defines none of them.
+ROCSHMEM_NOT_IN_WRAPPER = [f"rocshmem_{t}_{op}_reduce_wg" for t in ("float", "double", "short", "int", "long")
+                           for op in ("sum", "min", "max", "prod")]
+
+# How the device library calls a C prototype (NOTE [device table]): pointers and size_t pass as i64,
+# int as i32, uint64_t/long as i64, and a void function is called as returning i32.
+_IR_OF_C = {"int": "i32", "long": "i64", "uint64_t": "i64", "size_t": "i64", "void": "i32"}
+
+
+def _ir_signature(prototype: str) -> str:
+    ret, args = re.fullmatch(r"(.+?) \((.*)\)", prototype).groups()
+    ir = lambda c: "i64" if c.endswith("*") else _IR_OF_C[c.removeprefix("const ")]  # noqa: E731
+    return f"{ir(ret)} ({', '.join(ir(a) for a in args.split(', ')) if args else ''})"
+
+
+ROCSHMEM_SIGNATURES = {name: _ir_signature(p) for name, p in ROCSHMEM_WRAPPER_PROTOTYPES.items()}
 
 
 @pytest.mark.parametrize("arch", HIP_ARCHS)
@@ -129,6 +151,7 @@ def test_rocshmem_declarations(builds, arch):
         for ret, name, args in re.findall(r"^declare [^@]*?(\w+) @(rocshmem_\w+)\(([^)]*)\)", out["llir"], re.M):
             declared[name] = f"{ret} ({args})"
     assert declared == ROCSHMEM_SIGNATURES
+    assert not set(declared) & set(ROCSHMEM_NOT_IN_WRAPPER)
 
 
 def test_what_rocshmem_lacks_fails_at_compile_time_with_the_reason(builds):
@@ -137,4 +160,8 @@ def test_what_rocshmem_lacks_fails_at_compile_time_with_the_reason(builds):
                      r"no C-linkage team functions", out.get("error", "")), out
     out = builds[("collectives", "hip", "gfx942")]
     assert "broadcast is not available when compiling for rocshmem" in out.get("error", ""), out
+    for arch in HIP_ARCHS:
+        out = builds[("hip_reduce", "hip", arch)]
+        assert re.search(r"reduce is not available when compiling for rocshmem: rocSHMEM's device bitcode exports no "
+                         r"C-linkage reduction \(rocshmem_<T>_<op>_reduce_wg does not exist", out.get("error", "")), out
     assert re.search(r"p: rocshmem has no form for fp16", builds["half_p"].get("error", "")), builds["half_p"]

@@ -153,31 +153,112 @@ def test_host_runtime_has_no_module_init():
     assert "MODULE_INIT None 0 1" in proc.stdout, proc.stdout
 
 
-def _configure(build_dir, env) -> str:
+def _configure(build_dir, env, *defines) -> str:
     import pybind11
 
     cmake = shutil.which("cmake")
     if cmake is None:
         pytest.skip("cmake is not on PATH")
     proc = subprocess.run([cmake, "-S", ROOT, "-B", str(build_dir), f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
-                           f"-DPython_EXECUTABLE={sys.executable}"],
+                           f"-DPython_EXECUTABLE={sys.executable}", *defines],
                           capture_output=True, text=True, timeout=300, env=dict(os.environ, **env))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
 
-@pytest.mark.skipif(shutil.which("hipcc") is not None, reason="this machine has hipcc")
+# NOTE [rocSHMEM build] (cmake/vendor.cmake): a STAND-IN ROCm prefix holding CMake package files only.
+STANDIN_ROCM = os.path.join(ROOT, "tests", "fixtures", "standin_rocm")
+
+
+def _copy_standin(tmp_path, rocshmem_version=None):
+    rocm = tmp_path / "standin_rocm"
+    shutil.copytree(STANDIN_ROCM, rocm)
+    if rocshmem_version:
+        version_file = rocm / "lib" / "cmake" / "rocshmem" / "rocshmem-config-version.cmake"
+        version_file.write_text(version_file.read_text().replace("3.5.0", rocshmem_version))
+    return rocm
+
+
+@pytest.mark.skipif(os.path.exists("/opt/rocm/llvm/bin/clang++"), reason="this machine has ROCm's clang")
 def test_cmake_says_which_rocshmem_piece_is_missing(tmp_path):
-    rocm = tmp_path / "rocm"
-    (rocm / "bin").mkdir(parents=True)
-    out = _configure(tmp_path / "no-hipcc", {"ROCM_PATH": str(rocm)})
-    assert f"unishmem: rocSHMEM backend not built: missing hipcc (looked in ROCM_PATH={rocm}/bin and PATH)" in out, out
+    empty = tmp_path / "rocm"
+    empty.mkdir()
+    out = _configure(tmp_path / "no-clang", {"ROCM_PATH": str(empty)})
+    assert ("unishmem: rocSHMEM backend not built: missing ROCm's clang (looked for "
+            f"{empty}/llvm/bin/clang++; set ROCM_PATH, HIPCXX or CMAKE_HIP_COMPILER)") in out, out
     if WHEEL is not None:
         assert "unishmem: NVSHMEM backend: headers " in out, out
-    # hipcc present (a stand-in that is never run), rocSHMEM's CMake package absent.
-    hipcc = rocm / "bin" / "hipcc"
-    hipcc.write_text("#!/bin/sh\nexit 1\n")
-    hipcc.chmod(0o755)
-    out = _configure(tmp_path / "no-package", {"ROCM_PATH": str(rocm)})
-    assert ("unishmem: rocSHMEM backend not built: missing the rocSHMEM CMake package "
-            f"(find_package(rocshmem CONFIG) found none under ROCM_PATH={rocm})") in out, out
+    # a compiler named (never run: the packages are looked for first), no hip package
+    out = _configure(tmp_path / "no-hip", {"ROCM_PATH": str(empty)}, "-DCMAKE_HIP_COMPILER=/bin/false")
+    assert ("unishmem: rocSHMEM backend not built: missing HIP's CMake package "
+            f"(find_package(hip CONFIG) found none under ROCM_PATH={empty})") in out, out
+    # hip present, rocSHMEM older than the floor: the message names the version found
+    rocm = _copy_standin(tmp_path, rocshmem_version="3.2.1")
+    out = _configure(tmp_path / "old", {"ROCM_PATH": str(rocm)}, "-DCMAKE_HIP_COMPILER=/bin/false")
+    assert re.search(r"unishmem: rocSHMEM backend not built: missing rocSHMEM >= 3\.3 \(found version 3\.2\.1 at "
+                     rf"{re.escape(str(rocm))}/lib/cmake/rocshmem/rocshmem-config\.cmake; ROCm 7\.2 ships 3\.2\.x", out), out
+
+
+def _hip_clang():
+    """A clang that CMake accepts as a HIP compiler for configuring (host-only: no ROCm device tools)."""
+    names = [os.environ.get("UNISHMEM_TEST_HIP_CLANG"), "clang++"] + [f"clang++-{v}" for v in range(22, 13, -1)]
+    return next((p for p in (shutil.which(n) for n in names if n) if p), None)
+
+
+@pytest.fixture(scope="module")
+def standin_configure(tmp_path_factory):
+    """The whole project configured with the stand-in rocSHMEM/hip packages: the rocSHMEM branch is taken.
+    CMake compiles nothing of ours; its HIP compiler checks run host-only (--cuda-host-only)."""
+    clang = _hip_clang()
+    if clang is None:
+        pytest.skip("no clang++ on PATH to stand in for ROCm's clang (set UNISHMEM_TEST_HIP_CLANG)")
+    tmp = tmp_path_factory.mktemp("standin")
+    build = tmp / "build"
+    out = _configure(build, {"ROCM_PATH": STANDIN_ROCM}, f"-DCMAKE_HIP_COMPILER={clang}",
+                     f"-DCMAKE_HIP_COMPILER_ROCM_ROOT={STANDIN_ROCM}",
+                     "-DCMAKE_HIP_FLAGS=--cuda-host-only -nogpulib -nogpuinc",
+                     "-DUNISHMEM_ROCM_ARCHS=gfx90a", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON")
+    import json
+
+    commands = json.loads((build / "compile_commands.json").read_text())
+    link = (build / "CMakeFiles" / "_rocshmem.dir" / "link.txt").read_text()
+    return out, clang, commands, link
+
+
+def _commands_of(commands, target):
+    return [c for c in commands if f"CMakeFiles/{target}.dir/" in c["output"]]
+
+
+HIP_FLAGS = re.compile(r"(^|\s)(-x\s+hip|--offload-arch=\S+|-fgpu-rdc|--hip-link|--cuda-host-only)(\s|$)")
+
+
+def test_rocm_branch_leaves_host_and_nvshmem_sources_plain_cxx(standin_configure):
+    out, clang, commands, _ = standin_configure
+    assert "unishmem: rocSHMEM backend: rocSHMEM 3.5.0 (" in out and "architectures gfx90a" in out, out
+    host = _commands_of(commands, "_host")
+    host_files = sorted(os.path.relpath(c["file"], ROOT) for c in host)
+    assert host_files == sorted(["csrc/bindings.cpp", "csrc/dtype.cpp", "csrc/common/collective.cpp",
+                                 "csrc/host/host_backend.cpp", "csrc/host/allocator.cpp", "csrc/host/segment.cpp",
+                                 "csrc/host/wait.cpp", "csrc/host/reduce.cpp", "csrc/host/bench.cpp"]), host_files
+    groups = [host] + ([_commands_of(commands, "_nvshmem")] if WHEEL is not None else [])
+    for group in groups:
+        for c in group:
+            cmd = c["command"]
+            assert not cmd.startswith(clang), cmd   # the C++ compiler, not the HIP one
+            assert not HIP_FLAGS.search(cmd), f"HIP flag reached a C++ source: {cmd}"
+            assert "-DUNISHMEM_ROCSHMEM" not in cmd and "standin_rocm" not in cmd, cmd
+
+
+def test_rocshmem_module_is_one_hip_toolchain_without_lto(standin_configure):
+    _, clang, commands, link = standin_configure
+    roc = _commands_of(commands, "_rocshmem")
+    wrapped = sorted(open(c["file"]).read().split('"')[1] for c in roc)
+    assert wrapped == sorted(os.path.join(ROOT, f) for f in (
+        "csrc/bindings.cpp", "csrc/dtype.cpp", "csrc/common/collective.cpp", "csrc/vendor/vendor_backend.cpp",
+        "csrc/host/allocator.cpp", "csrc/host/wait.cpp")), wrapped
+    for c in roc:
+        cmd = c["command"]
+        assert cmd.startswith(clang) and c["file"].endswith(".hip"), cmd
+        assert re.search(r"\s-x hip\s", cmd) and "--offload-arch=gfx90a" in cmd and "-fgpu-rdc" in cmd, cmd
+        assert "-DUNISHMEM_ROCSHMEM" in cmd and "-fPIC" in cmd and "-flto" not in cmd, cmd
+    assert link.startswith(clang) and "--hip-link" in link and "-fgpu-rdc" in link and "-flto" not in link, link

@@ -1,11 +1,14 @@
 // rocSHMEM side of the vendor mapping (NOTE [vendor mapping] in nvshmem_map.hpp): the same names in
 // namespace unishmem::vendor::lib, over rocSHMEM's C++ host API (namespace rocshmem).
 //
-// Written against the rocSHMEM headers of ROCm's rocm-systems repository (projects/rocshmem) and
-// NOT compiled or run by this project yet: no ROCm machine has built it (README, "AMD Instinct").
-// Where rocSHMEM has no host call for an operation, the capability constant below is false and
-// csrc/vendor/vendor_backend.cpp builds the operation from calls that exist; the entry kept here
-// for it raises an Error naming the missing rocSHMEM call and is never reached.
+// Written against the rocSHMEM headers of ROCm's rocm-systems repository (projects/rocshmem; the
+// build requires rocSHMEM >= 3.3, NOTE [rocSHMEM build] in cmake/vendor.cmake). Never built by
+// CMake on a ROCm machine nor run on AMD hardware (README, "AMD Instinct").
+// Where a capability constant below is false, csrc/vendor/vendor_backend.cpp builds the operation
+// from other calls; the entry kept here for it raises an Error and is never reached. Two of them are
+// really missing in rocSHMEM (fcollectmem_on_stream, signal_op_on_stream); the others exist in
+// rocSHMEM 3.3/3.5 and are not used YET (each line says which call; switching needs a build against
+// those headers to check the signatures).
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -38,15 +41,19 @@ using Stream = hipStream_t;
 using Team = rocshmem_team_t;
 using UniqueId = rocshmem_uniqueid_t;
 
-constexpr bool kNodeTeam = false;             // no public TEAM_SHARED: made from the bootstrap's placement
-constexpr bool kSplit2d = false;              // made from team_split_strided
-constexpr bool kTeamBarrierOnStream = false;  // made from a one-word host reduction over the team
-constexpr bool kFcollectOnStream = false;     // made from putmem_on_stream + team barrier
-constexpr bool kSignalOpOnStream = false;     // made from a host uint64 atomic set/add after a stream sync
-constexpr bool kReduceOnStream = false;       // host reductions (rocshmem_ctx_<T>_<op>_reduce) after a stream sync
+constexpr bool kNodeTeam = false;             // made from the bootstrap's placement; ROCSHMEM_TEAM_SHARED (3.3+) unused yet
+constexpr bool kSplit2d = false;              // made from team_split_strided; rocshmem_team_split_2d (3.5) unused yet
+constexpr bool kTeamBarrierOnStream = false;  // made from a host reduction; team barrier/sync on a stream (3.5) unused yet
+constexpr bool kFcollectOnStream = false;     // rocSHMEM has no fcollectmem_on_stream: putmem_on_stream + team barrier
+constexpr bool kSignalOpOnStream = false;     // rocSHMEM has no signal_op_on_stream: a host uint64 atomic after a stream sync
+constexpr bool kReduceOnStream = false;       // host rocshmem_ctx_<T>_<op>_reduce after a stream sync;
+                                              // rocshmem_ctx_<T>_<op>_reduce_on_stream (3.5) unused yet
 
 [[noreturn]] inline void missing(const char* call) {
   throw Error(ErrorKind::generic, std::string("rocSHMEM has no ") + call);
+}
+[[noreturn]] inline void not_used_yet(const char* call) {
+  throw Error(ErrorKind::unavailable, std::string("unishmem's rocSHMEM backend does not use ") + call + " yet");
 }
 
 // ---- device runtime --------------------------------------------------------------------------
@@ -116,7 +123,7 @@ constexpr const char* kModuleInitCall = "rocshmem_hipmodule_init";
 // ---- teams -----------------------------------------------------------------------------------
 
 inline Team team_world() { return ROCSHMEM_TEAM_WORLD; }
-inline Team team_node() { missing("node team (ROCSHMEM_TEAM_SHARED) in its public host API"); }
+inline Team team_node() { not_used_yet("ROCSHMEM_TEAM_SHARED (rocSHMEM 3.3+)"); }
 inline Team team_invalid() { return ROCSHMEM_TEAM_INVALID; }
 inline std::int64_t team_value(Team t) { return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(t)); }
 inline int team_my_pe(Team t) { return rocshmem_team_my_pe(t); }
@@ -125,7 +132,7 @@ inline int team_translate_pe(Team src, int pe, Team dst) { return rocshmem_team_
 inline int team_split_strided(Team parent, int start, int stride, int size, Team* out) {
   return rocshmem_team_split_strided(parent, start, stride, size, nullptr, 0, out);
 }
-inline int team_split_2d(Team, int, Team*, Team*) { missing("rocshmem_team_split_2d"); }
+inline int team_split_2d(Team, int, Team*, Team*) { not_used_yet("rocshmem_team_split_2d (rocSHMEM 3.5)"); }
 inline void team_destroy(Team t) { rocshmem_team_destroy(t); }
 
 // ---- RMA, signals, ordering ------------------------------------------------------------------
@@ -151,8 +158,8 @@ inline void fence() { rocshmem_fence(); }
 
 inline void barrier_all_on_stream(Stream st) { rocshmem_barrier_all_on_stream(st); }
 inline void sync_all_on_stream(Stream st) { rocshmem_sync_all_on_stream(st); }
-inline int barrier_on_stream(Team, Stream) { missing("rocshmem_barrier_on_stream(team)"); }
-inline int team_sync_on_stream(Team, Stream) { missing("rocshmem_team_sync_on_stream(team)"); }
+inline int barrier_on_stream(Team, Stream) { not_used_yet("the team barrier on a stream (rocSHMEM 3.5)"); }
+inline int team_sync_on_stream(Team, Stream) { not_used_yet("the team sync on a stream (rocSHMEM 3.5)"); }
 inline int broadcastmem_on_stream(Team t, void* d, const void* s, std::size_t n, int root, Stream st) {
   rocshmem_broadcastmem_on_stream(t, d, s, n, root, st);
   return 0;
@@ -187,7 +194,8 @@ inline int alltoallmem_on_stream(Team t, void* d, const void* s, std::size_t n, 
 
 // What the backend would call, if rocSHMEM lacks it (checked on every PE before the collective).
 inline const char* missing_reduction(DType type, bool scatter) {
-  if (scatter) return "host reduce-scatter (rocshmem_<type>_<op>_reducescatter)";
+  // rocSHMEM has a host rocshmem_ctx_<T>_<op>_reduce_scatter; this backend does not call it yet.
+  if (scatter) return "a host reduce-scatter in this backend (rocshmem_ctx_<T>_<op>_reduce_scatter is not used yet)";
   switch (type) {
     UNISHMEM_ROCSHMEM_REDUCE_TYPES(UNISHMEM_ROCSHMEM_HAS) return nullptr;
     default: break;
@@ -210,6 +218,34 @@ inline int reducescatter(DType, ReduceOp, Team, void*, const void*, std::size_t,
 
 // ---- atomics (host-initiated, blocking) ------------------------------------------------------
 
+namespace raw {
 UNISHMEM_VENDOR_ATOMICS(rocshmem, "rocSHMEM")
+}  // namespace raw
+
+// rocSHMEM's IPC backend (one node; ROCSHMEM_BACKEND=ipc, or unset) implements only add, fetch_add and
+// compare_swap in its host context: every other host atomic is refused here, with that reason, rather
+// than issued (VENDOR_NOTES.md). Device atomics (unishmem.language) are not affected.
+inline bool ipc_host_context() {
+  const char* b = std::getenv("ROCSHMEM_BACKEND");
+  return !b || !*b || std::string(b) == "ipc";
+}
+inline bool ipc_host_atomic(AtomicOp op) {
+  return op == AtomicOp::add || op == AtomicOp::fetch_add || op == AtomicOp::compare_swap;
+}
+inline const char* atomic_op_name(AtomicOp op) {
+  static const char* const names[] = {"fetch", "set", "swap", "compare_swap", "fetch_add", "add", "fetch_inc",
+                                      "inc", "fetch_and", "and", "fetch_or", "or", "fetch_xor", "xor"};
+  const int i = int(op);
+  return i >= 0 && i < int(sizeof(names) / sizeof(names[0])) ? names[i] : "unknown";
+}
+// The backend's lib::atomic (host atomics and signal_op's fallback).
+inline std::uint64_t atomic(AtomicOp op, DType type, void* dest, std::uint64_t v, std::uint64_t c, int pe) {
+  if (ipc_host_context() && !ipc_host_atomic(op))
+    throw Error(ErrorKind::unavailable,
+                "rocSHMEM's IPC host context implements only add, fetch_add and compare_swap host atomics; "
+                "atomic_" + std::string(atomic_op_name(op)) + " is refused (" + init_mode() +
+                "; use a device atomic in a kernel, or ROCSHMEM_BACKEND=ro/gda)");
+  return raw::atomic(op, type, dest, v, c, pe);
+}
 
 }  // namespace unishmem::vendor::lib

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 class Sym:
     template: str
     args: tuple[str, ...] | None = None    # parameters passed, in order (default: all but name-only ones)
-    arg_kinds: dict = field(default_factory=dict)  # per-vendor kind overrides (rocSHMEM's int nreduce)
+    arg_kinds: dict = field(default_factory=dict)  # per-vendor kind overrides of parameters
     void: bool = False                      # the vendor function returns nothing (result comes from `then`)
     then: "Sym | None" = None               # a second call whose result is the function's result
 
@@ -51,6 +51,13 @@ def issue_of(scope: str, blocking_get: bool) -> str:
     return issue + "_synced" if blocking_get and issue != "all" else issue
 NO_TEAMS = Missing("rocSHMEM's device bitcode exports no C-linkage team functions (they are C++ only)")
 NO_COLL = Missing("rocSHMEM's device bitcode exports no C-linkage broadcast, fcollect or alltoall")
+# rocSHMEM's src/device/rocshmem_wrapper.cc has no rocshmem_<T>_<op>_reduce_wg: its device reductions are
+# C++ only, rocshmem_ctx_<T>_<op>_reduce_wg(rocshmem_ctx_t, rocshmem_team_t, T*, const T*, int), and
+# rocshmem_team_t is a pointer (0 is ROCSHMEM_TEAM_INVALID). A Triton reduction over put/signal would
+# fill this row (the device-library issue); until then compiling it fails here, with this reason.
+NO_REDUCE = Missing("rocSHMEM's device bitcode exports no C-linkage reduction (rocshmem_<T>_<op>_reduce_wg does "
+                    "not exist; its reductions are C++ only and take a rocshmem_team_t pointer); use the host "
+                    "rt.reduce, or the NVSHMEM target, until unishmem.language implements it over put/signal")
 
 
 def both(template: str, **kw) -> dict:
@@ -109,11 +116,9 @@ def _rows() -> list[DeviceFn]:
         DeviceFn("alltoall", (("team", "team"), ("dest", "ptr"), ("source", "ptr"), ("nelems", "size")), None,
                  "all", "alltoall", {"nvshmem": Sym("{pre}{T}_alltoall{suf}"), "rocshmem": NO_COLL},
                  scope="_block", types="rma"),
-        # rocSHMEM's reduce_wg takes an int team (only the world team, 0) and an int count.
         DeviceFn("reduce", (("team", "team"), ("dest", "ptr"), ("source", "ptr"), ("nelems", "size"),
                             ("op", "redop")), None, "all", "reduce",
-                 {"nvshmem": Sym("{pre}{T}_{op}_reduce{suf}"),
-                  "rocshmem": Sym("{pre}{T}_{op}_reduce{suf}", arg_kinds={"nelems": "i32"})},
+                 {"nvshmem": Sym("{pre}{T}_{op}_reduce{suf}"), "rocshmem": NO_REDUCE},
                  scope="_block", types="reduce"),
     ]
     for scope in ("", "_block", "_warp"):
