@@ -101,7 +101,7 @@ def test_nvshmem_constants_are_mapped(builds):
     assert re.search(r"arith.constant 5 : i32", ttir)
 
 
-# The truth for gfx942/gfx950: C prototypes copied by hand from rocSHMEM's src/device/rocshmem_wrapper.cc
+# The truth for gfx942/gfx950: C prototypes written by hand from rocSHMEM's src/device/rocshmem_wrapper.cc
 # (the extern "C" wrappers, the only device symbols Triton can call), ROCm/rocm-systems
 # projects/rocshmem at commit 2922ab56a0d0739d096bff5c70745f69c93de04c (rocSHMEM 3.5 line). Written
 # independently of unishmem.language's table: only the functions device_kernels' HIP groups call.

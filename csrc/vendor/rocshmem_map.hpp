@@ -218,34 +218,9 @@ inline int reducescatter(DType, ReduceOp, Team, void*, const void*, std::size_t,
 
 // ---- atomics (host-initiated, blocking) ------------------------------------------------------
 
-namespace raw {
+// Host atomics through rocSHMEM's host context. Issue 11 item 8: under the IPC backend that context
+// may implement only add, fetch_add and compare_swap; unverified without a ROCm machine, so they are
+// issued as they are (signal_op's SET goes through the host set).
 UNISHMEM_VENDOR_ATOMICS(rocshmem, "rocSHMEM")
-}  // namespace raw
-
-// rocSHMEM's IPC backend (one node; ROCSHMEM_BACKEND=ipc, or unset) implements only add, fetch_add and
-// compare_swap in its host context: every other host atomic is refused here, with that reason, rather
-// than issued (VENDOR_NOTES.md). Device atomics (unishmem.language) are not affected.
-inline bool ipc_host_context() {
-  const char* b = std::getenv("ROCSHMEM_BACKEND");
-  return !b || !*b || std::string(b) == "ipc";
-}
-inline bool ipc_host_atomic(AtomicOp op) {
-  return op == AtomicOp::add || op == AtomicOp::fetch_add || op == AtomicOp::compare_swap;
-}
-inline const char* atomic_op_name(AtomicOp op) {
-  static const char* const names[] = {"fetch", "set", "swap", "compare_swap", "fetch_add", "add", "fetch_inc",
-                                      "inc", "fetch_and", "and", "fetch_or", "or", "fetch_xor", "xor"};
-  const int i = int(op);
-  return i >= 0 && i < int(sizeof(names) / sizeof(names[0])) ? names[i] : "unknown";
-}
-// The backend's lib::atomic (host atomics and signal_op's fallback).
-inline std::uint64_t atomic(AtomicOp op, DType type, void* dest, std::uint64_t v, std::uint64_t c, int pe) {
-  if (ipc_host_context() && !ipc_host_atomic(op))
-    throw Error(ErrorKind::unavailable,
-                "rocSHMEM's IPC host context implements only add, fetch_add and compare_swap host atomics; "
-                "atomic_" + std::string(atomic_op_name(op)) + " is refused (" + init_mode() +
-                "; use a device atomic in a kernel, or ROCSHMEM_BACKEND=ro/gda)");
-  return raw::atomic(op, type, dest, v, c, pe);
-}
 
 }  // namespace unishmem::vendor::lib
