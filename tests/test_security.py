@@ -379,3 +379,15 @@ def test_a_second_rank_0_is_refused_and_a_dead_ones_file_swept(private):
     again = bootstrap._one_host(bootstrap.Placement(0, 1, 0, 1, "srun"), "a job", 1, 5)
     assert not os.path.exists(path)
     again.close()
+
+
+def test_a_duplicate_rank_on_one_host_fails_at_once(private):
+    """Rank 1 twice beside rank 0: the second is told at once, not after the bootstrap timeout."""
+    rank0 = bootstrap._one_host(bootstrap.Placement(0, 2, 0, 2, "srun"), "a job", 0, 60)
+    first = bootstrap._one_host(bootstrap.Placement(1, 2, 1, 2, "srun"), "a job", 0, 60)
+    with pytest.raises(ValueError, match="two processes claim rank 1"):
+        bootstrap._one_host(bootstrap.Placement(1, 2, 1, 2, "srun"), "a job", 0, 60)
+    with pytest.raises(ValueError, match="two processes claim rank 1"):  # and the job's own ranks hear of it
+        first.allgather(None)
+    first.close()
+    rank0.close()

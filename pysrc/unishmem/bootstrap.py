@@ -329,19 +329,24 @@ def _one_host(p: Placement, job: str, init: int, timeout: float) -> Bootstrap:
     while True:
         try:
             info = json.loads(_read_private(path))
-            if not _pid_alive(int(info["pid"])):
+            address, secret, pid = info["address"], info["secret"].encode(), int(info["pid"])
+            if not _pid_alive(pid):
                 raise FileNotFoundError(f"{path} was left by a process that is gone")
-            client = rendezvous.Client(info["address"], info["secret"].encode(), p.rank, p.size, init, timeout,
-                                       connect_timeout=2.0)
-            return RendezvousBootstrap(p, init, client)
         except RefusedFile:
             raise
-        except (FileNotFoundError, ValueError, KeyError, rendezvous.RendezvousError) as e:  # not there yet, or stale
-            if time.monotonic() > deadline:
-                raise UnishmemError(f"rank {p.rank}: rank 0 ({p.launcher}) published no rendezvous at {path} within "
-                                    f"{timeout:.0f} s ({e}); if the ranks run on several hosts, set LOCAL_WORLD_SIZE "
-                                    "or MASTER_ADDR and MASTER_PORT") from None
-            time.sleep(0.05)
+        except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError) as e:
+            last = e  # not written yet, half written, or stale
+        else:
+            try:
+                client = rendezvous.Client(address, secret, p.rank, p.size, init, timeout, connect_timeout=2.0)
+                return RendezvousBootstrap(p, init, client)
+            except rendezvous.RendezvousError as e:  # a stale file's socket: rank 0 will replace it
+                last = e
+        if time.monotonic() > deadline:
+            raise UnishmemError(f"rank {p.rank}: rank 0 ({p.launcher}) published no rendezvous at {path} within "
+                                f"{timeout:.0f} s ({last}); if the ranks run on several hosts, set LOCAL_WORLD_SIZE "
+                                "or MASTER_ADDR and MASTER_PORT")
+        time.sleep(0.05)
 
 
 def _routable_address(host: str, port: int) -> str:
