@@ -222,18 +222,14 @@ def _job_secret(multi_host: bool) -> bytes:
     if text:
         return text.encode()
     if multi_host:
+        from .runtime import UnishmemWarning
+
         warnings.warn("this multi-host job's rendezvous is not authenticated: anyone who can reach MASTER_ADDR:"
                       "MASTER_PORT during init can join or disturb it (it can run no code: values are JSON). Set "
                       "UNISHMEM_SECRET to the same random value on every rank to authenticate it",
-                      rendezvous_warning(), stacklevel=4)
+                      UnishmemWarning, stacklevel=4)
         return b""
     return secrets.token_hex(32).encode()
-
-
-def rendezvous_warning():
-    from .runtime import UnishmemWarning
-
-    return UnishmemWarning
 
 
 def _rendezvous_file(job: str, init: int) -> tuple[str, str]:
