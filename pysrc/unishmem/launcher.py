@@ -136,8 +136,13 @@ def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int
     token, secret = secrets.token_hex(8), secrets.token_hex(32)
     base_env = dict(os.environ, **(extra_env or {}))
     base_env.setdefault("PYTHONUNBUFFERED", "1")  # through the pipes, output still arrives as it is written
+    timeout = bootstrap_timeout()  # a bad setting fails before anything is made
     private = tempfile.mkdtemp(prefix="unishmem-run-")  # 0700: only this user reaches the socket
-    server = rendezvous.Server(f"unix:{private}/rendezvous.sock", secret.encode(), n, bootstrap_timeout())
+    try:
+        server = rendezvous.Server(f"unix:{private}/rendezvous.sock", secret.encode(), n, timeout)
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
     base_env.update(UNISHMEM_RENDEZVOUS=server.address, UNISHMEM_SECRET=secret, UNISHMEM_JOB_TOKEN=token,
                     UNISHMEM_WORLD_SIZE=str(n), UNISHMEM_LOCAL_WORLD_SIZE=str(n))
     procs: list[subprocess.Popen] = []
