@@ -3,17 +3,17 @@ from __future__ import annotations
 
 import os
 
-# name -> (default, what it is for, whether 0 is allowed (it turns the check off))
+# name -> (default, whether 0 is allowed: it turns the check off)
 SECONDS = {
-    "UNISHMEM_WAIT_TIMEOUT": (300.0, "seconds before a wait gives up", False),
-    "UNISHMEM_STALL_WARN": (30.0, "seconds before a wait says what it waits for", True),
-    "UNISHMEM_DEADLOCK_TIMEOUT": (5.0, "seconds of every PE waiting before a deadlock is declared (0: never)", True),
-    "UNISHMEM_BOOTSTRAP_TIMEOUT": (120.0, "seconds one step of init's rendezvous waits for a rank", False),
+    "UNISHMEM_WAIT_TIMEOUT": (300.0, False),       # before a wait gives up
+    "UNISHMEM_STALL_WARN": (30.0, True),           # before a wait says what it waits for
+    "UNISHMEM_DEADLOCK_TIMEOUT": (5.0, True),      # of every PE waiting before a deadlock is declared
+    "UNISHMEM_BOOTSTRAP_TIMEOUT": (120.0, False),  # one step of init's rendezvous waits for a rank
 }
 
 
 def seconds(name: str) -> float:
-    default, _, zero_ok = SECONDS[name]
+    default, zero_ok = SECONDS[name]
     text = os.environ.get(name)
     if text is None:
         return default

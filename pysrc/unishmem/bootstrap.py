@@ -31,10 +31,6 @@ from .errors import UnishmemError
 _inits = itertools.count()  # this process's inits; every PE of a job counts the same
 
 
-def bootstrap_timeout() -> float:
-    return seconds("UNISHMEM_BOOTSTRAP_TIMEOUT")
-
-
 @dataclass
 class Placement:
     rank: int
@@ -347,7 +343,7 @@ def _one_host(p: Placement, job: str, init: int, timeout: float) -> Bootstrap:
 
 def _routable_address(host: str, port: int) -> str:
     """This host's address on the route to `host`: the one the other hosts can reach us at."""
-    family, addr = rendezvous._resolve(host, port, "MASTER_ADDR")
+    family, addr = rendezvous.resolve(host, port, "MASTER_ADDR")
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         s.connect(addr)  # UDP: picks the route, sends nothing
         return s.getsockname()[0]
@@ -364,7 +360,7 @@ def _master() -> tuple[str, int]:
         number = -1
     if not 0 < number < 65536:
         raise ValueError(f"MASTER_PORT={port!r} is not a port number (1..65535)")
-    rendezvous._resolve(host, number, "MASTER_ADDR")  # fail now, not after a connect timeout
+    rendezvous.resolve(host, number, "MASTER_ADDR")  # fail now, not after a connect timeout
     return host, number
 
 
@@ -421,7 +417,7 @@ def discover(group=None) -> Bootstrap:
     init = next(_inits)
     if group is not None:
         return GroupBootstrap(group, init)
-    timeout = bootstrap_timeout()
+    timeout = seconds("UNISHMEM_BOOTSTRAP_TIMEOUT")
     if "UNISHMEM_RENDEZVOUS" in os.environ:  # unishmem run
         p = _placement("UNISHMEM_RANK", "UNISHMEM_WORLD_SIZE", "UNISHMEM_LOCAL_RANK", "UNISHMEM_LOCAL_WORLD_SIZE",
                        "unishmem run")

@@ -23,7 +23,7 @@ import threading
 import time
 
 from . import rendezvous
-from .bootstrap import bootstrap_timeout
+from ._config import seconds
 
 GRACE_S = 15.0  # after a PE fails: time for the others to notice (PeerFailure) and exit on their own
 TERM_S = 3.0    # after SIGINT/SIGTERM, before SIGKILL
@@ -136,7 +136,7 @@ def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int
     token, secret = secrets.token_hex(8), secrets.token_hex(32)
     base_env = dict(os.environ, **(extra_env or {}))
     base_env.setdefault("PYTHONUNBUFFERED", "1")  # through the pipes, output still arrives as it is written
-    timeout = bootstrap_timeout()  # a bad setting fails before anything is made
+    timeout = seconds("UNISHMEM_BOOTSTRAP_TIMEOUT")  # a bad setting fails before anything is made
     private = tempfile.mkdtemp(prefix="unishmem-run-")  # 0700: only this user reaches the socket
     try:
         server = rendezvous.Server(f"unix:{private}/rendezvous.sock", secret.encode(), n, timeout)

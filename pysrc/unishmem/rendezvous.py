@@ -51,7 +51,7 @@ def parse_address(text: str) -> tuple[str, object]:
     raise ValueError(f"rendezvous address {text!r} is not 'unix:PATH' or 'tcp:HOST:PORT'")
 
 
-def _resolve(host: str, port: int, what: str) -> tuple:
+def resolve(host: str, port: int, what: str) -> tuple:
     try:
         family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as e:
@@ -171,7 +171,7 @@ class Server:
             self._path = where
             self.address = address
         else:
-            family, addr = _resolve(*where, "the rendezvous host")
+            family, addr = resolve(*where, "the rendezvous host")
             self._listener = socket.socket(family, socket.SOCK_STREAM)
             self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._listener.bind(addr)
@@ -347,7 +347,7 @@ class Client:
         if kind == "unix":
             family, addr = socket.AF_UNIX, where
         else:
-            family, addr = _resolve(*where, "the rendezvous host")
+            family, addr = resolve(*where, "the rendezvous host")
         deadline = time.monotonic() + timeout
         while True:
             sock = socket.socket(family, socket.SOCK_STREAM)
