@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace unishmem {
 
@@ -76,6 +77,10 @@ class Backend {
   // Typed point-to-point waits; `value` carries the bit pattern of a `type` value.
   virtual void wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value) = 0;
   virtual bool test(Addr ptr, DType type, Cmp cmp, std::uint64_t value) = 0;
+  // Waits until any of the words ptr, ptr + stride, ... (one per value) compares true against
+  // its value; returns that word's index.
+  virtual std::size_t wait_until_any(Addr ptr, std::size_t stride, DType type, Cmp cmp,
+                                     const std::vector<std::uint64_t>& values) = 0;
   virtual void quiet(Stream s) = 0;
   virtual void fence() = 0;
   // Returns the fetched bit pattern (0 for non-fetching ops).

@@ -86,6 +86,10 @@ void bind_interface(py::module_& m) {
       .def("wait_until", [](Backend& b, Addr p, int type, int cmp, std::uint64_t v) {
         b.wait_until(p, DType(type), Cmp(cmp), v);
       }, NoGil())
+      .def("wait_until_any", [](Backend& b, Addr p, std::size_t stride, int type, int cmp,
+                                const std::vector<std::uint64_t>& values) {
+        return b.wait_until_any(p, stride, DType(type), Cmp(cmp), values);
+      }, NoGil())
       .def("test", [](Backend& b, Addr p, int type, int cmp, std::uint64_t v) {
         return b.test(p, DType(type), Cmp(cmp), v);
       })

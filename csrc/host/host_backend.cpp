@@ -285,17 +285,20 @@ void HostBackend::publish_waits() {
   ControlArea* c = ctl(pe_);
   std::uint64_t w = c->waits.value;
   if (w & 1) store_release(c->waits.value, ++w);  // what was published is out of date
-  // With more waiters than slots no verdict is possible: the waits' own timeouts still end them.
-  if (waiting_.empty() || int(waiting_.size()) < live_ || waiting_.size() > std::size_t(kMaxWaiters)) return;
+  std::size_t n = 0;
+  for (const Waiter* w : waiting_) n += w->n_conds;
+  // With more conditions than slots no verdict is possible: the waits' own timeouts still end them.
+  if (waiting_.empty() || int(waiting_.size()) < live_ || n > std::size_t(kMaxWaiters)) return;
   std::string what;
+  n = 0;
   for (std::size_t i = 0; i < waiting_.size(); ++i) {
-    c->wait_conds[i] = waiting_[i]->cond;
+    for (std::size_t j = 0; j < waiting_[i]->n_conds; ++j) c->wait_conds[n++] = waiting_[i]->conds[j];
     what += (i ? " and " : "") + waiting_[i]->what;
   }
   constexpr std::size_t room = sizeof(ControlArea::waiting_for);
   if (what.size() >= room) what.replace(room - 4, what.npos, "...");
   std::snprintf(c->waiting_for, room, "%s", what.c_str());
-  store_release(c->n_wait_conds, std::uint32_t(waiting_.size()));
+  store_release(c->n_wait_conds, std::uint32_t(n));
   store_release(c->waits.value, w + 1);
 }
 
@@ -342,8 +345,8 @@ void HostBackend::program_end() {
 void HostBackend::abort_programs() { aborted_ = true; }
 
 template <class Done, class Describe>
-void HostBackend::wait(Done&& done, Describe&& describe, const WaitCond& cond, int awaited) {
-  Waiter me{cond, {}};
+void HostBackend::wait(Done&& done, Describe&& describe, const WaitCond* conds, std::size_t n_conds, int awaited) {
+  Waiter me{conds, n_conds, {}};
   bool marked = false;
   struct Unmark {  // stop counting as waiting however the wait ends
     HostBackend& b;
@@ -588,6 +591,27 @@ void HostBackend::wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value)
          cond);
     return 0;
   });
+}
+
+std::size_t HostBackend::wait_until_any(Addr ptr, std::size_t stride, DType type, Cmp cmp,
+                                       const std::vector<std::uint64_t>& values) {
+  std::vector<WaitCond> conds(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i)
+    conds[i] = WaitCond{kControlBytes + (ptr + i * stride - heap_base()), values[i], pe_, int(type), int(cmp)};
+  std::size_t found = 0;
+  wait([&] {
+         for (std::size_t i = 0; i < values.size(); ++i)
+           if (test(ptr + i * stride, type, cmp, values[i])) return found = i, true;
+         return false;
+       },
+       [&] {
+         return "any of " + std::to_string(values.size()) + " values from heap offset " +
+                std::to_string(ptr - heap_base()) + " (every " + std::to_string(stride) + " bytes) to become " +
+                cmp_name(cmp) + " " + (values.size() ? std::to_string(values[0]) : "") +
+                (values.size() > 1 && values[1] != values[0] ? ", ..." : "");
+       },
+       conds.data(), conds.size());
+  return found;
 }
 
 void HostBackend::quiet(Stream) { std::atomic_thread_fence(std::memory_order_seq_cst); }

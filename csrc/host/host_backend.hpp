@@ -122,6 +122,8 @@ class HostBackend final : public Backend {
   std::uint64_t signal_fetch(Addr sig) override;
   void wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value) override;
   bool test(Addr ptr, DType type, Cmp cmp, std::uint64_t value) override;
+  std::size_t wait_until_any(Addr ptr, std::size_t stride, DType type, Cmp cmp,
+                             const std::vector<std::uint64_t>& values) override;
   void quiet(Stream) override;
   void fence() override;
   std::uint64_t atomic(AtomicOp op, DType type, Addr dest, std::uint64_t value, std::uint64_t cond,
@@ -151,11 +153,17 @@ class HostBackend final : public Backend {
   int claim_slot(std::uint64_t taken, int skip = -1) const;
   void make_team(int slot, std::vector<int> members);
 
-  // awaited: the PE whose action ends the wait, or -1 when any PE's could.
+  // awaited: the PE whose action ends the wait, or -1 when any PE's could. A wait that ends
+  // when any of several words changes publishes each (n_conds of them from `conds`).
   template <class Done, class Describe>
-  void wait(Done&& done, Describe&& describe, const WaitCond& cond, int awaited = -1);
+  void wait(Done&& done, Describe&& describe, const WaitCond& cond, int awaited = -1) {
+    wait(done, describe, &cond, 1, awaited);
+  }
+  template <class Done, class Describe>
+  void wait(Done&& done, Describe&& describe, const WaitCond* conds, std::size_t n_conds, int awaited = -1);
   struct Waiter {
-    WaitCond cond;
+    const WaitCond* conds;
+    std::size_t n_conds;
     std::string what;
   };
   void set_waiting(Waiter* w, bool waiting);

@@ -480,6 +480,21 @@ bool VendorBackend::test(Addr p, DType type, Cmp cmp, std::uint64_t value) {
   return compare_bits(type, read_local(p, dtype_size(type)), cmp, value);
 }
 
+std::size_t VendorBackend::wait_until_any(Addr p, std::size_t stride, DType type, Cmp cmp,
+                                         const std::vector<std::uint64_t>& values) {
+  std::size_t found = 0;
+  wait([&] {
+         for (std::size_t i = 0; i < values.size(); ++i)
+           if (test(p + i * stride, type, cmp, values[i])) return found = i, true;
+         return false;
+       },
+       [&] {
+         return "any of " + std::to_string(values.size()) + " values from heap offset " +
+                std::to_string(p - heap_base()) + " to become " + cmp_name(cmp) + " their targets";
+       });
+  return found;
+}
+
 void VendorBackend::quiet(Stream s) { lib::quiet_on_stream(as_stream(s)); }
 void VendorBackend::fence() { lib::fence(); }
 

@@ -94,6 +94,8 @@ class VendorBackend final : public Backend {
   std::uint64_t signal_fetch(Addr sig) override;
   void wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value) override;
   bool test(Addr ptr, DType type, Cmp cmp, std::uint64_t value) override;
+  std::size_t wait_until_any(Addr ptr, std::size_t stride, DType type, Cmp cmp,
+                             const std::vector<std::uint64_t>& values) override;
   void quiet(Stream s) override;
   void fence() override;
   std::uint64_t atomic(AtomicOp op, DType type, Addr dest, std::uint64_t value, std::uint64_t cond,

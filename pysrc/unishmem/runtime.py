@@ -485,6 +485,46 @@ class Runtime:
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
         return self._native.test(addr, DTYPE_CODES[ivar.dtype], _cmp_code(cmp), _bits(value, ivar.dtype, "value"))
 
+    def _words(self, ivars, cmp, value, what: str) -> tuple[int, list[int], int, int]:
+        """(address, one value's bits per word, dtype code, cmp code) for a wait on every word of
+        the 1-D symmetric `ivars`; `value` is one integer for all, or one per word (the _vector forms)."""
+        self._check_active()
+        if ivars.dtype not in WAIT_DTYPES or ivars.dim() != 1 or ivars.numel() == 0 or not ivars.is_contiguous():
+            raise TypeError(f"{what}: ivars must be a non-empty contiguous 1-D symmetric tensor of "
+                            f"{', '.join(map(str, WAIT_DTYPES))}; got {ivars.dtype} of shape {list(ivars.shape)}")
+        addr, _ = self._symmetric(ivars, f"{what}: ivars")
+        if addr % ivars.element_size():
+            raise ValueError(f"{what}: ivars at heap offset {addr - self._base} is not aligned")
+        n = ivars.numel()
+        values = value.tolist() if isinstance(value, torch.Tensor) else value
+        if isinstance(values, (list, tuple)):
+            if len(values) != n:
+                raise ValueError(f"{what}: {len(values)} values for {n} words")
+        else:
+            values = [values] * n
+        bits = [_bits(v, ivars.dtype, f"{what}: value") for v in values]
+        return addr, bits, DTYPE_CODES[ivars.dtype], _cmp_code(cmp)
+
+    def wait_until_all(self, ivars, cmp, value) -> None:
+        """Wait until every word of `ivars` compares true against `value` (or its own entry of a
+        sequence of values)."""
+        addr, bits, code, c = self._words(ivars, cmp, value, "wait_until_all")
+        size = ivars.element_size()
+        for i, b in enumerate(bits):
+            self._native.wait_until(addr + i * size, code, c, b)
+
+    def wait_until_any(self, ivars, cmp, value) -> int:
+        """Wait until some word of `ivars` compares true; returns its index."""
+        addr, bits, code, c = self._words(ivars, cmp, value, "wait_until_any")
+        return self._native.wait_until_any(addr, ivars.element_size(), code, c, bits)
+
+    def wait_until_some(self, ivars, cmp, value) -> list[int]:
+        """Wait until at least one word of `ivars` compares true; returns the indices of all that do."""
+        addr, bits, code, c = self._words(ivars, cmp, value, "wait_until_some")
+        size = ivars.element_size()
+        first = self._native.wait_until_any(addr, size, code, c, bits)
+        return [i for i, b in enumerate(bits) if i == first or self._native.test(addr + i * size, code, c, b)]
+
     def quiet(self, stream=None) -> None:
         self._check_active()
         self._native.quiet(self._stream_of(stream))

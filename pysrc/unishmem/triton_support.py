@@ -96,6 +96,8 @@ class _Launch:
         self.n_programs = 0
         self.aborted = False
         self._native = None
+        self._collective_caller = None  # the program that called a once-per-grid collective
+        self._lock = threading.Lock()
 
     def programs(self, fn):
         """fn as GridExecutor calls it, once per program: the last call runs them all."""
@@ -181,6 +183,23 @@ class _Programs:
 def current_program():
     """(launch, program id) on a program's thread of a concurrent launch, else (None, None)."""
     return getattr(_program, "launch", None), getattr(_program, "grid_idx", None)
+
+
+def claim_collective(name: str) -> None:
+    """Device barriers and collectives are issued by one program of a launch per PE (the vendors
+    require it; a second program's call would pair with the next call of the peers)."""
+    launch, idx = current_program()
+    if launch is None:
+        return
+    with launch._lock:
+        if launch._collective_caller is None:
+            launch._collective_caller = idx
+        first = launch._collective_caller
+    if first != idx:
+        raise UnishmemError(
+            f"{name} called by program {idx} of a launch whose program {first} called a device collective: "
+            "NVSHMEM and rocSHMEM allow barriers and collectives from one program of a launch per PE. Call them "
+            "from one program (if tl.program_id(0) == 0: ...), or synchronise every program with barrier_all_grid")
 
 
 def stop_if_aborted():

@@ -13,7 +13,7 @@ import triton.language as tl
 
 from ..enums import CMP as _CMP
 from ..enums import SIGNAL as _SIGNAL
-from ._build import atomic_function, device_function
+from ._build import atomic_function, consume_token, device_function
 from ._table import ATOMICS, ROWS
 
 SIGNAL_SET = tl.constexpr(int(_SIGNAL.SET))
@@ -25,7 +25,7 @@ CMP_GE = tl.constexpr(int(_CMP.GE))
 CMP_LT = tl.constexpr(int(_CMP.LT))
 CMP_LE = tl.constexpr(int(_CMP.LE))
 
-FUNCTIONS = [row.name for row in ROWS] + list(ATOMICS)
+FUNCTIONS = [row.name for row in ROWS] + list(ATOMICS) + ["consume_token"]
 globals().update({row.name: device_function(row) for row in ROWS})
 globals().update({name: atomic_function(name) for name in ATOMICS})
 

@@ -13,13 +13,19 @@ import inspect
 import numpy as np
 import triton.language as tl
 
-from . import _host
-from ._table import ATOMICS, DeviceFn, Missing, Sym
-from ._vendor import (CMP_VALUES, SCOPES, SIGNAL_VALUES, THREAD_ID, TYPE_TABLES, VENDOR_OF_BACKEND, WARP_SIZE)
+from . import _host, _triton_impl
+from ._table import ATOMICS, NULL, DeviceFn, Missing, Sym, Triton
+from ._vendor import (AMO_TYPES, CMP_VALUES, CONSUME_TOKEN_CONSTRAINTS, SCOPES, SIGNAL_VALUES, THREAD_ID, TYPE_TABLES, VENDOR_OF_BACKEND, WARP_SIZE)
 
 REDUCE_OPS = ("sum", "min", "max", "prod")
 SIGNAL_NAMES = {0: "set", 1: "add"}
 _BUILTIN = tl.core.TRITON_BUILTIN
+
+
+def _not_a_block(fn_name: str, what: str, shape) -> ValueError:
+    """Device functions take scalars; compiled, a block would silently become one call per element."""
+    hint = " (wait on many words with wait_until_all/any/some)" if "wait" in fn_name or fn_name == "test" else ""
+    return ValueError(f"{what} must be a scalar, got a block of shape {list(shape)}{hint}")
 
 
 def _constexpr(value, what: str):
@@ -82,7 +88,7 @@ def _as(semantic, value, ty: tl.dtype):
 
 
 def _result_type(result: str | None, elem):
-    return {None: tl.int32, "i32": tl.int32, "u64": tl.uint64, "val": elem, "ptr": tl.int64}[result]
+    return {None: tl.int32, "i32": tl.int32, "i64": tl.int64, "u64": tl.uint64, "val": elem, "ptr": tl.int64}[result]
 
 
 def _call(semantic, symbol: str, args: list, ret: tl.dtype, pure: bool = False):
@@ -98,30 +104,54 @@ def _thread_id(semantic, vendor: str):
     return semantic.cast(_call(semantic, what, [semantic.to_tensor(0)], tl.int64, pure=True), tl.int32)
 
 
-def _issue(semantic, vendor: str, issue: str, emit):
+def _branch(semantic, cond, then, otherwise=None, ty=None):
+    """An scf.if on a scalar `cond`. With a result type `ty`, both branches give a scalar of it."""
+    builder = semantic.builder
+    ip = builder.get_insertion_point()
+    if_op = builder.create_if_op([ty.to_ir(builder)] if ty else [], cond.handle, otherwise is not None)
+    for block, body in ((if_op.get_then_block(), then), (if_op.get_else_block(), otherwise))[:1 + bool(otherwise)]:
+        builder.set_insertion_point_to_start(block)
+        value = body()
+        if ty is not None:
+            builder.create_yield_op([semantic.cast(value, ty).handle])
+    builder.restore_insertion_point(ip)
+    return tl.tensor(if_op.get_result(0), ty) if ty else None
+
+
+def _from_thread0(semantic, value, generator):
+    """`value` as thread 0 holds it, on every thread of the program: a sum over one element per
+    thread in which only thread 0's (element 0 of a blocked layout) is not zero."""
+    options = semantic.builder.options
+    n = options.num_warps * (getattr(options, "warp_size", None) or 32)
+    index = semantic.arange(0, n)
+    zero = semantic.to_tensor(0) if not value.dtype.is_floating() else semantic.to_tensor(0.0)
+    spread = semantic.where(semantic.equal(index, semantic.to_tensor(0)), semantic.broadcast_impl_shape(
+        value, [n]), semantic.broadcast_impl_shape(semantic.cast(zero, value.dtype), [n]))
+    return generator.call_JitFunction(tl.sum, [spread], {"axis": 0})
+
+
+def _issue(semantic, vendor: str, issue: str, emit, ty=None, generator=None):
     """NOTE [execution rule]: a call written once in a program takes effect once for it.
     Block-scope calls run on every thread; single-issue calls only on thread 0 (warp-scope ones
-    on the first warp), inside an scf.if on the thread id; '_synced' ones also sit between block
-    barriers, so the other threads see their effect."""
+    on the first warp), inside an scf.if on the thread id, and a value they return reaches every
+    thread (_from_thread0). Those that read local memory ('_sends': thread- and warp-scope puts)
+    start with a block barrier, so they send what every thread of the program stored before the
+    call; '_synced' ones sit between two block barriers, so the other threads also see their
+    effect (blocking gets, quiet, barriers, waits on many words)."""
     if issue == "all":
         return emit()
     synced = issue.endswith("_synced")
-    if synced:
+    if synced or issue.endswith("_sends"):
         semantic.debug_barrier()
     limit = WARP_SIZE[vendor] if issue.startswith("warp") else 1
     warp_size = getattr(semantic.builder.options, "warp_size", None)
     if issue.startswith("warp") and warp_size:
         limit = warp_size
     cond = semantic.less_than(_thread_id(semantic, vendor), semantic.to_tensor(limit))
-    builder = semantic.builder
-    ip = builder.get_insertion_point()
-    if_op = builder.create_if_op([], cond.handle, False)
-    builder.set_insertion_point_to_start(if_op.get_then_block())
-    emit()
-    builder.restore_insertion_point(ip)
+    value = _branch(semantic, cond, emit, (lambda: semantic.to_tensor(0)) if ty else None, ty)
     if synced:
         semantic.debug_barrier()
-    return None
+    return None if ty is None else _from_thread0(semantic, value, generator)
 
 
 def _symbol(fn: DeviceFn, sym: Sym, vendor: str, args: dict, elem) -> str:
@@ -142,31 +172,33 @@ def _symbol(fn: DeviceFn, sym: Sym, vendor: str, args: dict, elem) -> str:
     return sym.template.format(**fields)
 
 
-def _compiled(fn: DeviceFn, args: dict, semantic):
+def _compiled(fn: DeviceFn, args: dict, semantic, generator):
     vendor = _vendor(semantic)
     sym = fn.symbols[vendor]
     if isinstance(sym, Missing):
         raise ValueError(f"{fn.name} is not available when compiling for {vendor}: {sym.reason}")
+    if isinstance(sym, Triton):
+        return generator.call_JitFunction(getattr(_triton_impl, sym.impl), [args[n] for n, _ in fn.params], {})
     kinds = dict(fn.params)
+    for name, _ in fn.params:
+        if not fn.blocks and isinstance(args[name], tl.tensor) and args[name].type.is_block():
+            raise _not_a_block(fn.name, f"{fn.name}: {name}", args[name].shape)
     elem = _elem_type(fn.name, args, fn.params)
 
     def call(s: Sym):
         names = s.args or tuple(n for n, k in fn.params if k != "redop" and not ("{sigop}" in s.template and n == "op"))
-        ext = [_extern_arg(semantic, s.arg_kinds.get(n, kinds[n]), args[n], elem, vendor, f"{fn.name}: {n}")
+        ext = [_as(semantic, 0, tl.int64) if n == NULL else
+               _extern_arg(semantic, s.arg_kinds.get(n, kinds[n]), args[n], elem, vendor, f"{fn.name}: {n}")
                for n in names]
         ret = tl.int32 if s.void or s.then else _result_type(fn.result, elem)
         return _call(semantic, _symbol(fn, s, vendor, args, elem), ext, ret)
 
-    out = []
-
     def emit():
         value = call(sym)
-        out.append(value if sym.then is None else call(sym.then))  # `then` gives the result (rocSHMEM waits)
+        return value if sym.then is None else call(sym.then)  # `then` gives the result (rocSHMEM waits)
 
-    _issue(semantic, vendor, fn.issue, emit)
-    if fn.result is None or not out:
-        return None
-    value = out[0]
+    ty = None if fn.result is None else _result_type(fn.result, elem)
+    value = _issue(semantic, vendor, fn.issue, emit, ty, generator)
     if fn.result == "ptr":
         value = semantic.cast(value, args[fn.params[0][0]].type.scalar)
     return value
@@ -181,26 +213,32 @@ def _torch_dtype(ty: tl.dtype):
         ty.name, ty.name))
 
 
-def _py(value, kind: str, what: str):
+def _py(value, kind: str, what: str, blocks: bool = False):
+    """An interpreter value as the host implementations take it (a block's pointers as an array)."""
     value = value.value if isinstance(value, tl.constexpr) else value
     if not isinstance(value, tl.tensor):
         if kind == "ptr":
             raise TypeError(f"{what} must be a pointer, got {value!r}")
         return value
     data = value.handle.data
-    if data.size != 1:
-        raise ValueError(f"{what} must be a scalar, got a block of shape {data.shape}")
+    if data.size != 1 and not (blocks and kind == "ptr"):
+        raise _not_a_block(what.split(":")[0], what, data.shape)
     if kind == "ptr":
-        if not value.dtype.is_ptr():
+        if not value.dtype.scalar.is_ptr():
             raise TypeError(f"{what} must be a pointer, got {value.dtype}")
-        elem = value.dtype.element_ty
-        return _host.Ptr(int(data.reshape(-1)[0]), _torch_dtype(elem), elem.primitive_bitwidth // 8)
+        elem = value.dtype.scalar.element_ty
+        addr = data.astype(np.uint64) if value.type.is_block() else int(data.reshape(-1)[0])
+        return _host.Ptr(addr, _torch_dtype(elem), elem.primitive_bitwidth // 8)
     return data.reshape(-1)[0].item()
 
 
 def _tensor(value, ty: tl.dtype):
+    """A host result as an interpreter value: a scalar, or a block from an array (remote_ptr)."""
     from triton.runtime.interpreter import TensorHandle, _get_np_dtype
 
+    if isinstance(value, np.ndarray):
+        block = tl.block_type(ty, list(value.shape))
+        return tl.tensor(TensorHandle(value.astype(_get_np_dtype(ty)), ty), block)
     np_dtype = _get_np_dtype(ty)
     if ty == tl.bfloat16:  # the interpreter keeps bfloat16 as its bit pattern
         import torch
@@ -223,11 +261,15 @@ def _explain_deadlock(e):
         "or launch no more programs than stay resident (on a GPU too).")
 
 
-def _interpreted(fn_name: str, host, params, result, args: dict):
+def _interpreted(row: DeviceFn, host, args: dict):
     from ..errors import DeadlockError
+    from ..triton_support import claim_collective
 
+    fn_name, params, result = row.name, row.params, row.result
     rt = _host._runtime()
-    values = {n: _py(args[n], k, f"{fn_name}: {n}") for n, k in params}
+    if row.once_per_grid:
+        claim_collective(fn_name)
+    values = {n: _py(args[n], k, f"{fn_name}: {n}", row.blocks) for n, k in params}
     try:
         out = host(rt, **values)
     except DeadlockError as e:
@@ -235,64 +277,78 @@ def _interpreted(fn_name: str, host, params, result, args: dict):
     if result is None:
         return None
     if result == "ptr":
-        return _tensor(out, args[params[0][0]].dtype)
+        return _tensor(out, args[params[0][0]].dtype.scalar)
     elem = args[params[0][0]].dtype.element_ty if params and params[0][1] == "ptr" else None
-    return _tensor(out, _result_type(result, elem) if result != "i32" else tl.int32)
+    return _tensor(out, _result_type(result, elem) if result not in ("i32", "i64") else _result_type(result, None))
 
 
 # ---- generation -------------------------------------------------------------------------------
 
-def _make(name: str, params, doc: str, compiled, interpreted):
+def _make(name: str, params, doc: str, compiled, interpreted, optional=()):
     names = [n for n, _ in params]
 
-    def fn(*args, _semantic=None, **kwargs):
-        bound = dict(zip(names, args))
+    def fn(*args, _semantic=None, _generator=None, **kwargs):
+        bound = dict.fromkeys(optional)
+        bound.update(zip(names, args))
         bound.update(kwargs)
         if len(args) > len(names) or set(bound) != set(names):
             raise TypeError(f"{name}({', '.join(names)}) got {len(args)} positional and "
                             f"{sorted(kwargs)} keyword arguments")
-        return interpreted(bound) if _semantic is None else compiled(bound, _semantic)
+        return interpreted(bound) if _semantic is None else compiled(bound, _semantic, _generator)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc or f"{name}({', '.join(names)})"
     fn.signature = inspect.Signature(
-        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
-        + [inspect.Parameter("_semantic", inspect.Parameter.KEYWORD_ONLY, default=None)])
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                           default=None if n in optional else inspect.Parameter.empty) for n in names]
+        + [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, default=None) for p in ("_semantic", "_generator")])
     setattr(fn, _BUILTIN, True)  # Triton passes _semantic when compiling; the interpreter does not
     return fn
 
 
 def device_function(row: DeviceFn):
-    host = getattr(_host, row.host)
-    return _make(row.name, row.params, row.doc,
-                 lambda a, s: _compiled(row, a, s),
-                 lambda a: _interpreted(row.name, host, row.params, row.result, a))
+    if row.host:
+        host = getattr(_host, row.host)
+        interpreted = lambda a: _interpreted(row, host, a)  # noqa: E731
+    else:  # the row's Triton implementation, interpreted too
+        impl = getattr(_triton_impl, row.symbols["nvshmem"].impl)
+        interpreted = lambda a: impl(*(a[n] for n, _ in row.params))  # noqa: E731
+    return _make(row.name, row.params, row.doc, lambda a, s, g: _compiled(row, a, s, g), interpreted, row.optional)
 
 
-def _atomic_compiled(name: str, fetches: bool, args: dict, semantic):
+def _atomic_compiled(name: str, fetches: bool, args: dict, semantic, generator):
+    """NOTE [atomics]: on a peer reachable by load/store (remote_ptr not null) Triton's own atomic
+    on the peer's address, which Triton issues once per program and whose result it gives every
+    thread; on any other peer the vendor's AMO, issued by thread 0 (NOTE [execution rule])."""
     ptr = args["dest"]
     elem = ptr.type.scalar.element_ty
-    if elem not in (tl.int32, tl.int64, tl.uint32, tl.uint64):
+    if elem not in AMO_TYPES:
         raise TypeError(f"{name}: dest must point to int32, int64, uint32 or uint64, not {elem}")
     vendor = _vendor(semantic)
     pre, _ = SCOPES[vendor][""]
-    raw = _call(semantic, pre + "ptr", [semantic.cast(ptr, tl.int64), _extern_arg(semantic, "pe", args["pe"], elem,
-                                                                                  vendor, f"{name}: pe")], tl.int64)
-    tl.core.device_assert(semantic.not_equal(raw, semantic.to_tensor(0)),
-                          f"{name}: the destination PE is not reachable by load/store (remote_ptr is null); "
-                          "unishmem atomics need a peer reachable through remote_ptr", _semantic=semantic)
-    remote = semantic.cast(raw, ptr.type.scalar)
-    one = _as(semantic, 1, elem)
+    pe = _extern_arg(semantic, "pe", args["pe"], elem, vendor, f"{name}: pe")
+    raw = _call(semantic, pre + "ptr", [semantic.cast(ptr, tl.int64), pe], tl.int64)
     value = _as(semantic, args["value"], elem) if "value" in args else None
     op = name[len("atomic_"):]
-    if op == "compare_swap":
-        out = semantic.atomic_cas(remote, _as(semantic, args["cond"], elem), value, "acq_rel", "sys")
-    elif op in ("set", "swap"):
-        out = semantic.atomic_xchg(remote, value, None, "acq_rel", "sys")
-    else:
+    ty = elem if fetches else None
+
+    def direct():
+        remote = semantic.cast(raw, ptr.type.scalar)
+        one = _as(semantic, 1, elem)
+        if op == "compare_swap":
+            return semantic.atomic_cas(remote, _as(semantic, args["cond"], elem), value, "acq_rel", "sys")
+        if op in ("set", "swap"):
+            return semantic.atomic_xchg(remote, value, None, "acq_rel", "sys")
         addend = {"fetch": _as(semantic, 0, elem), "fetch_inc": one, "inc": one}.get(op, value)
-        out = semantic.atomic_add(remote, addend, None, "acq_rel", "sys")
-    return out if fetches else None
+        return semantic.atomic_add(remote, addend, None, "acq_rel", "sys")
+
+    def vendor_amo():
+        ext = [semantic.cast(ptr, tl.int64)] + [_as(semantic, args[n], elem) for n in ("cond", "value") if n in args]
+        symbol = f"{pre}{AMO_TYPES[elem]}_atomic_{op}"
+        return _issue(semantic, vendor, "one", lambda: _call(semantic, symbol, ext + [pe], ty or tl.int32), ty,
+                      generator)
+
+    return _branch(semantic, semantic.not_equal(raw, semantic.to_tensor(0)), direct, vendor_amo, ty)
 
 
 def atomic_function(name: str):
@@ -305,5 +361,30 @@ def atomic_function(name: str):
         out = _host.atomic(rt, name, **vals)
         return _tensor(out, a["dest"].dtype.element_ty) if fetches else None
 
-    return _make(name, kinds, f"{name}({', '.join(params)}) on a peer reachable by load/store.",
-                 lambda a, s: _atomic_compiled(name, fetches, a, s), interpreted)
+    return _make(name, kinds, f"{name}({', '.join(params)}): an atomic on PE pe's dest (NOTE [atomics]).",
+                 lambda a, s, g: _atomic_compiled(name, fetches, a, s, g), interpreted)
+
+
+def _consume_token_compiled(args: dict, semantic, generator):
+    x, token = args["x"], args["token"]
+    ty = x.type.scalar
+    if not (ty.is_ptr() or ty.is_int()):
+        raise TypeError(f"consume_token: x must be a pointer or an integer (a block of them is fine), not {ty}")
+    if not isinstance(token, tl.tensor) or token.type.is_block():
+        raise ValueError("consume_token: token must be a scalar run-time value, such as what a wait returned")
+    bits = semantic.cast(x, tl.int64)
+    tied = tl.core.inline_asm_elementwise("", CONSUME_TOKEN_CONSTRAINTS[_vendor(semantic)],
+                                          [bits, semantic.cast(token, tl.int64)], dtype=tl.int64, is_pure=True,
+                                          pack=1, _semantic=semantic)
+    return semantic.cast(tied, x.type.scalar)
+
+
+def _consume_token_interpreted(args: dict):
+    return args["x"]  # the interpreter runs in program order: nothing can be hoisted
+
+
+consume_token = _make("consume_token", (("x", "ptr"), ("token", "u64")),
+                      "`x` unchanged, made data-dependent on `token` (a value a wait returned), so that loads "
+                      "addressed by `x` cannot be issued before the wait (Triton's pipeliner would otherwise "
+                      "move them above it).",
+                      _consume_token_compiled, lambda a: _consume_token_interpreted(a))

@@ -4,6 +4,10 @@ The interpreter hands a device function Python values: pointers arrive here as (
 size) of this PE's mapping, and these implementations check them the way the host API does."""
 from __future__ import annotations
 
+import ctypes
+
+import numpy as np
+
 from ..enums import ATOMIC_OPS, DTYPE_CODES, REDUCE_OPS
 from ..errors import NotSymmetricError, UnishmemError
 
@@ -76,6 +80,10 @@ def team_translate_pe(rt, src_team, pe, dst_team):
 
 
 def remote_ptr(rt, ptr, pe):
+    if not isinstance(ptr.addr, int):  # a block of pointers: every one in the heap, all moved alike
+        for addr in (int(ptr.addr.min()), int(ptr.addr.max())):
+            _sym(rt, Ptr(addr, ptr.dtype, ptr.itemsize), 0, "remote_ptr: ptr")
+        return ptr.addr.astype(np.int64) + (rt._native.peer_ptr(rt._base, _pe(rt, pe)) - rt._base)
     _sym(rt, ptr, 0, "remote_ptr: ptr")
     return rt._native.peer_ptr(ptr.addr, _pe(rt, pe))
 
@@ -90,6 +98,18 @@ def get(rt, dest, source, nbytes, pe):
 
 def put_elems(rt, dest, source, nelems, pe):
     put(rt, dest, source, nelems * dest.itemsize, pe)
+
+
+def iput(rt, dest, source, dst_stride, src_stride, nelems, pe):
+    for i in range(nelems):
+        put(rt, Ptr(dest.addr + i * dst_stride * dest.itemsize, dest.dtype, dest.itemsize),
+            Ptr(source.addr + i * src_stride * source.itemsize, source.dtype, source.itemsize), dest.itemsize, pe)
+
+
+def iget(rt, dest, source, dst_stride, src_stride, nelems, pe):
+    for i in range(nelems):
+        get(rt, Ptr(dest.addr + i * dst_stride * dest.itemsize, dest.dtype, dest.itemsize),
+            Ptr(source.addr + i * src_stride * source.itemsize, source.dtype, source.itemsize), dest.itemsize, pe)
 
 
 def get_elems(rt, dest, source, nelems, pe):
@@ -127,6 +147,10 @@ def _signal(rt, sig: Ptr) -> int:
 def put_signal(rt, dest, source, nbytes, sig, value, op, pe):
     rt._native.put_signal(_sym(rt, dest, nbytes, "dest"), source.addr, nbytes, _signal(rt, sig), value, op,
                           _pe(rt, pe), 0)
+
+
+def put_signal_elems(rt, dest, source, nelems, sig, value, op, pe):
+    put_signal(rt, dest, source, nelems * dest.itemsize, sig, value, op, pe)
 
 
 def signal_op(rt, sig, value, op, pe):
@@ -168,6 +192,71 @@ def atomic(rt, name: str, dest: Ptr, pe: int, value: int = 0, cond: int = 0):
     addr, code = _word(rt, dest)
     op = ATOMIC_OPS[name[len("atomic_"):]]
     return _from_bits(rt._native.atomic(op, code, addr, _bits(value), _bits(cond), _pe(rt, pe)), dest.dtype)
+
+
+def _words(rt, ivars: Ptr, nelems: int, what: str, values: Ptr | None = None, value: int = 0):
+    """(address, dtype code, one value's bits per word) for a wait on nelems words at ivars."""
+    import torch
+
+    addr, code = _word(rt, ivars)
+    if nelems < 1:
+        raise ValueError(f"{what}: nelems={nelems} must be >= 1")
+    _sym(rt, ivars, nelems * ivars.itemsize, f"{what}: ivars")
+    if values is None:
+        return addr, code, [_bits(value)] * nelems
+    if values.dtype != ivars.dtype:
+        raise TypeError(f"{what}: values points to {values.dtype} but ivars to {ivars.dtype}")
+    local = torch.empty(nelems, dtype=values.dtype)
+    ctypes.memmove(local.data_ptr(), values.addr, nelems * values.itemsize)  # any local memory, as on a GPU
+    return addr, code, [_bits(v) for v in local.tolist()]
+
+
+def _wait_all(rt, ivars, nelems, cmp, what, **target):
+    addr, code, bits = _words(rt, ivars, nelems, what, **target)
+    for i, b in enumerate(bits):
+        rt._native.wait_until(addr + i * ivars.itemsize, code, cmp, b)
+
+
+def _wait_any(rt, ivars, nelems, cmp, what, **target):
+    addr, code, bits = _words(rt, ivars, nelems, what, **target)
+    return rt._native.wait_until_any(addr, ivars.itemsize, code, cmp, bits)
+
+
+def _wait_some(rt, ivars, nelems, indices, cmp, what, **target):
+    import torch
+
+    addr, code, bits = _words(rt, ivars, nelems, what, **target)
+    if indices.itemsize != 8 or indices.dtype.is_floating_point:
+        raise TypeError(f"{what}: indices must point to int64 (size_t) words, not {indices.dtype}")
+    first = rt._native.wait_until_any(addr, ivars.itemsize, code, cmp, bits)
+    found = torch.tensor([i for i, b in enumerate(bits)
+                          if i == first or rt._native.test(addr + i * ivars.itemsize, code, cmp, b)])
+    ctypes.memmove(indices.addr, found.data_ptr(), found.numel() * 8)
+    return found.numel()
+
+
+def wait_until_all(rt, ivars, nelems, cmp, value):
+    _wait_all(rt, ivars, nelems, cmp, "wait_until_all", value=value)
+
+
+def wait_until_any(rt, ivars, nelems, cmp, value):
+    return _wait_any(rt, ivars, nelems, cmp, "wait_until_any", value=value)
+
+
+def wait_until_some(rt, ivars, nelems, indices, cmp, value):
+    return _wait_some(rt, ivars, nelems, indices, cmp, "wait_until_some", value=value)
+
+
+def wait_until_all_vector(rt, ivars, nelems, cmp, values):
+    _wait_all(rt, ivars, nelems, cmp, "wait_until_all_vector", values=values)
+
+
+def wait_until_any_vector(rt, ivars, nelems, cmp, values):
+    return _wait_any(rt, ivars, nelems, cmp, "wait_until_any_vector", values=values)
+
+
+def wait_until_some_vector(rt, ivars, nelems, indices, cmp, values):
+    return _wait_some(rt, ivars, nelems, indices, cmp, "wait_until_some_vector", values=values)
 
 
 def fence(rt):

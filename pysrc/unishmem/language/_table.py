@@ -7,7 +7,7 @@ the element type of the first pointer parameter, {op} from a reduction op, {sigo
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -19,9 +19,17 @@ class Sym:
     then: "Sym | None" = None               # a second call whose result is the function's result
 
 
+NULL = "NULL"  # in Sym.args: a null pointer (the OpenSHMEM `status` argument: no word excluded)
+
+
 @dataclass(frozen=True)
 class Missing:
     reason: str
+
+
+@dataclass(frozen=True)
+class Triton:
+    impl: str  # the @triton.jit function of _triton_impl.py that implements the row (NOTE [Triton implementations])
 
 
 @dataclass(frozen=True)
@@ -31,24 +39,33 @@ class DeviceFn:
     result: str | None                   # None, "i32", "u64", "val" (element type), "ptr" (first pointer's type)
     issue: str                           # "all": every thread (block scope, queries); "one": thread 0;
                                          # "warp": the first warp; "*_synced": between two block barriers,
-                                         # so the other threads see its effect (blocking gets, quiet, barriers)
+                                         # so the other threads see its effect (blocking gets, quiet, barriers);
+                                         # "*_sends": after a block barrier, so it sends what every thread
+                                         # stored before it (single-issue puts, NOTE [execution rule])
     host: str                            # name of the host implementation in _host.py
     symbols: dict                        # vendor -> Sym | Missing
     scope: str = ""                      # "", "_block" or "_warp": picks {pre}/{suf}
     types: str | None = None             # type table for {T}: "rma", "wait" or "reduce"
     doc: str = ""
+    optional: tuple[str, ...] = ()       # trailing parameters that default to None (masks)
+    blocks: bool = False                 # its pointers may be blocks (elementwise); else scalars only
+    once_per_grid: bool = False          # a collective the vendors allow from one program of a launch
 
 
 MEM = (("dest", "ptr"), ("source", "ptr"), ("nbytes", "size"), ("pe", "pe"))
 TYPED = (("dest", "ptr"), ("source", "ptr"), ("nelems", "size"), ("pe", "pe"))
 SIGNALED = (("dest", "ptr"), ("source", "ptr"), ("nbytes", "size"), ("sig", "ptr"), ("value", "u64"),
             ("op", "sigop"), ("pe", "pe"))
+TYPED_SIGNALED = (("dest", "ptr"), ("source", "ptr"), ("nelems", "size"), ("sig", "ptr"), ("value", "u64"),
+                  ("op", "sigop"), ("pe", "pe"))
 ISSUE_OF_SCOPE = {"": "one", "_block": "all", "_warp": "warp"}
 
 
-def issue_of(scope: str, blocking_get: bool) -> str:
+def issue_of(scope: str, reads_local: bool = False, blocking_get: bool = False) -> str:
     issue = ISSUE_OF_SCOPE[scope]
-    return issue + "_synced" if blocking_get and issue != "all" else issue
+    if issue == "all":
+        return issue
+    return issue + "_synced" if blocking_get else issue + "_sends" if reads_local else issue
 NO_TEAMS = Missing("rocSHMEM's device bitcode exports no C-linkage team functions (they are C++ only)")
 NO_COLL = Missing("rocSHMEM's device bitcode exports no C-linkage broadcast, fcollect or alltoall")
 # rocSHMEM's src/device/rocshmem_wrapper.cc has no rocshmem_<T>_<op>_reduce_wg: its device reductions are
@@ -64,6 +81,38 @@ def both(template: str, **kw) -> dict:
     return {"nvshmem": Sym(template, **kw), "rocshmem": Sym(template, **kw)}
 
 
+def in_triton(impl: str) -> dict:
+    return {"nvshmem": Triton(impl), "rocshmem": Triton(impl)}
+
+
+STRIDED = (("dest", "ptr"), ("source", "ptr"), ("dst_stride", "size"), ("src_stride", "size"), ("nelems", "size"),
+           ("pe", "pe"))
+
+
+def _many_word_waits() -> list[DeviceFn]:
+    """wait_until_all/any/some on nelems consecutive words (+ _vector: a value per word). Thread 0
+    waits between block barriers (NOTE [execution rule]); its index or count reaches every thread."""
+    rows = []
+    for vector in ("", "_vector"):
+        target = ("values", "ptr") if vector else ("value", "val")
+        for kind, extra, result in (("all", (), None), ("any", (), "i64"), ("some", (("indices", "ptr"),), "i64")):
+            params = (("ivars", "ptr"), ("nelems", "size"), *extra, ("cmp", "cmp"), target)
+            args = ("ivars", "nelems", *(n for n, _ in extra), NULL, "cmp", target[0])
+            name = f"wait_until_{kind}{vector}"
+            rows.append(DeviceFn(name, params, result, "one_synced", name, both("{pre}{T}_" + name, args=args),
+                                 types="wait", doc=_WAIT_DOCS[kind] + (" Word i compares with values[i]." if vector
+                                                                       else "")))
+    return rows
+
+
+_WAIT_DOCS = {
+    "all": "Wait until each of the nelems words at ivars compares true.",
+    "any": "Wait until one of the nelems words at ivars compares true; returns its index.",
+    "some": "Wait until at least one of the nelems words at ivars compares true; writes the indices of those "
+            "that do to indices (int64) and returns how many.",
+}
+
+
 def _rows() -> list[DeviceFn]:
     rows = [
         DeviceFn("my_pe", (), "i32", "all", "my_pe", both("{pre}my_pe"), doc="This PE's number in the world team."),
@@ -75,7 +124,24 @@ def _rows() -> list[DeviceFn]:
         DeviceFn("team_translate_pe", (("src_team", "team"), ("pe", "pe"), ("dst_team", "team")), "i32", "all",
                  "team_translate_pe", {"nvshmem": Sym("nvshmem_team_translate_pe"), "rocshmem": NO_TEAMS}),
         DeviceFn("remote_ptr", (("ptr", "ptr"), ("pe", "pe")), "ptr", "all", "remote_ptr", both("{pre}ptr"),
-                 doc="`ptr` on PE `pe`, for direct loads and stores; null where not reachable."),
+                 blocks=True, doc="`ptr` (a pointer or a block of them) on PE `pe`, for direct loads and stores; "
+                                  "null where not reachable."),
+        DeviceFn("load_remote", (("ptr", "ptr"), ("pe", "pe"), ("mask", "val"), ("other", "val")), "val", "all", "",
+                 in_triton("load_remote"), optional=("mask", "other"), blocks=True,
+                 doc="tl.load of `ptr` (a pointer or block of them) on PE `pe`, which must be reachable by "
+                     "load/store (an assertion under TRITON_DEBUG=1 says so when it is not)."),
+        DeviceFn("store_remote", (("ptr", "ptr"), ("value", "val"), ("pe", "pe"), ("mask", "val")), None, "all", "",
+                 in_triton("store_remote"), optional=("mask",), blocks=True,
+                 doc="tl.store of `value` to `ptr` on PE `pe`, which must be reachable by load/store."),
+        DeviceFn("put_tile_block", (("dest", "ptr"), ("dest_ld", "size"), ("source", "ptr"), ("source_ld", "size"),
+                                    ("rows", "size"), ("row_bytes", "size"), ("pe", "pe")), None, "all", "",
+                 in_triton("put_tile_block"),
+                 doc="Put `rows` rows of `row_bytes` bytes, `source_ld` elements apart at source, to rows "
+                     "`dest_ld` elements apart at PE `pe`'s dest; complete for the source on return."),
+        DeviceFn("barrier_all_grid", (("counter", "ptr"),), None, "all", "", in_triton("barrier_all_grid"),
+                 doc="Every program of the launch, then every PE, then every program again. `counter`: a "
+                     "zeroed int64 word of the symmetric heap kept for this use (never reset); the launch must "
+                     "be cooperative (launch_cooperative_grid=True) so that all its programs are resident."),
         DeviceFn("p", (("dest", "ptr"), ("value", "val"), ("pe", "pe")), None, "one", "p", both("{pre}{T}_p"),
                  types="rma", doc="Store one element into PE `pe`'s `dest`."),
         DeviceFn("g", (("source", "ptr"), ("pe", "pe")), "val", "all", "g", both("{pre}{T}_g"), types="rma",
@@ -123,26 +189,40 @@ def _rows() -> list[DeviceFn]:
     ]
     for scope in ("", "_block", "_warp"):
         for base, host in (("putmem", "put"), ("getmem", "get"), ("putmem_nbi", "put"), ("getmem_nbi", "get")):
-            rows.append(DeviceFn(base + scope, MEM, None, issue_of(scope, base == "getmem"), host,
+            rows.append(DeviceFn(base + scope, MEM, None, issue_of(scope, host == "put", base == "getmem"), host,
                                  both("{pre}" + base + "{suf}"), scope=scope))
         for base in ("putmem_signal", "putmem_signal_nbi"):
-            rows.append(DeviceFn(base + scope, SIGNALED, None, issue_of(scope, False), "put_signal",
+            rows.append(DeviceFn(base + scope, SIGNALED, None, issue_of(scope, reads_local=True), "put_signal",
                                  both("{pre}" + base + "{suf}"), scope=scope))
+    for scope in ("", "_block", "_warp"):
+        for base in ("put_signal", "put_signal_nbi"):
+            rows.append(DeviceFn(base + scope, TYPED_SIGNALED, None, issue_of(scope, reads_local=True),
+                                 "put_signal_elems", both("{pre}{T}_" + base + "{suf}"), scope=scope, types="rma",
+                                 doc="putmem_signal" + base[len("put_signal"):] + scope + " counted in elements."))
+    rows += _many_word_waits()
+    for scope in ("", "_block"):
+        rows.append(DeviceFn("iput" + scope, STRIDED, None, issue_of(scope, reads_local=True), "iput",
+                             {"nvshmem": Sym("{pre}{T}_iput{suf}"), "rocshmem": Triton("iput")}, scope=scope,
+                             types="rma", doc="Strided put: nelems elements, src_stride apart at source, to "
+                                              "dst_stride apart at PE pe's dest (strides in elements)."))
+        rows.append(DeviceFn("iget" + scope, STRIDED, None, issue_of(scope, blocking_get=True), "iget",
+                             {"nvshmem": Sym("{pre}{T}_iget{suf}"), "rocshmem": Triton("iget")}, scope=scope,
+                             types="rma", doc="Strided get: the mirror of iput."))
     for scope in ("", "_block"):
         for base, host in (("put", "put_elems"), ("get", "get_elems"), ("put_nbi", "put_elems"),
                            ("get_nbi", "get_elems")):
-            rows.append(DeviceFn(base + scope, TYPED, None, issue_of(scope, base == "get"), host,
+            rows.append(DeviceFn(base + scope, TYPED, None, issue_of(scope, host == "put_elems", base == "get"), host,
                                  both("{pre}{T}_" + base + "{suf}"), scope=scope, types="rma"))
     return rows
 
 
-ROWS = _rows()
-for _row in ROWS:  # a value computed inside the single-issue branch would not reach the other threads
-    if _row.result is not None and _row.issue != "all":
-        raise RuntimeError(f"device table: {_row.name} returns a value, so every thread must issue it")
+ONCE_PER_GRID = ("barrier_all", "sync_all", "barrier_all_block", "sync_all_block", "barrier", "sync", "broadcast",
+                 "fcollect", "alltoall", "reduce")
+ROWS = [replace(row, once_per_grid=row.name in ONCE_PER_GRID) for row in _rows()]
 
-# Atomics act through remote_ptr with Triton's own atomics (issued once per program, result
-# broadcast to every thread), so they need no extern call: name -> (params, fetches a value).
+# Atomics on int32/int64/uint32/uint64 (NOTE [atomics] in _build.py): Triton's own atomics where
+# the peer is reachable by load/store, else the vendor's {pre}<T>_atomic_<op>, issued once per
+# program with its result given to every thread: name -> (params, fetches a value).
 ATOMICS = {
     "atomic_fetch": (("dest", "pe"), True),
     "atomic_set": (("dest", "value", "pe"), False),

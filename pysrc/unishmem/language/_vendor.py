@@ -39,6 +39,9 @@ REDUCE_TYPES = {
                 tl.int8: "int8", tl.int16: "int16", tl.int32: "int32", tl.int64: "int64", tl.uint8: "uint8"},
     "rocshmem": {tl.float32: "float", tl.float64: "double", tl.int16: "short", tl.int32: "int", tl.int64: "long"},
 }
+# The vendor AMOs' type names: C's, which both vendors define for every AMO (NVSHMEM 3.8's bitcode
+# has no nvshmem_int64_atomic_fetch_add, but nvshmem_long_atomic_fetch_add; 64-bit long on Linux).
+AMO_TYPES = {tl.int32: "int", tl.int64: "long", tl.uint32: "uint", tl.uint64: "ulong"}
 TYPE_TABLES = {"rma": RMA_TYPES, "wait": WAIT_TYPES, "reduce": REDUCE_TYPES}
 
 WARP_SIZE = {"nvshmem": 32, "rocshmem": 64}
@@ -46,6 +49,10 @@ WARP_SIZE = {"nvshmem": 32, "rocshmem": 64}
 # How a kernel reads its thread id: PTX inline assembly on CUDA; on HIP the work-item id from the
 # OpenCL kernel library that Triton links for AMD targets.
 THREAD_ID = {"nvshmem": ("asm", "mov.u32 $0, %tid.x;"), "rocshmem": ("extern", "__ockl_get_local_id")}
+
+# consume_token's identity: an empty inline asm whose output is tied to `x` ("0") and which also
+# takes the token, so the compiler cannot compute the result before the token exists.
+CONSUME_TOKEN_CONSTRAINTS = {"nvshmem": "=l,0,l", "rocshmem": "=v,0,v"}
 
 
 # Key under which Triton's extern_libs names the bitcode. Triton's AMD backend links a library
