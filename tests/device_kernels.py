@@ -19,6 +19,7 @@ def queries(buf, src, sig, ivar, team, N: tl.constexpr):
 @triton.jit
 def thread_rma(buf, src, sig, ivar, team, N: tl.constexpr):
     peer = (shl.my_pe() + 1) % shl.n_pes()
+    tl.store(src + tl.arange(0, N), tl.arange(0, N))  # the execution rule: what the threads stored is sent
     shl.putmem(buf, src, N * 4, peer)
     shl.getmem(buf, src, N * 4, peer)
     shl.putmem_nbi(buf, src, N * 4, peer)
@@ -102,6 +103,76 @@ def collectives(buf, src, sig, ivar, team, N: tl.constexpr):
 GROUPS = [queries, thread_rma, block_rma, warp_rma, signals, atomics, synchronization, collectives]
 
 
+# Device library v2: compiled for sm_90 (and the HIP targets) only, to keep the suite's time.
+@triton.jit
+def many_waits(buf, src, sig, ivar, team, N: tl.constexpr):
+    shl.wait_until_all(ivar, N, shl.CMP_GE, 1)
+    i = shl.wait_until_any(ivar, N, shl.CMP_EQ, 2)
+    c = shl.wait_until_some(ivar, N, ivar + N, shl.CMP_NE, 0)
+    shl.wait_until_all_vector(ivar, N, shl.CMP_GE, ivar + N)
+    j = shl.wait_until_any_vector(ivar, N, shl.CMP_EQ, ivar + N)
+    k = shl.wait_until_some_vector(ivar, N, ivar + 2 * N, shl.CMP_NE, ivar + N)
+    token = shl.signal_wait_until(sig, shl.CMP_EQ, 1)
+    tl.store(shl.consume_token(buf, token), (i + c + j + k).to(tl.int32))
+
+
+@triton.jit
+def typed_signals(buf, src, sig, ivar, team, N: tl.constexpr):
+    peer = (shl.my_pe() + 1) % shl.n_pes()
+    shl.put_signal(buf, src, N, sig, 1, shl.SIGNAL_SET, peer)
+    shl.put_signal_nbi(buf, src, N, sig, 1, shl.SIGNAL_ADD, peer)
+    shl.put_signal_block(buf, src, N, sig, 1, shl.SIGNAL_SET, peer)
+    shl.put_signal_nbi_block(buf, src, N, sig, 1, shl.SIGNAL_ADD, peer)
+    shl.put_signal_warp(buf, src, N, sig, 1, shl.SIGNAL_SET, peer)
+    shl.put_signal_nbi_warp(buf, src, N, sig, 1, shl.SIGNAL_ADD, peer)
+
+
+@triton.jit
+def strided_and_direct(buf, src, sig, ivar, team, N: tl.constexpr):
+    peer = (shl.my_pe() + 1) % shl.n_pes()
+    shl.iput(buf, src, 2, 1, N, peer)
+    shl.iput_block(buf, src, 2, 1, N, peer)
+    shl.iget(buf, src, 1, 2, N, peer)
+    shl.iget_block(buf, src, 1, 2, N, peer)
+    shl.put_tile_block(buf, 16, src, 8, 4, N * 4, peer)
+    offs = tl.arange(0, N)
+    shl.store_remote(buf + offs, tl.load(src + offs), peer, mask=offs < N - 1)
+    tl.store(src + offs, shl.load_remote(buf + offs, peer, mask=offs < N - 1, other=0))
+    shl.barrier_all_grid(ivar)
+
+
+# A block of signal pointers given to a scalar wait: compiling it must fail, not wait per element.
+@triton.jit
+def block_wait(buf, src, sig, ivar, team, N: tl.constexpr):
+    shl.signal_wait_until(sig + tl.arange(0, N), shl.CMP_EQ, 1)
+
+
+V2_GROUPS = [many_waits, typed_signals, strided_and_direct]
+
+
+# consume_token: a GEMM whose K loop waits for each A tile; Triton's pipeliner (num_stages=3)
+# hoists the loads of later iterations, and must not hoist a guarded load above its wait.
+@triton.jit
+def pipelined_gemm(a, b, c, sig, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                   GUARD: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K // BK):
+        token = shl.signal_wait_until(sig + k, shl.CMP_GE, 1)
+        a_tile = a + rm[:, None] * K + (k * BK + rk)[None, :]
+        if GUARD:  # (the hints restore the alignment the identity hides, so the loads stay vectorised)
+            a_tile = tl.max_contiguous(tl.multiple_of(shl.consume_token(a_tile, token), [8, 8]), [1, 8])
+        acc += tl.dot(tl.load(a_tile), tl.load(b + (k * BK + rk)[:, None] * BN + rn[None, :]))
+    tl.store(c + rm[:, None] * BN + rn[None, :], acc)
+
+
+GEMM_SIGNATURE = {"a": "*fp16", "b": "*fp16", "c": "*fp32", "sig": "*u64", "K": "constexpr", "BM": "constexpr",
+                  "BN": "constexpr", "BK": "constexpr", "GUARD": "constexpr"}
+GEMM_CONSTANTS = {"K": 256, "BM": 64, "BN": 64, "BK": 32}
+
+
 # rocSHMEM's bitcode lacks team functions and broadcast/fcollect/alltoall: its groups leave them out.
 @triton.jit
 def hip_queries(buf, src, sig, ivar, team, N: tl.constexpr):
@@ -126,7 +197,8 @@ def hip_reduce(buf, src, sig, ivar, team, N: tl.constexpr):
     shl.reduce(team, buf, src, N, "sum")
 
 
-HIP_GROUPS = [hip_queries, thread_rma, block_rma, warp_rma, signals, atomics, hip_synchronization]
+HIP_GROUPS = [hip_queries, thread_rma, block_rma, warp_rma, signals, atomics, hip_synchronization, many_waits,
+              typed_signals, strided_and_direct]
 
 
 @triton.jit

@@ -22,18 +22,20 @@ CUDA_ARCHS = (80, 90, 100)
 HIP_ARCHS = ("gfx942", "gfx950")
 
 
-def _compile(kernel_name: str, backend: str, arch, link: bool, signature=None):
+def _compile(kernel_name: str, backend: str, arch, link: bool, signature=None, constexprs=None, options=None,
+             attrs=None):
     """Compile one kernel of device_kernels; returns its IR texts, or the error text."""
     kernel = getattr(device_kernels, kernel_name)
-    options = {"extern_libs": tuple(extern_libs(backend, arch).items())} if link else {}
+    options = dict(options or {}, **({"extern_libs": tuple(extern_libs(backend, arch).items())} if link else {}))
     target = GPUTarget(backend, arch, 32 if backend == "cuda" else 64)
     try:
         c = triton.compile(ASTSource(kernel, signature=signature or device_kernels.SIGNATURE,
-                                     constexprs={"N": 8} if signature is None else {}),
+                                     constexprs=constexprs if constexprs is not None else {"N": 8}, attrs=attrs),
                            target=target, options=options)
     except Exception as e:  # reported to the test, which decides
-        return {"error": f"{type(e).__name__}: {e}"}
-    return {"ttir": c.asm["ttir"], "llir": c.asm["llir"], "binary": len(c.asm.get("cubin", c.asm.get("hsaco", b"")))}
+        return {"error": f"{type(e).__name__}: {e}"[:4000]}
+    return {"ttir": c.asm["ttir"], "ttgir": c.asm["ttgir"], "llir": c.asm["llir"],
+            "binary": len(c.asm.get("cubin", c.asm.get("hsaco", b"")))}
 
 
 def _init_worker(cache_dir):
@@ -50,6 +52,7 @@ def builds():
     except BackendUnavailable as e:
         pytest.skip(f"NVSHMEM bitcode not installed (pip install nvidia-nvshmem-cu13): {e}")
     jobs = [(k.__name__, "cuda", cc, True) for cc in CUDA_ARCHS for k in device_kernels.GROUPS]
+    jobs += [(k.__name__, "cuda", 90, True) for k in device_kernels.V2_GROUPS + [device_kernels.block_wait]]
     jobs += [(k.__name__, "hip", arch, False) for arch in HIP_ARCHS for k in device_kernels.HIP_GROUPS]
     jobs += [(name, "hip", "gfx942", False) for name in ("queries", "collectives")]
     jobs += [("hip_reduce", "hip", arch, False) for arch in HIP_ARCHS]
@@ -60,7 +63,12 @@ def builds():
             futures = {job: pool.submit(_compile, *job) for job in jobs}
             results = {job[:3]: f.result() for job, f in futures.items()}
             results["half_p"] = pool.submit(_compile, "half_p", "hip", "gfx942", False,
-                                            {"hbuf": "*fp16", "pe": "i32"}).result()
+                                            {"hbuf": "*fp16", "pe": "i32"}, {}).result()
+            aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
+            gemms = {guard: pool.submit(_compile, "pipelined_gemm", "cuda", 90, True, device_kernels.GEMM_SIGNATURE,
+                                        dict(device_kernels.GEMM_CONSTANTS, GUARD=guard), {"num_stages": 3}, aligned)
+                     for guard in (False, True)}
+            results["gemm"] = {guard: f.result() for guard, f in gemms.items()}
     return results
 
 
@@ -73,6 +81,63 @@ def test_every_function_links_into_a_cubin(builds, cc):
         # after linking, no NVSHMEM function is left merely declared
         unresolved = re.findall(r"^declare .*@(nvshmemx?_\w+)", out["llir"], re.M)
         assert not unresolved, f"{kernel.__name__} for sm_{cc} leaves {unresolved} unresolved"
+
+
+def test_v2_functions_link_for_sm_90(builds):
+    for kernel in device_kernels.V2_GROUPS:
+        out = builds[(kernel.__name__, "cuda", 90)]
+        assert "error" not in out, f"{kernel.__name__} for sm_90: {out.get('error')}"
+        assert out["binary"] > 0
+        assert not re.findall(r"^declare .*@(nvshmemx?_\w+)", out["llir"], re.M)
+    called = _functions_called(builds, device_kernels.V2_GROUPS, "cuda", 90)
+    # what NVSHMEM 3.8's headers declare for these (host/nvshmem_api.h, host/nvshmemx_api.h)
+    assert {"nvshmem_int64_wait_until_all", "nvshmem_int64_wait_until_any_vector", "nvshmem_int64_wait_until_some",
+            "nvshmem_int32_put_signal_nbi", "nvshmemx_int32_put_signal_block", "nvshmemx_int32_put_signal_nbi_warp",
+            "nvshmem_int32_iput", "nvshmemx_int32_iget_block", "nvshmemx_putmem_block"} <= called, called
+
+
+def _instructions(ir: str) -> list[str]:
+    return [line.strip() for line in ir.splitlines()]
+
+
+def test_single_issue_put_starts_with_a_block_barrier(builds):
+    out = builds[("thread_rma", "cuda", 90)]
+    ttir = _instructions(out["ttir"])
+    store = next(i for i, line in enumerate(ttir) if line.startswith("tt.store"))
+    put = next(i for i, line in enumerate(ttir) if 'symbol = "nvshmem_putmem"' in line)
+    assert any(line.startswith(("gpu.barrier", "ttg.barrier")) for line in ttir[store:put]), ttir[store:put + 1]
+    llir = _instructions(out["llir"])  # and in the LLVM IR: the store, a barrier, thread 0's call
+    store = next(i for i, line in enumerate(llir) if line.startswith("store ") or "st.global" in line)
+    call = next(i for i, line in enumerate(llir) if "@nvshmem_putmem" in line and "call" in line)
+    assert any("barrier" in line for line in llir[store:call]), llir[store:call + 1]
+
+
+def test_consume_token_keeps_guarded_loads_after_their_waits(builds):
+    def order(ttgir):
+        """For each load of an A tile (64x32 f16), how many waits precede it, in program order."""
+        waits, seen = 0, []
+        for line in _instructions(ttgir):
+            if 'symbol = "nvshmem_signal_wait_until"' in line:
+                waits += 1
+            elif re.match(r"%\S+ = (tt\.load|ttg\.async_copy_global_to_local) %\S+.*: tensor<64x32x!tt\.ptr<f16>", line):
+                seen.append(waits)
+        return seen
+
+    unguarded, guarded = (builds["gemm"][g] for g in (False, True))
+    for out in (unguarded, guarded):
+        assert "error" not in out, out.get("error")
+    # Unguarded, the pipeliner issues the first A tiles before any wait: the hazard.
+    assert order(unguarded["ttgir"])[0] == 0, order(unguarded["ttgir"])
+    # Guarded, it still pipelines (the prologue loads stay async copies) but each tile comes after its own wait.
+    seen = order(guarded["ttgir"])
+    assert len(seen) >= 3 and all(waits > i for i, waits in enumerate(seen)), seen
+    assert "ttg.async_copy_global_to_local" in guarded["ttgir"]
+
+
+def test_a_block_of_pointers_to_a_scalar_wait_fails_to_compile(builds):
+    error = builds[("block_wait", "cuda", 90)].get("error", "")
+    assert "signal_wait_until: sig must be a scalar, got a block of shape [8] (wait on many words with " \
+           "wait_until_all/any/some)" in error, error
 
 
 def _functions_called(builds, groups, backend, arch) -> set:
@@ -123,6 +188,22 @@ ROCSHMEM_WRAPPER_PROTOTYPES = {
     "rocshmem_long_wait_until": "void (long*, int, long)", "rocshmem_long_test": "int (long*, int, long)",
     **{f"rocshmem_{f}": "void ()" for f in ("fence", "quiet", "barrier_all", "sync_all", "barrier_all_wg",
                                              "sync_all_wg")},
+    # WRAP_AMO_STANDARD(long, long) and WRAP_AMO_EXTENDED(long, long)
+    "rocshmem_long_atomic_compare_swap": "long (long*, long, long, int)",
+    "rocshmem_long_atomic_fetch_inc": "long (long*, int)", "rocshmem_long_atomic_inc": "void (long*, int)",
+    "rocshmem_long_atomic_fetch_add": "long (long*, long, int)", "rocshmem_long_atomic_add": "void (long*, long, int)",
+    "rocshmem_long_atomic_fetch": "long (long*, int)", "rocshmem_long_atomic_set": "void (long*, long, int)",
+    "rocshmem_long_atomic_swap": "long (long*, long, int)",
+    # WRAP_WAIT(long, long): the waits on many words
+    "rocshmem_long_wait_until_all": "void (long*, size_t, const int*, int, long)",
+    "rocshmem_long_wait_until_any": "size_t (long*, size_t, const int*, int, long)",
+    "rocshmem_long_wait_until_some": "size_t (long*, size_t, size_t*, const int*, int, long)",
+    "rocshmem_long_wait_until_all_vector": "void (long*, size_t, const int*, int, long*)",
+    "rocshmem_long_wait_until_any_vector": "size_t (long*, size_t, const int*, int, long*)",
+    "rocshmem_long_wait_until_some_vector": "size_t (long*, size_t, size_t*, const int*, int, long*)",
+    # WRAP_PUT_SIGNAL(int, int)
+    **{f"rocshmem_int_put_signal{sfx}": "void (int*, const int*, size_t, uint64_t*, uint64_t, int, int)"
+       for sfx in ("", "_wg", "_wave", "_nbi", "_nbi_wg", "_nbi_wave")},
 }
 # Symbols the reduce row used to emit; rocshmem_wrapper.cc defines none of them.
 ROCSHMEM_NOT_IN_WRAPPER = [f"rocshmem_{t}_{op}_reduce_wg" for t in ("float", "double", "short", "int", "long")

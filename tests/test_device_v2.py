@@ -242,9 +242,15 @@ def test_grid_barrier_orders_every_program_of_every_pe(rt):
     counter = rt.zeros(1, dtype=torch.int64)
     seen = torch.zeros(rounds * programs, dtype=torch.int64)
     rt.barrier_all()
-    persistent[(programs,)](slots, seen, counter, ROUNDS=rounds)
+    persistent[(programs,)](slots, seen, counter, ROUNDS=rounds, launch_cooperative_grid=True)
     expect = torch.tensor([sum((left + 1) * 1000 + r * 10 + i for i in range(programs)) for r in range(rounds)])
     assert torch.equal(seen.view(rounds, programs), expect[:, None].expand(rounds, programs)), seen
+    try:
+        persistent[(programs * 3,)](slots, seen, counter, ROUNDS=rounds, launch_cooperative_grid=True)
+    except UnishmemError as e:
+        assert "a cooperative launch of 12 programs needs them all resident, and at most 8 are here" in str(e), e
+    else:
+        raise AssertionError("a cooperative launch larger than the resident programs was accepted")
     rt.barrier_all()
     rt.free(slots)
     rt.free(counter)

@@ -91,8 +91,9 @@ class LaunchAborted(UnishmemError):
 
 
 class _Launch:
-    def __init__(self, resident: int):
+    def __init__(self, resident: int, cooperative: bool = False):
         self.resident = resident
+        self.cooperative = cooperative
         self.n_programs = 0
         self.aborted = False
         self._native = None
@@ -113,6 +114,10 @@ class _Launch:
 
         native = self._native = _current._native if _current is not None and _current.backend == "host" else None
         self.n_programs = len(order)
+        if self.cooperative and self.n_programs > self.resident:
+            raise UnishmemError(f"a cooperative launch of {self.n_programs} programs needs them all resident, and "
+                                f"at most {self.resident} are here: raise @unishmem.jit(resident=...) or "
+                                "UNISHMEM_INTERPRET_RESIDENT (on a GPU the grid must fit the device at once too)")
         slots = threading.Semaphore(self.resident)
         errors = []
 
@@ -253,7 +258,8 @@ class Kernel:
         if not isinstance(type(interpreter_builder).__dict__.get("grid_idx"), _ThreadGridIdx):
             type(interpreter_builder).grid_idx = _ThreadGridIdx()
         fn = self.jit_function
-        launch = _Launch(self.resident if self.resident is not None else interpret_resident())
+        launch = _Launch(self.resident if self.resident is not None else interpret_resident(),
+                         bool(kwargs.get("launch_cooperative_grid")))
         try:
             # InterpretedFunction.run, with the concurrent programs in place of the kernel
             GridExecutor(launch.programs(fn.rewrite()), fn.arg_names, grid, fn.pre_run_hooks)(*args, **kwargs)

@@ -25,7 +25,8 @@ _BUILTIN = tl.core.TRITON_BUILTIN
 def _not_a_block(fn_name: str, what: str, shape) -> ValueError:
     """Device functions take scalars; compiled, a block would silently become one call per element."""
     hint = " (wait on many words with wait_until_all/any/some)" if "wait" in fn_name or fn_name == "test" else ""
-    return ValueError(f"{what} must be a scalar, got a block of shape {list(shape)}{hint}")
+    shape = [int(getattr(d, "value", d)) for d in shape]
+    return ValueError(f"{what} must be a scalar, got a block of shape {shape}{hint}")
 
 
 def _constexpr(value, what: str):
