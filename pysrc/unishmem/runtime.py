@@ -214,6 +214,7 @@ class Runtime:
         self._allocs: dict[int, _Allocation] = {}
         self._offsets: list[int] = []  # sorted keys of _allocs
         self._finalized = False
+        self._workspaces: dict = {}  # unishmem.kernels' symmetric buffers (NOTE [workspaces])
         self.team_world = Team(self, 0, "world")
         self.team_node = Team(self, 1, "node")
 
@@ -236,7 +237,15 @@ class Runtime:
         """Collective. Frees whatever is still allocated (warning about it) and leaves the job."""
         if self._finalized:
             return
+        self.free_workspaces()
         self._teardown(collective=True)
+
+    def free_workspaces(self) -> None:
+        """Collective: frees the symmetric workspaces unishmem.kernels made (NOTE [workspaces])."""
+        from .kernels._workspace import free_workspaces
+
+        self._check_active()
+        free_workspaces(self)
 
     def _teardown(self, collective: bool) -> None:
         live = [a for a in self._allocs.values() if a.live]

@@ -135,11 +135,13 @@ def _issue(semantic, vendor: str, issue: str, emit, ty=None, generator=None):
     """NOTE [execution rule]: a call written once in a program takes effect once for it.
     Block-scope calls run on every thread; single-issue calls only on thread 0 (warp-scope ones
     on the first warp), inside an scf.if on the thread id, and a value they return reaches every
-    thread (_from_thread0). Those that read local memory ('_sends': thread- and warp-scope puts)
-    start with a block barrier, so they send what every thread of the program stored before the
-    call; '_synced' ones sit between two block barriers, so the other threads also see their
-    effect (blocking gets, quiet, barriers, waits on many words)."""
-    if issue == "all":
+    thread (_from_thread0). Those that read local memory ('_sends': puts of every scope) start
+    with a block barrier, so they send what every thread of the program stored before the call;
+    '_synced' ones sit between two block barriers, so the other threads also see their effect
+    (blocking gets, quiet, barriers, waits on many words)."""
+    if issue.startswith("all"):
+        if issue.endswith("_sends"):
+            semantic.debug_barrier()
         return emit()
     synced = issue.endswith("_synced")
     if synced or issue.endswith("_sends"):

@@ -41,7 +41,7 @@ class DeviceFn:
                                          # "warp": the first warp; "*_synced": between two block barriers,
                                          # so the other threads see its effect (blocking gets, quiet, barriers);
                                          # "*_sends": after a block barrier, so it sends what every thread
-                                         # stored before it (single-issue puts, NOTE [execution rule])
+                                         # stored before it (puts of every scope, NOTE [execution rule])
     host: str                            # name of the host implementation in _host.py
     symbols: dict                        # vendor -> Sym | Missing
     scope: str = ""                      # "", "_block" or "_warp": picks {pre}/{suf}
@@ -63,9 +63,9 @@ ISSUE_OF_SCOPE = {"": "one", "_block": "all", "_warp": "warp"}
 
 def issue_of(scope: str, reads_local: bool = False, blocking_get: bool = False) -> str:
     issue = ISSUE_OF_SCOPE[scope]
-    if issue == "all":
-        return issue
-    return issue + "_synced" if blocking_get else issue + "_sends" if reads_local else issue
+    if blocking_get and issue != "all":
+        return issue + "_synced"
+    return issue + "_sends" if reads_local else issue
 NO_TEAMS = Missing("rocSHMEM's device bitcode exports no C-linkage team functions (they are C++ only)")
 NO_COLL = Missing("rocSHMEM's device bitcode exports no C-linkage broadcast, fcollect or alltoall")
 # rocSHMEM's src/device/rocshmem_wrapper.cc has no rocshmem_<T>_<op>_reduce_wg: its device reductions are

@@ -1,0 +1,210 @@
+"""all_gather, reduce_scatter and all_reduce as Triton kernels in unishmem.language, over any team.
+
+Every kernel pushes: a PE puts its data into each member's receive slot with putmem_signal (the
+signal SET to the call's epoch, NOTE [workspaces]) and then waits for its own slots. Inputs are
+staged into the workspace first and results copied out, so x and out may be any tensors on the
+runtime's device.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import jit
+from .. import language as shl
+from ..enums import REDUCE_OPS
+from ._workspace import Workspace, workspace
+
+OPS = {"sum": 0, "min": 1, "max": 2, "prod": 3}
+ALGORITHMS = ("auto", "one_shot", "two_shot")
+ONE_SHOT_MAX_BYTES = 256 * 1024  # "auto": one-shot reads n full copies; two-shot moves 2x the data once
+
+
+@triton.jit
+def _combine(a, b, OP: tl.constexpr):
+    if OP == 0:
+        return a + b
+    elif OP == 1:
+        return tl.minimum(a, b)
+    elif OP == 2:
+        return tl.maximum(a, b)
+    else:
+        return a * b
+
+
+@jit
+def _all_gather(src, dst, sig, members, epoch, my_index, numel, ITEMSIZE: tl.constexpr):
+    # program i sends this PE's block to member i, then waits for member i's block
+    i = tl.program_id(0)
+    shl.putmem_signal_nbi_block(dst + my_index * numel, src, numel * ITEMSIZE, sig + my_index, epoch,
+                                shl.SIGNAL_SET, tl.load(members + i))
+    shl.signal_wait_until(sig + i, shl.CMP_GE, epoch)
+
+
+@jit
+def _reduce(src, recv, sig, red, gathered, sig2, members, epoch, my_index, n, chunk, SCATTER: tl.constexpr,
+            GATHER: tl.constexpr, OP: tl.constexpr, BLOCK: tl.constexpr, ITEMSIZE: tl.constexpr):
+    """Push chunk p of src (SCATTER; else all of it) to member p's slot my_index, reduce this PE's
+    n slots block by block into red; with GATHER, push each reduced block to every member too."""
+    p = tl.program_id(0)
+    if p < n:
+        shl.putmem_signal_nbi_block(recv + my_index * chunk, src + p * chunk if SCATTER else src, chunk * ITEMSIZE,
+                                    sig + my_index, epoch, shl.SIGNAL_SET, tl.load(members + p))
+    shl.wait_until_all(sig, n, shl.CMP_GE, epoch)
+    start = p * BLOCK
+    if start < chunk:
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < chunk
+        acc = tl.load(recv + offs, mask=mask)
+        for s in range(1, n):
+            acc = _combine(acc, tl.load(recv + s * chunk + offs, mask=mask), OP)
+        tl.store(red + offs, acc, mask=mask)
+        if GATHER:  # two-shot: every member gets this reduced block; signals per (block, sender)
+            size = tl.minimum(BLOCK, chunk - start) * ITEMSIZE
+            for j in range(n):
+                shl.putmem_signal_nbi_block(gathered + my_index * chunk + start, red + start, size,
+                                            sig2 + p * n + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
+            shl.wait_until_all(sig2 + p * n, n, shl.CMP_GE, epoch)
+
+
+def _team(rt, team):
+    team = rt._team(team)
+    if team.n_pes != rt.n_pes:  # every PE would raise alike: no PE is left waiting
+        raise ValueError(f"unishmem.kernels run on teams of every PE for now, not {team.name} ({team.n_pes} of "
+                         f"{rt.n_pes}): their symmetric workspaces are allocated by every PE of the world, and "
+                         "the PEs outside the team do not call")
+    return team
+
+
+def _block(n: int) -> int:
+    return min(4096, triton.next_power_of_2(max(n, 1)))
+
+
+def _check_tensor(rt, x, name: str, what: str):
+    if not isinstance(x, torch.Tensor):
+        return TypeError(f"{what}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.device != rt.device:
+        return ValueError(f"{what}: {name} is on {x.device}, not the runtime's device {rt.device}")
+    return None
+
+
+def _check_out(out, shape, dtype, what: str):
+    if out is None:
+        return None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(shape) or out.dtype != dtype:
+        got = f"{out.dtype} of shape {list(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        return ValueError(f"{what}: out must be {dtype} of shape {list(shape)}, got {got}")
+    return None
+
+
+def _stage(ws: Workspace, x):
+    ws.buffers["src"].view(-1)[: x.numel()].copy_(x.reshape(-1))
+
+
+def all_gather(x, out=None, team=None):
+    """Every member's x, concatenated along dim 0 in team order (all_gather_into_tensor)."""
+    from .. import runtime
+
+    rt = runtime()
+    team = _team(rt, team)
+    n = team.n_pes
+    problem = _check_tensor(rt, x, "x", "all_gather")
+    shape = (n * x.shape[0], *x.shape[1:]) if problem is None and x.dim() else (n,)
+    problem = problem or _check_out(out, shape, x.dtype, "all_gather")
+    numel = x.numel() if problem is None else 0
+    ws = workspace(rt, team, "all_gather", x, lambda: {
+        "src": ((numel,), x.dtype), "dst": ((2, n * numel), x.dtype), "sig": ((2, n), torch.uint64)}, problem)
+    epoch, parity = ws.next_epoch()
+    _stage(ws, x)
+    dst, sig = ws.buffers["dst"][parity], ws.buffers["sig"][parity]
+    _all_gather[(n,)](ws.buffers["src"], dst, sig, ws.members, epoch, ws.my_index, numel,
+                      ITEMSIZE=x.element_size())
+    out = torch.empty(shape, dtype=x.dtype, device=rt.device) if out is None else out
+    out.view(-1).copy_(dst)
+    return out
+
+
+def _reduction_args(rt, x, op, out, team, what: str, out_shape):
+    """(team, the problem with the arguments or None, the output's shape)."""
+    team = _team(rt, team)
+    problem = _check_tensor(rt, x, "x", what)
+    if problem is None and op not in REDUCE_OPS:
+        problem = ValueError(f"{what}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
+    if problem is None and x.dtype in (torch.bool, torch.complex64, torch.complex128):
+        problem = TypeError(f"{what}: dtype {x.dtype} cannot be reduced")
+    shape = ()
+    if problem is None:
+        try:
+            shape = out_shape(team.n_pes)
+        except ValueError as e:
+            problem = e
+    return team, problem or _check_out(out, shape, x.dtype, what), shape
+
+
+def reduce_scatter(x, op: str = "sum", out=None, team=None):
+    """Member i gets block i (along dim 0) of the elementwise reduction of every member's x
+    (reduce_scatter_tensor); x.shape[0] must split into team.n_pes equal blocks."""
+    from .. import runtime
+
+    rt = runtime()
+
+    def out_shape(n):
+        if x.dim() == 0 or x.shape[0] % n:
+            raise ValueError(f"reduce_scatter: x of shape {list(x.shape)} does not split into {n} equal blocks "
+                             "along dim 0")
+        return (x.shape[0] // n, *x.shape[1:])
+
+    team, problem, shape = _reduction_args(rt, x, op, out, team, "reduce_scatter", out_shape)
+    n = team.n_pes
+    chunk = x.numel() // n if problem is None else 0
+    ws = workspace(rt, team, "reduce_scatter", x, lambda: _reduce_buffers(x, n, chunk, gather=False), problem)
+    return _run_reduce(ws, x, op, out, shape, n, chunk, scatter=True, gather=False)
+
+
+def all_reduce(x, op: str = "sum", algorithm: str = "auto", out=None, team=None):
+    """The elementwise reduction of every member's x, on every member. "one_shot": each PE reads
+    all n copies; "two_shot": reduce-scatter then all-gather in one launch; "auto": one-shot up to
+    256 KiB."""
+    from .. import runtime
+
+    rt = runtime()
+    team, problem, shape = _reduction_args(rt, x, op, out, team, "all_reduce", lambda n: tuple(x.shape))
+    if problem is None and algorithm not in ALGORITHMS:
+        problem = ValueError(f"all_reduce: algorithm={algorithm!r} is not one of {', '.join(ALGORITHMS)}")
+    n = team.n_pes
+    if algorithm == "auto":
+        algorithm = "one_shot" if problem or x.numel() * x.element_size() <= ONE_SHOT_MAX_BYTES else "two_shot"
+    two_shot = algorithm == "two_shot"
+    chunk = 0 if problem else -(-x.numel() // n) if two_shot else x.numel()
+    ws = workspace(rt, team, "all_reduce", x, lambda: _reduce_buffers(x, n, chunk, gather=two_shot), problem,
+                   key=(algorithm,))
+    return _run_reduce(ws, x, op, out, shape, n, chunk, scatter=two_shot, gather=two_shot)
+
+
+def _reduce_buffers(x, n: int, chunk: int, gather: bool) -> dict:
+    nblocks = -(-chunk // _block(chunk)) if chunk else 0
+    buffers = {"src": ((max(n * chunk if gather else x.numel(), 1),), x.dtype),
+               "recv": ((2, n * chunk), x.dtype), "red": ((2, chunk), x.dtype), "sig": ((2, n), torch.uint64)}
+    if gather:
+        buffers |= {"gathered": ((2, n * chunk), x.dtype), "sig2": ((2, nblocks * n), torch.uint64)}
+    return buffers
+
+
+def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, scatter: bool, gather: bool):
+    from .. import runtime
+
+    rt = runtime()
+    epoch, parity = ws.next_epoch()
+    _stage(ws, x)
+    b = ws.buffers
+    red = b["red"][parity]
+    gathered, sig2 = (b["gathered"][parity], b["sig2"][parity]) if gather else (red, b["sig"][parity])
+    block = _block(chunk)
+    grid = (max(n, triton.cdiv(chunk, block)),)
+    _reduce[grid](b["src"], b["recv"][parity], b["sig"][parity], red, gathered, sig2, ws.members, epoch,
+                  ws.my_index, n, chunk, SCATTER=scatter, GATHER=gather, OP=OPS[op], BLOCK=block,
+                  ITEMSIZE=x.element_size())
+    out = torch.empty(shape, dtype=x.dtype, device=rt.device) if out is None else out
+    out.view(-1).copy_((gathered if gather else red)[: out.numel()])
+    return out
