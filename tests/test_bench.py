@@ -130,3 +130,19 @@ def test_plot_without_matplotlib_says_how_to_get_it(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "--plot needs matplotlib" in proc.stderr and "pip install 'unishmem[bench]'" in proc.stderr
     assert not os.path.exists(tmp_path / "b.png")
+
+
+def test_kernels_are_timed_beside_torch_distributed(tmp_path):
+    pytest.importorskip("triton")
+    path = tmp_path / "kernels.json"
+    proc = bench("--kernels", "--quick", "--pes", "2", "--max-size", "64K", "--json", str(path), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(path.read_text())
+    assert report["jobs"] == [{"backend": "host", "reference": "torch.distributed gloo", "interpreted": True}]
+    rows = report["rows"]
+    assert sorted(r["kernel"] for r in rows) == ["all_gather", "all_reduce one_shot", "all_reduce two_shot",
+                                                "reduce_scatter"]
+    for r in rows:
+        assert r["pes"] == 2 and r["bytes"] == 64 * 1024
+        assert positive(r["seconds"]) and positive(r["reference_seconds"]), r
+        assert f"{r['kernel']:22s}   2   64 KiB" in proc.stdout

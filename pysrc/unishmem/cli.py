@@ -92,6 +92,8 @@ def _bench(parser: argparse.ArgumentParser, args) -> int:
     from . import bench
     from .bench.plan import Plan
 
+    if args.kernels:
+        return _bench_kernels(parser, args)
     plan = Plan.make(args.quick, args.pes, args.scale_pes, args.max_size)
     if not plan.p2p_sizes or not plan.coll_sizes:
         parser.error(f"bench: --max-size {args.max_size} leaves no sizes to measure (collectives start at 1 KiB)")
@@ -101,6 +103,28 @@ def _bench(parser: argparse.ArgumentParser, args) -> int:
         if args.plot:
             bench.check_output_path(args.plot, "--plot")
         return bench.run(plan, args.json, args.plot, skip=set(args.skip or ()))
+    except (ValueError, RuntimeError) as e:
+        print(f"unishmem bench: {e}", file=sys.stderr)
+        return 2
+    except bench.jobs.JobFailed as e:
+        print(f"unishmem bench: {e}", file=sys.stderr)
+        return 1
+
+
+def _bench_kernels(parser: argparse.ArgumentParser, args) -> int:
+    import torch
+
+    from . import bench
+    from .bench import kernels
+
+    sizes = kernels.sizes_for(args.quick, args.max_size, gpu=torch.cuda.is_available())
+    if not sizes:
+        parser.error(f"bench --kernels: --max-size {args.max_size} leaves no sizes (they start at 64 KiB)")
+    try:
+        for path, what in ((args.json, "--json"), (args.plot, "--plot")):
+            if path:
+                bench.check_output_path(path, what)
+        return kernels.run(args.pes or [2, 4], sizes, args.json, args.plot, args.quick)
     except (ValueError, RuntimeError) as e:
         print(f"unishmem bench: {e}", file=sys.stderr)
         return 2
@@ -147,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--max-size", type=_size, metavar="SIZE", help="largest message, e.g. 4M (default 256M for "
                                                                       "put/get, 64M for collectives)")
     bench.add_argument("--skip", action="append", choices=("mpi", "gloo"), help="leave out a reference")
+    bench.add_argument("--kernels", action="store_true",
+                       help="time unishmem.kernels beside torch.distributed doing the same work instead")
     args = parser.parse_args(_split_program(argv if argv is not None else sys.argv[1:]))
     if args.command == "info":
         return _info()

@@ -16,12 +16,15 @@ from .plan import Plan, elements
 from .timing import measure
 
 
-def _init() -> None:
+def _store(size: int):
     # A FileStore beside the launcher's rendezvous socket: in its private directory, and nothing listens.
     _, socket_path = parse_address(os.environ["UNISHMEM_RENDEZVOUS"])
+    return dist.FileStore(os.path.join(os.path.dirname(socket_path), "gloo.store"), size)
+
+
+def _init() -> None:
     rank, size = int(os.environ["UNISHMEM_RANK"]), int(os.environ["UNISHMEM_WORLD_SIZE"])
-    store = dist.FileStore(os.path.join(os.path.dirname(socket_path), "gloo.store"), size)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=size,
+    dist.init_process_group("gloo", store=_store(size), rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=120))
 
 
