@@ -89,42 +89,27 @@ def _size(text: str) -> int:
 
 
 def _bench(parser: argparse.ArgumentParser, args) -> int:
-    from . import bench
-    from .bench.plan import Plan
-
-    if args.kernels:
-        return _bench_kernels(parser, args)
-    plan = Plan.make(args.quick, args.pes, args.scale_pes, args.max_size)
-    if not plan.p2p_sizes or not plan.coll_sizes:
-        parser.error(f"bench: --max-size {args.max_size} leaves no sizes to measure (collectives start at 1 KiB)")
-    try:
-        if args.json:
-            bench.check_output_path(args.json, "--json")
-        if args.plot:
-            bench.check_output_path(args.plot, "--plot")
-        return bench.run(plan, args.json, args.plot, skip=set(args.skip or ()))
-    except (ValueError, RuntimeError) as e:
-        print(f"unishmem bench: {e}", file=sys.stderr)
-        return 2
-    except bench.jobs.JobFailed as e:
-        print(f"unishmem bench: {e}", file=sys.stderr)
-        return 1
-
-
-def _bench_kernels(parser: argparse.ArgumentParser, args) -> int:
     import torch
 
     from . import bench
     from .bench import kernels
+    from .bench.plan import Plan
 
-    sizes = kernels.sizes_for(args.quick, args.max_size, gpu=torch.cuda.is_available())
-    if not sizes:
-        parser.error(f"bench --kernels: --max-size {args.max_size} leaves no sizes (they start at 64 KiB)")
+    if args.kernels:
+        sizes = kernels.sizes_for(args.quick, args.max_size, gpu=torch.cuda.is_available())
+        if not sizes:
+            parser.error(f"bench --kernels: --max-size {args.max_size} leaves no sizes (they start at 64 KiB)")
+        measure = lambda: kernels.run(args.pes or [2, 4], sizes, args.json, args.plot, args.quick)  # noqa: E731
+    else:
+        plan = Plan.make(args.quick, args.pes, args.scale_pes, args.max_size)
+        if not plan.p2p_sizes or not plan.coll_sizes:
+            parser.error(f"bench: --max-size {args.max_size} leaves no sizes to measure (collectives start at 1 KiB)")
+        measure = lambda: bench.run(plan, args.json, args.plot, skip=set(args.skip or ()))  # noqa: E731
     try:
         for path, what in ((args.json, "--json"), (args.plot, "--plot")):
             if path:
                 bench.check_output_path(path, what)
-        return kernels.run(args.pes or [2, 4], sizes, args.json, args.plot, args.quick)
+        return measure()
     except (ValueError, RuntimeError) as e:
         print(f"unishmem bench: {e}", file=sys.stderr)
         return 2
