@@ -47,12 +47,15 @@ echo "job exit status $rc" | tee -a "$OUT/summary.txt"
 [ $rc -ne 0 ] && tail -n 40 "$OUT/run.log" | tee -a "$OUT/summary.txt"
 
 # ---- device library, compiled: what limited mode allows (device RMA, signals, barrier_all) -------------
-phase "device-library examples, compiled, 2 PEs (logs: ring_allgather.log, ping_pong.log)"
-for example in ring_allgather ping_pong; do
-  timeout 120 "$PY" -m unishmem run -n 2 "examples/$example.py" >"$OUT/$example.log" 2>&1
+# (unishmem.kernels and tutorial 05 are left out: their shape check is a host collective, which
+# limited mode refuses with exit(-1); they need an MPS daemon or one GPU per PE.)
+phase "device-library examples, compiled, 2 PEs (logs: ring_allgather.log, ping_pong.log, 01_notify_wait.log)"
+for example in ring_allgather ping_pong tutorials/01_notify_wait; do
+  log="$OUT/$(basename "$example").log"
+  timeout 120 "$PY" -m unishmem run -n 2 "examples/$example.py" >"$log" 2>&1
   erc=$?
   [ $erc -ne 0 ] && status=1
-  { echo "$example: exit status $erc"; tail -n 3 "$OUT/$example.log"; } | tee -a "$OUT/summary.txt"
+  { echo "$example: exit status $erc"; tail -n 3 "$log"; } | tee -a "$OUT/summary.txt"
 done
 
 phase "done, exit status $status"
