@@ -70,21 +70,31 @@ def parse_targets(text: str) -> list[str]:
 def _load(ref: str):
     """The module `ref` names: a .py file (imported under its file name, its directory on sys.path as when
     run as a script, but not as __main__, so its main() does not run) or a dotted module name."""
-    if ref.endswith(".py") or os.sep in ref:
+    if _is_path(ref):
         path = Path(ref).resolve()
-        spec = importlib.util.spec_from_file_location(path.stem, path)
+        # its file name, unless a module of that name is already loaded here (a file named like one)
+        name = path.stem if path.stem not in sys.modules else f"_unishmem_compile_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.path.insert(0, str(path.parent))
-        sys.modules[path.stem] = module  # before it runs: dataclasses and pickling look it up there
+        sys.modules[name] = module  # before it runs: dataclasses and pickling look it up there
         spec.loader.exec_module(module)
         return module
     try:
         return importlib.import_module(ref)
     except ModuleNotFoundError as e:
         if e.name is not None and (ref == e.name or ref.startswith(e.name + ".")):
-            raise SetupError(f"no module named {ref!r} here: give a dotted module name importable from the current "
-                             "directory or sys.path, or the path of a .py file") from None
+            raise SetupError(_no_module(ref)) from None
         raise
+
+
+def _is_path(ref: str) -> bool:
+    return ref.endswith(".py") or os.sep in ref
+
+
+def _no_module(ref: str) -> str:
+    return (f"no module named {ref!r} here: give a dotted module name importable from the current directory or "
+            "sys.path, or the path of a .py file")
 
 
 def _kernels(module) -> dict:
@@ -115,6 +125,9 @@ def _specs_of(module, kernels: dict) -> dict:
     for key, value in table.items():
         name = key if isinstance(key, str) else key.fn.__name__
         where = f"{module.__name__}.COMPILE[{name}]"
+        if name in specs:
+            raise SetupError(f"{where} is given twice (as the kernel and as its name): give one entry, with a "
+                             "list of specifications for several")
         entries = list(value) if isinstance(value, (list, tuple)) else [value]
         if not entries:
             raise SetupError(f"{where} is an empty list: give at least one specification")
@@ -247,7 +260,7 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
         result["seconds"] = round(time.perf_counter() - start, 1)
         lacks = _not_available(e)
         if lacks is not None:
-            result["lacks"] = {"function": lacks.function, "vendor": lacks.vendor, "reason": str(lacks)}
+            result["lacks"] = {"function": lacks.function, "vendor": lacks.vendor}
             result["error"] = str(lacks)
         else:
             result["error"] = f"{type(e).__name__}: {e}".strip()
@@ -276,8 +289,16 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
 
 def run(ref: str, targets: list[str], fast: bool = False, out_dir: str | None = None) -> dict:
     """Compile every kernel of module `ref` for each target; the report (see format_report)."""
-    if (ref.endswith(".py") or os.sep in ref) and not os.path.isfile(ref):
-        raise SetupError(f"no such file: {ref}")
+    if _is_path(ref):
+        if not os.path.isfile(ref):
+            raise SetupError(f"no such file: {ref}")
+    else:
+        try:  # the top-level name: found without running any of its code
+            found = importlib.util.find_spec(ref.partition(".")[0])
+        except (ValueError, ImportError):  # an empty or relative name
+            found = None
+        if found is None:
+            raise SetupError(_no_module(ref))
     if out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
         out_dir = os.path.abspath(out_dir)
@@ -292,9 +313,9 @@ def run(ref: str, targets: list[str], fast: bool = False, out_dir: str | None = 
         ctx = multiprocessing.get_context("spawn")  # no fork of a parent that may hold threads or a GPU context
         with concurrent.futures.ProcessPoolExecutor(WORKERS, mp_context=ctx, initializer=_init_worker,
                                                     initargs=(ref, env)) as pool:
-            # one call per worker, so that both start (and import the module) at once
-            found = [pool.submit(_discover) for _ in range(WORKERS)]
-            jobs, problems = found[0].result()
+            # The pool starts a worker when none is idle (spawn context): one now, the second only when
+            # there are two compiles to run. Each imports the module as it starts.
+            jobs, problems = pool.submit(_discover).result()
             futures = [(job, target, pool.submit(_compile, job[0], job[1], target, out_dir))
                        for job in jobs for target in targets]
             results = []
@@ -315,8 +336,10 @@ def run(ref: str, targets: list[str], fast: bool = False, out_dir: str | None = 
 def format_report(report: dict) -> str:
     lines = []
     kernels = list(dict.fromkeys(r["label"] for r in report["results"]))
-    lines.append(f"unishmem compile {report['module']}: {len(kernels)} kernel specialisation(s), targets "
-                 f"{', '.join(report['targets'])}")
+    n = len({r["kernel"] for r in report["results"]})
+    lines.append(f"unishmem compile {report['module']}: {n} kernel{'s' if n > 1 else ''}"
+                 + (f" ({len(kernels)} specialisations)" if len(kernels) > n else "")
+                 + f", targets {', '.join(report['targets'])}")
     for label in kernels:
         rows = [r for r in report["results"] if r["label"] == label]
         shown = ", ".join(f"{k}={v}" for k, v in rows[0]["constexprs"].items())
@@ -334,7 +357,7 @@ def format_report(report: dict) -> str:
 def _describe(r: dict) -> str:
     backend = TARGETS[r["target"]][0] if r["target"] else None
     if r["lacks"] is not None:
-        return f"lacks {r['lacks']['function']}: {r['lacks']['reason']}"
+        return r["error"]  # the device library's message names the function and says why
     parts = []
     if r["binary_bytes"]:
         done = "linked" if r["linked"] else "compiled, not linked" if r["ok"] else "compiled"
