@@ -134,6 +134,8 @@ def _module(**attrs):
     ({"ring_p": [{"signature": {"buf": "*i32"}, "constexprs": {"N": 8}}, {"signature": {"buf": "*i32"},
                                                                            "constexpr": {"N": 8}}]},
      "COMPILE[ring_p][1] has unknown keys ['constexpr']"),
+    ({"ring_p": {"signature": {"buf": "*f32"}, "constexprs": {"N": 8}}},
+     "COMPILE[ring_p] gives 'buf' the type '*f32', which Triton does not know: use a Triton type such as \"*fp32\""),
     ({"ring_q": {"signature": {}}}, "COMPILE has the key 'ring_q', which is not a @unishmem.jit kernel of the "
                                     "module (its kernels: ring_p)"),
 ])

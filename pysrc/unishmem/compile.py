@@ -167,9 +167,26 @@ def _check_spec(kernel, spec, where: str):
         else:
             raise SetupError(f"{where} gives no type for the argument {p.name!r}: add it to \"signature\" "
                              "(a Triton type such as \"*fp32\" or \"i32\"), or to \"constexprs\" with a value")
+    for k, ty in signature.items():
+        _check_type(ty, f"{where} gives {k!r} the type {ty!r}")
     for k in constexprs:
         signature[k] = "constexpr"  # Triton's ASTSource wants every argument in the signature
     return signature, constexprs, options
+
+
+def _check_type(ty, what: str) -> None:
+    """A signature type Triton reads (its own parser, where this Triton has it): a typo fails here, named,
+    rather than as a KeyError inside the compiler."""
+    import triton.language as tl
+
+    parse = getattr(tl, "str_to_ty", None)
+    if parse is None or (isinstance(ty, str) and ty == "constexpr"):
+        return
+    try:
+        parse(ty, None)
+    except Exception:
+        raise SetupError(f"{what}, which Triton does not know: use a Triton type such as \"*fp32\", \"*fp16\", "
+                         "\"*bf16\", \"*i32\", \"*i64\", \"*u64\", \"i32\", \"i64\", \"fp32\"") from None
 
 
 def _how_to_declare(module, kernel) -> str:
@@ -199,7 +216,7 @@ def _init_worker(ref: str, env: dict) -> None:
 
 
 def _discover():
-    """[(kernel, index, label, constexprs shown)], {kernel: why it cannot compile}."""
+    """[(kernel, index, label, {"signature": ..., "constexprs": ...} shown)], {kernel: why it cannot compile}."""
     if "error" in _worker:
         raise SetupError(_worker["error"])
     module, kernels, specs = _worker["module"], _worker["kernels"], _worker["specs"]
@@ -208,9 +225,11 @@ def _discover():
         if name not in specs:
             problems[name] = _how_to_declare(module, kernel)
             continue
-        for i, (_, constexprs, _) in enumerate(specs[name]):
+        for i, (signature, constexprs, _) in enumerate(specs[name]):
             label = name if len(specs[name]) == 1 else f"{name}#{i}"
-            jobs.append((name, i, label, {k: repr(v) for k, v in constexprs.items()}))
+            shown = {"signature": {k: v for k, v in signature.items() if v != "constexpr"},
+                     "constexprs": {k: repr(v) for k, v in constexprs.items()}}
+            jobs.append((name, i, label, shown))
     return jobs, problems
 
 
@@ -319,14 +338,14 @@ def run(ref: str, targets: list[str], fast: bool = False, out_dir: str | None = 
             futures = [(job, target, pool.submit(_compile, job[0], job[1], target, out_dir))
                        for job in jobs for target in targets]
             results = []
-            for (name, index, label, constexprs), target, future in futures:
-                results.append({"kernel": name, "label": label, "constexprs": constexprs, **future.result()})
+            for (name, index, label, shown), target, future in futures:
+                results.append({"kernel": name, "label": label, **shown, **future.result()})
     finally:
         if cache is not None:
             shutil.rmtree(cache, ignore_errors=True)
     for name, why in problems.items():
-        results.append({"kernel": name, "label": name, "constexprs": {}, "target": None, "ok": False,
-                        "linked": False, "binary_bytes": 0, "unresolved": [], "lacks": None, "error": why,
+        results.append({"kernel": name, "label": name, "signature": {}, "constexprs": {}, "target": None,
+                        "ok": False, "linked": False, "binary_bytes": 0, "unresolved": [], "lacks": None, "error": why,
                         "note": None, "files": [], "seconds": 0.0})
     if not results:
         raise SetupError(f"{ref} has no @unishmem.jit kernel")
@@ -342,11 +361,13 @@ def format_report(report: dict) -> str:
                  + f", targets {', '.join(report['targets'])}")
     for label in kernels:
         rows = [r for r in report["results"] if r["label"] == label]
-        shown = ", ".join(f"{k}={v}" for k, v in rows[0]["constexprs"].items())
+        several = "#" in label  # then the signatures tell the specialisations apart too
+        shown = ", ".join(([f"{k}: {v}" for k, v in rows[0]["signature"].items()] if several else [])
+                          + [f"{k}={v}" for k, v in rows[0]["constexprs"].items()])
         lines.append(f"{label}" + (f"  ({shown})" if shown else ""))
         for r in rows:
             lines.append(f"  {r['target'] or '-':7s} {'ok' if r['ok'] else 'FAILED':7s}{_describe(r)}")
-    notes = sorted({r["note"] for r in report["results"] if r["note"]})
+    notes = sorted({r["note"] for r in report["results"] if r["note"] and r["ok"]})
     lines += [f"note: {n}" for n in notes]  # once, not on every row it concerns
     failed = sum(not r["ok"] for r in report["results"])
     lines.append(f"{failed} of {len(report['results'])} failed" if failed else
