@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     comp.add_argument("--target", metavar="T,T", help="comma-separated, from sm_80, sm_90, sm_100, gfx942, gfx950 "
                                                       "(default sm_90,gfx942)")
     comp.add_argument("--json", action="store_true", help="print the report as JSON")
-    comp.add_argument("--fast", action="store_true", help="ptxas without optimisation (DISABLE_PTXAS_OPT=1): "
-                                                          "checks linking sooner; not the code a launch builds")
+    comp.add_argument("--fast", action="store_true", help="ptxas without optimisation (DISABLE_PTXAS_OPT=1), as "
+                                                          "the tests compile; not the code a launch builds")
     comp.add_argument("--out", metavar="DIR", help="also write each binary (.cubin, .hsaco) and its LLVM IR there")
     args = parser.parse_args(_split_program(argv if argv is not None else sys.argv[1:]))
     if args.command == "info":

@@ -23,6 +23,7 @@ set, so that every kernel really compiles.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import contextlib
 import importlib
 import importlib.util
@@ -257,8 +258,7 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
     backend, arch, warp = TARGETS[target]
     kernel = _worker["kernels"][name]
     signature, constexprs, options = _worker["specs"][name][index]
-    result = {"target": target, "ok": False, "linked": False, "binary_bytes": 0, "unresolved": [],
-              "lacks": None, "error": None, "note": None, "files": [], "seconds": 0.0}
+    result = _failed(target, None)
     try:
         libs = extern_libs(backend, arch)
     except BackendUnavailable as e:
@@ -304,6 +304,12 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
     return result
 
 
+def _failed(target: str | None, error: str | None) -> dict:
+    """A result row before anything succeeded (the fields every row of the report has)."""
+    return {"target": target, "ok": False, "linked": False, "binary_bytes": 0, "unresolved": [], "lacks": None,
+            "error": error, "note": None, "files": [], "seconds": 0.0}
+
+
 # ---- the run -----------------------------------------------------------------------------------
 
 def run(ref: str, targets: list[str], fast: bool = False, out_dir: str | None = None) -> dict:
@@ -323,7 +329,7 @@ def run(ref: str, targets: list[str], fast: bool = False, out_dir: str | None = 
         out_dir = os.path.abspath(out_dir)
     # Compile, never interpret: the examples turn the interpreter on by themselves on a machine without a GPU.
     env = {"TRITON_INTERPRET": "0"}
-    if fast:  # ptxas without optimisation: checks linking in a fraction of the time; not what a launch builds
+    if fast:  # ptxas without optimisation, as the tests compile: the linking is checked, not the launch's code
         env["DISABLE_PTXAS_OPT"] = "1"
     cache = None
     if not os.environ.get("TRITON_CACHE_DIR"):
@@ -339,14 +345,16 @@ def run(ref: str, targets: list[str], fast: bool = False, out_dir: str | None = 
                        for job in jobs for target in targets]
             results = []
             for (name, index, label, shown), target, future in futures:
-                results.append({"kernel": name, "label": label, **shown, **future.result()})
+                try:
+                    row = future.result()
+                except concurrent.futures.process.BrokenProcessPool as e:  # the compiler crashed its process
+                    row = _failed(target, f"the compiling process died ({e}): rerun this kernel alone to see why")
+                results.append({"kernel": name, "label": label, **shown, **row})
     finally:
         if cache is not None:
             shutil.rmtree(cache, ignore_errors=True)
     for name, why in problems.items():
-        results.append({"kernel": name, "label": name, "signature": {}, "constexprs": {}, "target": None,
-                        "ok": False, "linked": False, "binary_bytes": 0, "unresolved": [], "lacks": None, "error": why,
-                        "note": None, "files": [], "seconds": 0.0})
+        results.append({"kernel": name, "label": name, "signature": {}, "constexprs": {}, **_failed(None, why)})
     if not results:
         raise SetupError(f"{ref} has no @unishmem.jit kernel")
     return {"module": ref, "targets": targets, "ok": all(r["ok"] for r in results), "results": results}
