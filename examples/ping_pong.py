@@ -35,6 +35,10 @@ def ping_pong(ball, sig, ROUNDS: tl.constexpr):
             shl.putmem_signal(ball, ball + 1, 8, sig, r, shl.SIGNAL_SET, partner)
 
 
+# For `unishmem compile examples/ping_pong.py` (no GPU needed): argument types and constants as main() launches.
+COMPILE = {ping_pong: {"signature": {"ball": "*i64", "sig": "*u64"}, "constexprs": {"ROUNDS": 20}}}
+
+
 def main() -> None:
     rounds = 20
     with unishmem.init(heap_size="16M") as rt:

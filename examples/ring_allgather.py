@@ -31,6 +31,11 @@ def ring_allgather(out, arrived, BLOCK: tl.constexpr):
         shl.signal_wait_until(arrived + incoming, shl.CMP_EQ, 1)
 
 
+# How `unishmem compile examples/ring_allgather.py` compiles the kernel with no GPU: the Triton type of each
+# run-time argument and a value for each tl.constexpr one, as main() launches it.
+COMPILE = {ring_allgather: {"signature": {"out": "*fp32", "arrived": "*u64"}, "constexprs": {"BLOCK": 8}}}
+
+
 def main() -> None:
     block = 8
     with unishmem.init(heap_size="64M") as rt:

@@ -1,4 +1,4 @@
-"""Command line: `unishmem run | info | bench`."""
+"""Command line: `unishmem run | info | bench | compile`."""
 from __future__ import annotations
 
 import argparse
@@ -158,11 +158,30 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--skip", action="append", choices=("mpi", "gloo"), help="leave out a reference")
     bench.add_argument("--kernels", action="store_true",
                        help="time unishmem.kernels beside torch.distributed doing the same work instead")
+    comp = sub.add_parser("compile", help="compile a module's @unishmem.jit kernels for GPU targets, with no GPU",
+                          description="Compile every @unishmem.jit kernel of a module for each target, with no GPU, "
+                                      "and report per kernel and target: vendor bitcode linked, vendor symbols left "
+                                      "unresolved, functions the target's vendor lacks. The module declares the "
+                                      "signatures in a table COMPILE = {kernel: {\"signature\": {\"out\": "
+                                      "\"*fp32\", \"n\": \"i32\"}, \"constexprs\": {\"BLOCK\": 128}, "
+                                      "\"options\": {...}}} (a list of such dicts for several specialisations). "
+                                      "Exit status 1 when any fails.")
+    comp.add_argument("module", metavar="MODULE_OR_FILE", help="a dotted module name or the path of a .py file")
+    comp.add_argument("--target", metavar="T,T", help="comma-separated, from sm_80, sm_90, sm_100, gfx942, gfx950 "
+                                                      "(default sm_90,gfx942)")
+    comp.add_argument("--json", action="store_true", help="print the report as JSON")
+    comp.add_argument("--fast", action="store_true", help="ptxas without optimisation (DISABLE_PTXAS_OPT=1), as "
+                                                          "the tests compile; not the code a launch builds")
+    comp.add_argument("--out", metavar="DIR", help="also write each binary (.cubin, .hsaco) and its LLVM IR there")
     args = parser.parse_args(_split_program(argv if argv is not None else sys.argv[1:]))
     if args.command == "info":
         return _info()
     if args.command == "bench":
         return _bench(bench, args)
+    if args.command == "compile":
+        from .compile import main as compile_main
+
+        return compile_main(args.module, args.target, args.json, args.fast, args.out)
     if not [w for w in args.program if w != "--"]:
         parser.error("run: give the program to run, e.g. `unishmem run -n 4 prog.py`")
     from .launcher import run as run_job

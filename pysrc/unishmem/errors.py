@@ -36,3 +36,12 @@ class WaitTimeout(UnishmemError, TimeoutError):
 
 class DeadlockError(UnishmemError):
     """Every PE is waiting and none can make progress; the message says what each waits for."""
+
+
+class NotAvailableError(UnishmemError, ValueError):
+    """A device function, or a form of one (an element type), that the compile target's vendor library lacks.
+    Raised while a kernel compiles; `function` and `vendor` name what is missing where, the message says why."""
+
+    def __init__(self, function: str, vendor: str, message: str):
+        super().__init__(message)
+        self.function, self.vendor = function, vendor

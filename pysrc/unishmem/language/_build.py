@@ -13,6 +13,7 @@ import inspect
 import numpy as np
 import triton.language as tl
 
+from ..errors import NotAvailableError
 from . import _host, _triton_impl
 from ._table import ATOMICS, NULL, DeviceFn, Missing, Sym, Triton
 from ._vendor import (AMO_TYPES, CMP_VALUES, CONSUME_TOKEN_CONSTRAINTS, SCOPES, SIGNAL_VALUES, THREAD_ID, TYPE_TABLES, VENDOR_OF_BACKEND, WARP_SIZE)
@@ -61,8 +62,8 @@ def _elem_type(fn_name: str, args: dict, params) -> tl.dtype | None:
 def _type_name(fn: DeviceFn, vendor: str, elem) -> str:
     names = TYPE_TABLES[fn.types][vendor]
     if elem not in names:
-        raise TypeError(f"{fn.name}: {vendor} has no form for {elem} (it has: "
-                        f"{', '.join(str(t) for t in names)})")
+        raise NotAvailableError(fn.name, vendor, f"{fn.name}: {vendor} has no form for {elem} (it has: "
+                                                 f"{', '.join(str(t) for t in names)})")
     return names[elem]
 
 
@@ -179,7 +180,8 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator):
     vendor = _vendor(semantic)
     sym = fn.symbols[vendor]
     if isinstance(sym, Missing):
-        raise ValueError(f"{fn.name} is not available when compiling for {vendor}: {sym.reason}")
+        raise NotAvailableError(fn.name, vendor,
+                                f"{fn.name} is not available when compiling for {vendor}: {sym.reason}")
     if isinstance(sym, Triton):
         return generator.call_JitFunction(getattr(_triton_impl, sym.impl), [args[n] for n, _ in fn.params], {})
     kinds = dict(fn.params)
