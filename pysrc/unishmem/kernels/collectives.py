@@ -208,3 +208,14 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, scatter: bool, gathe
     out = torch.empty(shape, dtype=x.dtype, device=rt.device) if out is None else out
     out.view(-1).copy_((gathered if gather else red)[: out.numel()])
     return out
+
+
+# How `unishmem compile` builds these kernels with no GPU (float32 data, 1024-element blocks).
+_SIG = {"sig": "*u64", "members": "*i32", "epoch": "i64", "my_index": "i32"}
+COMPILE = {
+    _all_gather: {"signature": {"src": "*fp32", "dst": "*fp32", **_SIG, "numel": "i64"}, "constexprs": {"ITEMSIZE": 4}},
+    _reduce: [{"signature": {"src": "*fp32", "recv": "*fp32", "red": "*fp32", "gathered": "*fp32", "sig2": "*u64",
+                             **_SIG, "n": "i32", "chunk": "i64"},
+               "constexprs": {"SCATTER": scatter, "GATHER": scatter, "OP": 0, "BLOCK": 1024, "ITEMSIZE": 4}}
+              for scatter in (False, True)],
+}
