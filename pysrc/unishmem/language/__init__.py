@@ -1,7 +1,8 @@
 """unishmem.language: the Triton device library. Kernels call NVSHMEM (CUDA targets) or rocSHMEM
 (HIP targets) device functions as extern calls, and the host backend's primitives under
 TRITON_INTERPRET=1. Every function is generated from one table (_table.py); the vendor
-differences live in _vendor.py. Launch kernels that use it with @unishmem.jit.
+differences live in _vendor.py. Where a vendor has no device function for a row, the row is
+written in Triton here (_triton_impl.py: team queries and collectives on rocSHMEM). Launch kernels that use it with @unishmem.jit.
 
     @unishmem.jit
     def ring_put(buf, sig, N: tl.constexpr):
@@ -13,8 +14,9 @@ import triton.language as tl
 
 from ..enums import CMP as _CMP
 from ..enums import SIGNAL as _SIGNAL
-from ._build import atomic_function, device_function
+from . import _builtins
 from ._table import ATOMICS, ROWS
+from ._triton_impl import DISPATCHERS
 
 SIGNAL_SET = tl.constexpr(int(_SIGNAL.SET))
 SIGNAL_ADD = tl.constexpr(int(_SIGNAL.ADD))
@@ -26,7 +28,7 @@ CMP_LT = tl.constexpr(int(_CMP.LT))
 CMP_LE = tl.constexpr(int(_CMP.LE))
 
 FUNCTIONS = [row.name for row in ROWS] + list(ATOMICS)
-globals().update({row.name: device_function(row) for row in ROWS})
-globals().update({name: atomic_function(name) for name in ATOMICS})
+globals().update({name: getattr(_builtins, name) for name in FUNCTIONS})
+globals().update(DISPATCHERS)  # rows some vendor implements in Triton (NOTE [triton rows])
 
 __all__ = FUNCTIONS + ["SIGNAL_SET", "SIGNAL_ADD", "CMP_EQ", "CMP_NE", "CMP_GT", "CMP_GE", "CMP_LT", "CMP_LE"]

@@ -14,8 +14,9 @@ import numpy as np
 import triton.language as tl
 
 from . import _host
-from ._table import ATOMICS, DeviceFn, Missing, Sym
-from ._vendor import (CMP_VALUES, SCOPES, SIGNAL_VALUES, THREAD_ID, TYPE_TABLES, VENDOR_OF_BACKEND, WARP_SIZE)
+from ._table import ATOMICS, ROWS, DeviceFn, Missing, Sym, Triton
+from ._vendor import (CMP_VALUES, SCOPES, SIGNAL_VALUES, TEAM_TYPE, THREAD_ID, TYPE_TABLES, VENDOR_OF_BACKEND,
+                      WARP_SIZE)
 
 REDUCE_OPS = ("sum", "min", "max", "prod")
 SIGNAL_NAMES = {0: "set", 1: "add"}
@@ -59,8 +60,8 @@ def _type_name(fn: DeviceFn, vendor: str, elem) -> str:
     return names[elem]
 
 
-_IR_TYPES = {"size": tl.int64, "pe": tl.int32, "team": tl.int32, "u64": tl.uint64, "i32": tl.int32,
-             "sigop": tl.int32, "cmp": tl.int32}
+_IR_TYPES = {"size": tl.int64, "pe": tl.int32, "u64": tl.uint64, "i32": tl.int32, "sigop": tl.int32,
+             "cmp": tl.int32}
 
 
 def _extern_arg(semantic, kind: str, value, elem, vendor: str, what: str):
@@ -72,6 +73,8 @@ def _extern_arg(semantic, kind: str, value, elem, vendor: str, what: str):
         if constant not in table[vendor]:
             raise ValueError(f"{what}={constant!r} is not one of shl.{names}")
         return semantic.to_tensor(table[vendor][constant])
+    if kind == "team":
+        return _as(semantic, value, TEAM_TYPE[vendor])
     return _as(semantic, value, elem if kind == "val" else _IR_TYPES[kind])
 
 
@@ -147,6 +150,9 @@ def _compiled(fn: DeviceFn, args: dict, semantic):
     sym = fn.symbols[vendor]
     if isinstance(sym, Missing):
         raise ValueError(f"{fn.name} is not available when compiling for {vendor}: {sym.reason}")
+    if isinstance(sym, Triton):  # the public shl.<name> is a dispatcher that never gets here for this vendor
+        raise RuntimeError(f"{fn.name} is implemented in Triton for {vendor} (NOTE [triton rows]); call "
+                           f"unishmem.language.{fn.name}, not the raw builtin")
     kinds = dict(fn.params)
     elem = _elem_type(fn.name, args, fn.params)
 
@@ -267,6 +273,27 @@ def device_function(row: DeviceFn):
     return _make(row.name, row.params, row.doc,
                  lambda a, s: _compiled(row, a, s),
                  lambda a: _interpreted(row.name, host, row.params, row.result, a))
+
+
+_ROW_OF = {row.name: row for row in ROWS}
+
+
+def _uses_triton(name, _semantic=None):
+    """NOTE [triton rows]: tl.constexpr(True) when the compile target's vendor implements row `name`
+    with unishmem.language's Triton code (its table entry is Triton), else False; always False under
+    TRITON_INTERPRET=1, where every row runs its host implementation. The dispatchers of
+    _triton_impl.py branch on it at compile time."""
+    name = _constexpr(name, "uses_triton: name")
+    if name not in _ROW_OF:
+        raise ValueError(f"uses_triton: {name!r} is not a row of the device table")
+    if _semantic is None:
+        return tl.constexpr(False)
+    return tl.constexpr(isinstance(_ROW_OF[name].symbols[_vendor(_semantic)], Triton))
+
+
+uses_triton = _uses_triton
+uses_triton.signature = inspect.signature(_uses_triton)
+setattr(uses_triton, _BUILTIN, True)
 
 
 def _atomic_compiled(name: str, fetches: bool, args: dict, semantic):
