@@ -27,6 +27,8 @@ the same order. All threads of that program run them (block scope); every signal
 """
 from __future__ import annotations
 
+import inspect
+
 import triton
 import triton.language as tl
 
@@ -45,6 +47,8 @@ ROUNDS_OFFSET = tl.constexpr(64)   # bytes: 32 uint64 round counters (teams of u
 MAX_ROUNDS = 32
 SCRATCH_OFFSET = tl.constexpr(512)  # bytes
 HEADER_BYTES = 512
+if not ROUNDS_OFFSET.value + 8 * MAX_ROUNDS <= SCRATCH_OFFSET.value == HEADER_BYTES:
+    raise RuntimeError("team descriptor layout: the round counters overlap the scratch")
 
 _ADD = tl.constexpr(int(SIGNAL.ADD))
 _GE = tl.constexpr(int(CMP.GE))
@@ -64,7 +68,7 @@ def _redop(op, _semantic=None):
     return tl.constexpr(op)
 
 
-_redop.signature = __import__("inspect").signature(_redop)
+_redop.signature = inspect.signature(_redop)
 setattr(_redop, _BUILTIN, True)
 
 
