@@ -225,8 +225,8 @@ def reduce_impl(team, dest, source, nelems, op: tl.constexpr):
     """All-reduce in chunks through the descriptor's scratch, which holds one slot per member:
     per chunk, every member puts its part of `source` into its slot on every member, then each
     combines the slots in team order (the same order everywhere, so every member gets the same
-    bits; 16-bit floats in float32) into `dest`. `source` is read only by its own PE, before any of `dest` is written, so
-    dest may be source."""
+    bits; 16-bit floats in float32) into `dest`. `source` is read only by its own PE, before any
+    of `dest` is written, so dest may be source."""
     OP: tl.constexpr = _redop(op)
     d = _desc(team)
     size = tl.load(d + SIZE)
