@@ -6,6 +6,8 @@ import triton.language as tl
 import unishmem.language as shl
 
 SIGNATURE = {"buf": "*i32", "src": "*i32", "sig": "*u64", "ivar": "*i64", "team": "i32", "N": "constexpr"}
+# On rocSHMEM a team handle is the address of unishmem's team descriptor (NOTE [team descriptor])
+HIP_SIGNATURE = dict(SIGNATURE, team="i64")
 
 
 @triton.jit
@@ -173,32 +175,21 @@ GEMM_SIGNATURE = {"a": "*fp16", "b": "*fp16", "c": "*fp32", "sig": "*u64", "K": 
 GEMM_CONSTANTS = {"K": 256, "BM": 64, "BN": 64, "BK": 32}
 
 
-# rocSHMEM's bitcode lacks team functions and broadcast/fcollect/alltoall: its groups leave them out.
+# rocSHMEM's bitcode lacks team functions and team collectives: for HIP targets unishmem.language
+# writes them in Triton (NOTE [triton rows]), so every group compiles for gfx942/gfx950 too.
+HIP_GROUPS = GROUPS + V2_GROUPS
+
+
+# The Triton reduction's every op, on 16-bit floats (combined in float32) and doubles, for HIP targets.
 @triton.jit
-def hip_queries(buf, src, sig, ivar, team, N: tl.constexpr):
-    peer = (shl.my_pe() + 1) % shl.n_pes()
-    tl.store(shl.remote_ptr(buf, peer), peer)
+def team_reduce_ops(hbuf, dbuf, team):
+    shl.reduce(team, hbuf, hbuf + 64, 64, "sum")
+    shl.reduce(team, hbuf, hbuf + 64, 64, "prod")
+    shl.reduce(team, dbuf, dbuf + 64, 64, "min")
+    shl.reduce(team, dbuf, dbuf + 64, 64, "max")
 
 
-@triton.jit
-def hip_synchronization(buf, src, sig, ivar, team, N: tl.constexpr):
-    shl.fence()
-    shl.quiet()
-    shl.barrier_all()
-    shl.sync_all()
-    shl.barrier_all_block()
-    shl.sync_all_block()
-
-
-# rocSHMEM has no C-linkage device reduction: compiling this for a HIP target must fail with the reason.
-# The team comes from the kernel's argument (team.handle), never a literal: rocSHMEM's team is a pointer.
-@triton.jit
-def hip_reduce(buf, src, sig, ivar, team, N: tl.constexpr):
-    shl.reduce(team, buf, src, N, "sum")
-
-
-HIP_GROUPS = [hip_queries, thread_rma, block_rma, warp_rma, signals, atomics, hip_synchronization, many_waits,
-              typed_signals, strided_and_direct]
+TEAM_REDUCE_SIGNATURE = {"hbuf": "*bf16", "dbuf": "*fp64", "team": "i64"}
 
 
 @triton.jit

@@ -26,11 +26,15 @@ def _compile(kernel_name: str, backend: str, arch, link: bool, signature=None, c
              attrs=None):
     """Compile one kernel of device_kernels; returns its IR texts, or the error text."""
     kernel = getattr(device_kernels, kernel_name)
+    if isinstance(signature, str):  # the name of one in device_kernels (a job must be hashable)
+        signature = getattr(device_kernels, signature)
     options = dict(options or {}, **({"extern_libs": tuple(extern_libs(backend, arch).items())} if link else {}))
     target = GPUTarget(backend, arch, 32 if backend == "cuda" else 64)
+    default = device_kernels.SIGNATURE if backend == "cuda" else device_kernels.HIP_SIGNATURE
     try:
-        c = triton.compile(ASTSource(kernel, signature=signature or device_kernels.SIGNATURE,
-                                     constexprs=constexprs if constexprs is not None else {"N": 8}, attrs=attrs),
+        if constexprs is None:
+            constexprs = {"N": 8} if signature is None else {}
+        c = triton.compile(ASTSource(kernel, signature=signature or default, constexprs=constexprs, attrs=attrs),
                            target=target, options=options)
     except Exception as e:  # reported to the test, which decides
         return {"error": f"{type(e).__name__}: {e}"[:4000]}
@@ -54,8 +58,7 @@ def builds():
     jobs = [(k.__name__, "cuda", cc, True) for cc in CUDA_ARCHS for k in device_kernels.GROUPS]
     jobs += [(k.__name__, "cuda", 90, True) for k in device_kernels.V2_GROUPS + [device_kernels.block_wait]]
     jobs += [(k.__name__, "hip", arch, False) for arch in HIP_ARCHS for k in device_kernels.HIP_GROUPS]
-    jobs += [(name, "hip", "gfx942", False) for name in ("queries", "collectives")]
-    jobs += [("hip_reduce", "hip", arch, False) for arch in HIP_ARCHS]
+    jobs += [("team_reduce_ops", "hip", arch, False, "TEAM_REDUCE_SIGNATURE") for arch in HIP_ARCHS]
     with tempfile.TemporaryDirectory() as cache:
         ctx = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx, initializer=_init_worker,
@@ -157,6 +160,9 @@ def test_every_device_function_is_in_a_compiled_group(builds):
     called = _functions_called(builds, device_kernels.GROUPS, "cuda", 90)
     assert {"nvshmem_my_pe", "nvshmemx_putmem_warp", "nvshmem_int32_p", "nvshmemx_int32_fcollect_block",
             "nvshmemx_int32_sum_reduce_block", "nvshmem_int64_wait_until", "nvshmem_ptr"} <= called, called
+    # NVSHMEM keeps its own team functions and collectives (the Triton ones are for rocSHMEM)
+    assert {"nvshmem_team_my_pe", "nvshmem_team_n_pes", "nvshmem_team_translate_pe", "nvshmem_barrier",
+            "nvshmem_team_sync", "nvshmemx_int32_broadcast_block", "nvshmemx_int32_alltoall_block"} <= called, called
 
 
 def test_nvshmem_constants_are_mapped(builds):
@@ -205,9 +211,13 @@ ROCSHMEM_WRAPPER_PROTOTYPES = {
     **{f"rocshmem_int_put_signal{sfx}": "void (int*, const int*, size_t, uint64_t*, uint64_t, int, int)"
        for sfx in ("", "_wg", "_wave", "_nbi", "_nbi_wg", "_nbi_wave")},
 }
-# Symbols the reduce row used to emit; rocshmem_wrapper.cc defines none of them.
+# Team functions and team collectives: rocshmem_wrapper.cc has none with C linkage (they are C++,
+# over a rocshmem_team_t; its tile collectives take one too), so none may be declared.
 ROCSHMEM_NOT_IN_WRAPPER = [f"rocshmem_{t}_{op}_reduce_wg" for t in ("float", "double", "short", "int", "long")
                            for op in ("sum", "min", "max", "prod")]
+ROCSHMEM_NOT_IN_WRAPPER += [f"rocshmem_team_{f}" for f in ("my_pe", "n_pes", "translate_pe", "sync", "sync_wg")]
+ROCSHMEM_NOT_IN_WRAPPER += [f"rocshmem_int_{c}{sfx}" for c in ("broadcast", "fcollect", "alltoall")
+                            for sfx in ("", "_wg")]
 
 # How the device library calls a C prototype (NOTE [device table]): pointers and size_t pass as i64,
 # int as i32, uint64_t/long as i64, and a void function is called as returning i32.
@@ -226,7 +236,7 @@ ROCSHMEM_SIGNATURES = {name: _ir_signature(p) for name, p in ROCSHMEM_WRAPPER_PR
 @pytest.mark.parametrize("arch", HIP_ARCHS)
 def test_rocshmem_declarations(builds, arch):
     declared = {}
-    for kernel in device_kernels.HIP_GROUPS:
+    for kernel in device_kernels.HIP_GROUPS + [device_kernels.team_reduce_ops]:
         out = builds[(kernel.__name__, "hip", arch)]
         assert "error" not in out, f"{kernel.__name__} for {arch}: {out.get('error')}"
         for ret, name, args in re.findall(r"^declare [^@]*?(\w+) @(rocshmem_\w+)\(([^)]*)\)", out["llir"], re.M):
@@ -235,14 +245,38 @@ def test_rocshmem_declarations(builds, arch):
     assert not set(declared) & set(ROCSHMEM_NOT_IN_WRAPPER)
 
 
+@pytest.mark.parametrize("arch", HIP_ARCHS)
+def test_team_kernels_compile_for_rocshmem_over_put_signal_wait(builds, arch):
+    # every team row is written in Triton there: the queries read the descriptor (no call but my_pe),
+    # the collectives move data with putmem_wg and synchronise with uint64 atomics and waits
+    called = {g: set(re.findall(r'symbol = "(\w+)"', builds[(g, "hip", arch)]["ttir"]))
+              for g in ("queries", "synchronization", "collectives", "team_reduce_ops")}
+    assert called["queries"] == {"rocshmem_my_pe", "rocshmem_n_pes", "rocshmem_ptr"}, called
+    team_calls = {"rocshmem_my_pe", "rocshmem_quiet", "rocshmem_uint64_atomic_add", "rocshmem_uint64_wait_until",
+                  "rocshmem_signal_fetch", "__ockl_get_local_id"}
+    assert team_calls <= called["synchronization"], called
+    assert called["collectives"] == team_calls | {"rocshmem_putmem_wg"}, called
+    assert called["team_reduce_ops"] == team_calls | {"rocshmem_putmem_wg"}, called
+    # a team handle is the descriptor's address: the kernel takes it as i64 and loads the team's shape
+    llir = builds[("queries", "hip", arch)]["llir"]
+    assert re.search(r"define amdgpu_kernel void @queries\(.*\bi64 (inreg )?%4\b", llir), llir[:2000]
+    assert re.search(r"inttoptr i64 %4 to ptr", llir), "the team handle is not used as the descriptor's address"
+
+
+def test_every_triton_entry_names_an_implementation_taking_the_rows_parameters():
+    import inspect
+
+    from unishmem.language import _table, _triton_impl
+
+    entries = [(row, sym) for row in _table.ROWS for sym in row.symbols.values() if isinstance(sym, _table.Triton)]
+    assert {row.name for row, _ in entries} >= {"team_my_pe", "team_n_pes", "team_translate_pe", "barrier", "sync",
+                                                 "broadcast", "fcollect", "alltoall", "reduce", "iput", "iget",
+                                                 "put_tile_block", "load_remote", "store_remote", "barrier_all_grid"}
+    for row, sym in entries:
+        impl = getattr(_triton_impl, sym.impl)
+        assert isinstance(impl, triton.runtime.JITFunction), sym.impl
+        assert list(inspect.signature(impl.fn).parameters) == [n for n, _ in row.params], row.name
+
+
 def test_what_rocshmem_lacks_fails_at_compile_time_with_the_reason(builds):
-    out = builds[("queries", "hip", "gfx942")]
-    assert re.search(r"team_my_pe is not available when compiling for rocshmem: rocSHMEM's device bitcode exports "
-                     r"no C-linkage team functions", out.get("error", "")), out
-    out = builds[("collectives", "hip", "gfx942")]
-    assert "broadcast is not available when compiling for rocshmem" in out.get("error", ""), out
-    for arch in HIP_ARCHS:
-        out = builds[("hip_reduce", "hip", arch)]
-        assert re.search(r"reduce is not available when compiling for rocshmem: rocSHMEM's device bitcode exports no "
-                         r"C-linkage reduction \(rocshmem_<T>_<op>_reduce_wg does not exist", out.get("error", "")), out
     assert re.search(r"p: rocshmem has no form for fp16", builds["half_p"].get("error", "")), builds["half_p"]

@@ -6,6 +6,7 @@ import triton.language as tl
 
 import unishmem
 import unishmem.language as shl
+from unishmem.language import _triton_impl as timpl
 from unishmem import DeadlockError, NotSymmetricError, SymmetryError
 from spmd import spmd
 
@@ -297,6 +298,154 @@ def test_team_queries_and_translation(rt):
     assert out.tolist() == [rt.my_pe, rt.n_pes, rt.my_pe // 2, rt.n_pes // 2, rt.my_pe % 2,
                             0 if rt.my_pe % 2 == 0 else -1]
     team.destroy()
+
+
+# ---- the Triton implementations (NOTE [triton rows]) that rocSHMEM targets compile --------------
+# Under the interpreter the public functions run the host backend; these tests call the Triton
+# implementations themselves, with a team descriptor (NOTE [team descriptor]) built here in
+# symmetric memory from team.device_args(), and check them against torch.
+
+def team_descriptor(rt, team, scratch_bytes):
+    """Collective over the world: a descriptor for `team` (None on non-members: left zero)."""
+    desc = rt.zeros((timpl.HEADER_BYTES + scratch_bytes) // 8, dtype=torch.int64)
+    if team is not None:
+        desc[:4] = torch.tensor(timpl.descriptor_header(*team.device_args(), scratch_bytes))
+    rt.barrier_all()
+    return desc
+
+
+def member_teams(rt):
+    """(name, team or None) for a world, a strided split [1::2] / [0::2], and the first three PEs."""
+    odd = rt.team_world.split_strided(1, 2, rt.n_pes // 2)
+    even = rt.team_world.split_strided(0, 2, rt.n_pes // 2)
+    teams = [("world", rt.team_world), ("odd/even", odd or even)]
+    if rt.n_pes >= 3:
+        teams.append(("first3", rt.team_world.split_strided(0, 1, 3)))
+    return teams
+
+
+def destroy_teams(rt, teams):
+    for _, team in teams:
+        if team is not None and team is not rt.team_world:
+            team.destroy()
+
+
+@unishmem.jit
+def triton_queries(out, team, world, N_PES):
+    tl.store(out + 0, timpl.team_my_pe_impl(team))
+    tl.store(out + 1, timpl.team_n_pes_impl(team))
+    for i in range(0, N_PES):
+        tl.store(out + 2 + i, timpl.team_translate_pe_impl(team, i, world))  # -1 past the team's end
+        tl.store(out + 2 + N_PES + i, timpl.team_translate_pe_impl(world, i, team))
+    tl.store(out + 2 + 2 * N_PES, timpl.team_translate_pe_impl(team, -1, world))
+
+
+@spmd(sizes=SIZES)
+def test_triton_team_queries(rt):
+    n = rt.n_pes
+    world = team_descriptor(rt, rt.team_world, 0)
+    teams = member_teams(rt)
+    for name, team in teams:
+        desc = team_descriptor(rt, team, 0)
+        out = torch.full((3 + 2 * n,), -7, dtype=torch.int32)
+        if team is not None:
+            triton_queries[(1,)](out, desc.data_ptr(), world.data_ptr(), n)
+            expect = [team.my_pe, team.n_pes]
+            expect += [team.translate_pe(i, rt.team_world) if i < team.n_pes else -1 for i in range(n)]
+            expect += [rt.team_world.translate_pe(i, team) for i in range(n)]
+            assert out.tolist() == expect + [-1], (name, out.tolist(), expect)
+        rt.barrier_all()
+        rt.free(desc)
+    rt.free(world)
+    destroy_teams(rt, teams)
+
+
+@unishmem.jit
+def triton_barrier_rounds(counters, seen, team, world_pes, size, ROUNDS: tl.constexpr, SYNC: tl.constexpr):
+    # round k: add 1 to counter k of every member, pass the barrier, read my counter k, which must
+    # then hold exactly `size` (nobody adds to it after the barrier)
+    for k in range(ROUNDS):
+        for j in range(0, size):
+            shl.atomic_add(counters + k, 1, tl.load(world_pes + j))
+        if SYNC:
+            timpl.sync_impl(team)
+        else:
+            timpl.barrier_impl(team)
+        tl.store(seen + k, tl.load(counters + k))
+
+
+@spmd(sizes=SIZES)
+def test_triton_barrier_and_sync_repeated(rt):
+    rounds = 6
+    teams = member_teams(rt)
+    for name, team in teams:
+        desc = team_descriptor(rt, team, 0)
+        counters = rt.zeros(2 * rounds, dtype=torch.int64)
+        if team is not None:
+            pes = torch.tensor([team.translate_pe(i, rt.team_world) for i in range(team.n_pes)], dtype=torch.int32)
+            for sync in (0, 1):  # the same descriptor: its epoch goes on from the first kernel's
+                seen = torch.zeros(rounds, dtype=torch.int64)
+                triton_barrier_rounds[(1,)](counters[sync * rounds:], seen, desc.data_ptr(), pes, team.n_pes,
+                                            ROUNDS=rounds, SYNC=sync)
+                assert seen.tolist() == [team.n_pes] * rounds, (name, sync, seen.tolist())
+            # 2 kernels of `rounds` barriers: this PE's epoch counts them
+            assert desc[timpl.EPOCH.value].item() == 2 * rounds
+        rt.barrier_all()
+        rt.free(counters)
+        rt.free(desc)
+    destroy_teams(rt, teams)
+
+
+@unishmem.jit
+def triton_collectives(team, bcast, src, gathered, exchanged, sums, mins, maxs, prods, inplace, root, N,
+                       IN_PLACE_OP: tl.constexpr):
+    timpl.broadcast_impl(team, bcast, src, N, root)
+    timpl.fcollect_impl(team, gathered, src, N)
+    timpl.alltoall_impl(team, exchanged, gathered, N)
+    timpl.reduce_impl(team, sums, src, N, "sum")
+    timpl.reduce_impl(team, mins, src, N, "min")
+    timpl.reduce_impl(team, maxs, src, N, "max")
+    timpl.reduce_impl(team, prods, src, N, "prod")
+    timpl.reduce_impl(team, inplace, inplace, N, IN_PLACE_OP)  # dest is source
+
+
+@spmd(sizes=SIZES)
+def test_triton_collectives_on_teams_against_torch(rt):
+    n = 10
+    # a small scratch: the reduction goes in chunks of 1 to 5 elements, never a multiple of n
+    scratch = 40
+    teams = member_teams(rt)
+    for name, team in teams:
+        desc = team_descriptor(rt, team, scratch)
+        size = team.n_pes if team is not None else 1
+        for call, dtype in enumerate((torch.float32, torch.int64, torch.bfloat16)):
+            part = lambda i: (torch.arange(n) % 3 + 1 + i + call).double()  # noqa: E731  (member i's source)
+            src = rt.zeros(n, dtype=dtype)
+            # the same sizes on every PE (allocation is collective over the world); a team uses a prefix
+            bufs = [rt.zeros(k * n, dtype=dtype) for k in (1, rt.n_pes, rt.n_pes, 1, 1, 1, 1, 1)]
+            bcast, gathered, exchanged, sums, mins, maxs, prods, inplace = bufs
+            gathered, exchanged = gathered[:size * n], exchanged[:size * n]
+            if team is not None:
+                me = team.my_pe
+                src.copy_(part(me).to(dtype))
+                inplace.copy_(part(me).to(dtype))
+                root = (size - 1 + call) % size
+                triton_collectives[(1,)](desc.data_ptr(), bcast, src, gathered, exchanged, sums, mins, maxs, prods,
+                                         inplace, root, n, IN_PLACE_OP="sum" if call != 1 else "max")
+                parts = torch.stack([part(i) for i in range(size)])
+                assert torch.equal(bcast, parts[root].to(dtype)), (name, dtype)
+                assert torch.equal(gathered, parts.reshape(-1).to(dtype)), (name, dtype)
+                # block j of my gathered (member j's source) goes to member j: I receive mine from all
+                assert torch.equal(exchanged, parts[me].repeat(size).to(dtype)), (name, dtype)
+                for out, ref in ((sums, parts.sum(0)), (mins, parts.min(0).values), (maxs, parts.max(0).values),
+                                 (prods, parts.prod(0))):
+                    assert torch.equal(out, ref.to(dtype)), (name, dtype, out, ref)
+                assert torch.equal(inplace, (parts.max(0).values if call == 1 else parts.sum(0)).to(dtype))
+            rt.barrier_all()
+            for t in [src] + bufs:
+                rt.free(t)
+        rt.free(desc)
+    destroy_teams(rt, teams)
 
 
 @unishmem.jit

@@ -84,3 +84,24 @@ def test_nested_split_and_translation(rt):
         tail.destroy()
     rt.barrier(first3)
     first3.destroy()
+
+
+@spmd
+def test_device_args_give_the_members_as_world_pes(rt):
+    # (start, stride, size) in world PEs: what the device team descriptor holds (NOTE [team descriptor])
+    assert rt.team_world.device_args() == (0, 1, rt.n_pes)
+    evens = rt.team_world.split_strided(0, 2, (rt.n_pes + 1) // 2)
+    odds = rt.team_world.split_strided(1, 2, rt.n_pes // 2) if rt.n_pes > 1 else None
+    mine = evens or odds
+    assert mine.device_args() == (rt.my_pe % 2, 2 if mine.n_pes > 1 else 1, mine.n_pes)  # one member: stride 1
+    if rt.n_pes == 4:
+        x, y = rt.team_world.split_2d(2)
+        assert x.device_args() == (rt.my_pe - rt.my_pe % 2, 1, 2)
+        assert y.device_args() == (rt.my_pe % 2, 2, 2)
+        tail = x.split_strided(1, 1, 1)  # a split of a split: still in world PEs
+        if rt.my_pe % 2 == 1:
+            assert tail.device_args() == (rt.my_pe, 1, 1)
+            tail.destroy()
+        x.destroy()
+        y.destroy()
+    mine.destroy()

@@ -35,6 +35,8 @@ constexpr bool kTeamBarrierOnStream = true;
 constexpr bool kFcollectOnStream = true;
 constexpr bool kSignalOpOnStream = true;
 constexpr bool kReduceOnStream = true;  // false: blocking host reduction after a stream sync
+// Kernels take nvshmem_team_t and NVSHMEM's own team functions: no team descriptor (NOTE [team descriptor]).
+constexpr std::size_t kTeamDescriptorBytes = 0;
 
 // ---- device runtime --------------------------------------------------------------------------
 

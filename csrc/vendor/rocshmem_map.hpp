@@ -48,6 +48,9 @@ constexpr bool kFcollectOnStream = false;     // rocSHMEM has no fcollectmem_on_
 constexpr bool kSignalOpOnStream = false;     // rocSHMEM has no signal_op_on_stream: a host uint64 atomic after a stream sync
 constexpr bool kReduceOnStream = false;       // host rocshmem_ctx_<T>_<op>_reduce after a stream sync;
                                               // rocshmem_ctx_<T>_<op>_reduce_on_stream (3.5) unused yet
+// rocSHMEM's bitcode has no C-linkage team functions: unishmem.language computes them in Triton from a
+// descriptor per team in the symmetric heap, and team.handle is its address (NOTE [team descriptor]).
+constexpr std::size_t kTeamDescriptorBytes = 32768;
 
 [[noreturn]] inline void missing(const char* call) {
   throw Error(ErrorKind::generic, std::string("rocSHMEM has no ") + call);

@@ -111,7 +111,9 @@ VendorBackend::VendorBackend(const std::string& unique_id, int pe, int n_pes, in
     heap_ = lib::sym_malloc(heap_size);
     const std::size_t ctl_bytes = (std::size_t(kMaxTeams) * 2 * n_pes + 2) * kRecordWords * 8;
     ctl_ = static_cast<std::uint64_t*>(lib::sym_malloc(ctl_bytes));
-    if (!heap_ || !ctl_)
+    if constexpr (lib::kTeamDescriptorBytes > 0)
+      desc_ = static_cast<std::uint64_t*>(lib::sym_malloc(std::size_t(kMaxTeams) * lib::kTeamDescriptorBytes));
+    if (!heap_ || !ctl_ || (lib::kTeamDescriptorBytes > 0 && !desc_))
       throw Error(ErrorKind::unavailable, lib_name + " could not allocate the symmetric heap of " +
                                               std::to_string(heap_size) + " bytes plus " + std::to_string(ctl_bytes) +
                                               " control bytes; lower heap_size or raise the library's symmetric "
@@ -142,6 +144,13 @@ VendorBackend::VendorBackend(const std::string& unique_id, int pe, int n_pes, in
       if (!node) throw Error(ErrorKind::unavailable, "no node group given for PE " + std::to_string(pe));
       add_team(kTeamNode, *node);
     }
+    if (desc_) {  // NOTE [team descriptor]: zeroed everywhere before any kernel can signal into one
+      clear_descriptors(0, kMaxTeams);
+      write_descriptor(kTeamWorld);
+      write_descriptor(kTeamNode);
+      lib::barrier_all_on_stream(stream_);
+      rt_check(lib::rt_stream_sync(stream_), "stream synchronize");
+    }
   } catch (...) {
     // Leave collectively where possible: every PE reaches the same failure here.
     release(true);
@@ -156,6 +165,8 @@ VendorBackend::~VendorBackend() {
 
 void VendorBackend::release(bool collective) {
   if (collective && g_library_active) {
+    if (desc_) lib::sym_free(desc_);
+    desc_ = nullptr;
     if (ctl_) lib::sym_free(ctl_);
     if (heap_) lib::sym_free(heap_);
     ctl_ = nullptr;
@@ -223,6 +234,41 @@ void VendorBackend::add_team(int slot, lib::Team handle) {
   t.my_index = lib::team_my_pe(handle);
   if (n == n_pes_) t.channel = kTeamWorld;  // its barrier is barrier_all: it meets the world's calls
   teams_[slot] = std::move(t);
+  if (desc_ && slot != kTeamNode) write_descriptor(slot);  // the node team's is written at init, after the clear
+}
+
+std::uint64_t* VendorBackend::descriptor(int slot) const {
+  return desc_ + std::size_t(slot) * (lib::kTeamDescriptorBytes / 8);
+}
+
+void VendorBackend::write_descriptor(int slot) {
+  const TeamEntry& t = team_ref(slot);
+  const std::int64_t n = std::int64_t(t.members.size());
+  const std::int64_t stride = n > 1 ? t.members[1] - t.members[0] : 1;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (t.members[i] != t.members[0] + i * stride)
+      throw Error(ErrorKind::generic, "team in slot " + std::to_string(slot) + " is not a strided set of world PEs; "
+                                      "its device descriptor cannot describe it");
+  std::uint64_t header[4] = {};
+  header[kDescStart] = std::uint64_t(t.members[0]);
+  header[kDescStride] = std::uint64_t(stride);
+  header[kDescSize] = std::uint64_t(n);
+  header[kDescScratchBytes] = lib::kTeamDescriptorBytes - kDescScratchOffset;
+  std::memcpy(pinned_, header, sizeof header);
+  rt_check(lib::rt_copy_to_device(descriptor(slot), pinned_, sizeof header, stream_), "copy to device");
+  rt_check(lib::rt_stream_sync(stream_), "stream synchronize");  // pinned_ is reused; kernels read it next
+}
+
+void VendorBackend::clear_descriptors(int first, int count) {
+  const std::vector<std::uint64_t> zeros(std::size_t(count) * lib::kTeamDescriptorBytes / 8, 0);
+  rt_check(lib::rt_copy_to_device(descriptor(first), zeros.data(), zeros.size() * 8, stream_), "copy to device");
+  rt_check(lib::rt_stream_sync(stream_), "stream synchronize");
+}
+
+std::int64_t VendorBackend::team_device_handle(int team) const {
+  const TeamEntry& t = team_ref(team);  // checks the slot
+  if (desc_) return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(descriptor(team)));
+  return lib::team_value(t.handle);
 }
 
 std::uint64_t* VendorBackend::slot(int team, int parity, int pe) const {
@@ -427,6 +473,7 @@ void VendorBackend::team_destroy(int team) {
   enter(team, Call{.op = CallOp::team_destroy});  // collective over the team, as in OpenSHMEM
   lib::team_destroy(team_ref(team).handle);
   teams_[team].reset();
+  if (desc_) clear_descriptors(team, 1);  // NOTE [team descriptor]: fresh counters for the slot's next team
 }
 
 // ---- RMA, signals, atomics -------------------------------------------------------------------

@@ -40,6 +40,16 @@ namespace unishmem::vendor {
 constexpr int kMaxTeams = 32;
 constexpr int kRecordWords = kCallWords + 1;  // 64 bytes per PE and call: a Call, then a word not compared
 
+// NOTE [team descriptor] (layout in pysrc/unishmem/language/_triton_impl.py; keep the two in step):
+// where lib::kTeamDescriptorBytes > 0, every team slot owns that many bytes of a symmetric buffer,
+// at the same offset on every PE: int64 words start, stride, size (members are world PEs start +
+// i * stride), scratch bytes, then this PE's epoch and the round counters that the Triton barrier
+// uses, and from byte kDescScratchOffset the reduction scratch. The header is written when a team
+// is made; the rest is zeroed at init and when the team is destroyed (after its last barrier, so no
+// member still signals into it, and before the slot can be claimed again).
+constexpr int kDescStart = 0, kDescStride = 1, kDescSize = 2, kDescScratchBytes = 3;
+constexpr std::size_t kDescScratchOffset = 512;
+
 struct TeamEntry {
   lib::Team handle;
   std::vector<int> members;  // world PEs in team order
@@ -83,7 +93,7 @@ class VendorBackend final : public Backend {
   int team_split_strided(int parent, int start, int stride, int size) override;
   std::pair<int, int> team_split_2d(int parent, int xrange) override;
   void team_destroy(int team) override;
-  std::int64_t team_device_handle(int team) const override { return lib::team_value(team_ref(team).handle); }
+  std::int64_t team_device_handle(int team) const override;
 
   void put(Addr dest, Addr source, std::size_t bytes, int pe, Stream s) override;
   void get(Addr dest, Addr source, std::size_t bytes, int pe, Stream s) override;
@@ -126,6 +136,9 @@ class VendorBackend final : public Backend {
   void require_full_mode(const char* call) const;
   int claim_slots(int parent, const Call& split, int count, int* second);
   void add_team(int slot, lib::Team handle);
+  std::uint64_t* descriptor(int slot) const;
+  void write_descriptor(int slot);   // NOTE [team descriptor]: the header, from the team's members
+  void clear_descriptors(int first, int count);
   std::uint64_t read_local(Addr addr, std::size_t size);
   template <class Done, class Describe> void wait(Done&& done, Describe&& describe);
   void release(bool collective);
@@ -137,6 +150,7 @@ class VendorBackend final : public Backend {
   host::WaitCheck check_;
   void* heap_ = nullptr;
   std::uint64_t* ctl_ = nullptr;  // symmetric control buffer (NOTE [vendor exchange])
+  std::uint64_t* desc_ = nullptr; // symmetric team descriptors, one per slot (NOTE [team descriptor]); null if unused
   std::vector<Addr> peer_base_;   // each PE's heap base in this process's address space; 0 if unreachable
   lib::Stream stream_{};          // private, non-blocking
   std::uint64_t* pinned_ = nullptr;  // page-locked host buffer for records and polled words

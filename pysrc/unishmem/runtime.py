@@ -127,6 +127,17 @@ class Team:
         _check_pe(pe, self.n_pes, f"pe of {self.name}")
         return self._rt._native.team_translate_pe(h, pe, self._rt._team(other_team)._slot)
 
+    def device_args(self) -> tuple[int, int, int]:
+        """(start, stride, size): the team's members are the world PEs start + i * stride for
+        i < size, in team order. For kernels that need the team's shape themselves; it is also
+        the header of the device team descriptor (NOTE [team descriptor] in
+        unishmem/language/_triton_impl.py). Every unishmem team is such a progression."""
+        h = self._check()
+        world = self._rt.team_world._slot
+        start = self._rt._native.team_translate_pe(h, 0, world)
+        stride = self._rt._native.team_translate_pe(h, 1, world) - start if self.n_pes > 1 else 1
+        return start, stride, self.n_pes
+
     def split_strided(self, start: int, stride: int, size: int) -> Team | None:
         """Collective over this team: members start, start+stride, ... (size of them).
         Returns None on PEs that are not members."""

@@ -1,7 +1,9 @@
 """unishmem.language: the Triton device library. Kernels call NVSHMEM (CUDA targets) or rocSHMEM
 (HIP targets) device functions as extern calls, and the host backend's primitives under
 TRITON_INTERPRET=1. Every function is generated from one table (_table.py); the vendor
-differences live in _vendor.py. Launch kernels that use it with @unishmem.jit.
+differences live in _vendor.py. Where a vendor has no device function for a row, the row is
+written in Triton here (_triton_impl.py: team queries and collectives on rocSHMEM).
+Launch kernels that use it with @unishmem.jit.
 
     @unishmem.jit
     def ring_put(buf, sig, N: tl.constexpr):

@@ -14,9 +14,10 @@ import numpy as np
 import triton.language as tl
 
 from ..errors import NotAvailableError
-from . import _host, _triton_impl
+from . import _host
 from ._table import ATOMICS, NULL, DeviceFn, Missing, Sym, Triton
-from ._vendor import (AMO_TYPES, CMP_VALUES, CONSUME_TOKEN_CONSTRAINTS, SCOPES, SIGNAL_VALUES, THREAD_ID, TYPE_TABLES, VENDOR_OF_BACKEND, WARP_SIZE)
+from ._vendor import (AMO_TYPES, CMP_VALUES, CONSUME_TOKEN_CONSTRAINTS, SCOPES, SIGNAL_VALUES, TEAM_TYPE,
+                      THREAD_ID, TYPE_TABLES, VENDOR_OF_BACKEND, WARP_SIZE)
 
 REDUCE_OPS = ("sum", "min", "max", "prod")
 SIGNAL_NAMES = {0: "set", 1: "add"}
@@ -67,8 +68,8 @@ def _type_name(fn: DeviceFn, vendor: str, elem) -> str:
     return names[elem]
 
 
-_IR_TYPES = {"size": tl.int64, "pe": tl.int32, "team": tl.int32, "u64": tl.uint64, "i32": tl.int32,
-             "sigop": tl.int32, "cmp": tl.int32}
+_IR_TYPES = {"size": tl.int64, "pe": tl.int32, "u64": tl.uint64, "i32": tl.int32, "sigop": tl.int32,
+             "cmp": tl.int32}
 
 
 def _extern_arg(semantic, kind: str, value, elem, vendor: str, what: str):
@@ -80,6 +81,8 @@ def _extern_arg(semantic, kind: str, value, elem, vendor: str, what: str):
         if constant not in table[vendor]:
             raise ValueError(f"{what}={constant!r} is not one of shl.{names}")
         return semantic.to_tensor(table[vendor][constant])
+    if kind == "team":
+        return _as(semantic, value, TEAM_TYPE[vendor])
     return _as(semantic, value, elem if kind == "val" else _IR_TYPES[kind])
 
 
@@ -183,6 +186,8 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator):
         raise NotAvailableError(fn.name, vendor,
                                 f"{fn.name} is not available when compiling for {vendor}: {sym.reason}")
     if isinstance(sym, Triton):
+        from . import _triton_impl
+
         return generator.call_JitFunction(getattr(_triton_impl, sym.impl), [args[n] for n, _ in fn.params], {})
     kinds = dict(fn.params)
     for name, _ in fn.params:
@@ -316,6 +321,8 @@ def device_function(row: DeviceFn):
         host = getattr(_host, row.host)
         interpreted = lambda a: _interpreted(row, host, a)  # noqa: E731
     else:  # the row's Triton implementation, interpreted too
+        from . import _triton_impl
+
         impl = getattr(_triton_impl, row.symbols["nvshmem"].impl)
         interpreted = lambda a: impl(*(a[n] for n, _ in row.params))  # noqa: E731
     return _make(row.name, row.params, row.doc, lambda a, s, g: _compiled(row, a, s, g), interpreted, row.optional)

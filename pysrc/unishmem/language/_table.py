@@ -2,6 +2,10 @@
 name, parameters, result, who issues it, its host implementation (interpreter) and its symbol in
 each vendor's bitcode. unishmem.language generates the public functions from these rows.
 
+A vendor's entry is a Sym (its bitcode has the function with C linkage), Missing (no such function:
+compiling for it fails with the reason) or Triton (NOTE [triton rows]: unishmem.language implements
+it in Triton for that vendor, in _triton_impl.py).
+
 Symbol templates are filled per target: {pre}/{suf} from the scope (see _vendor.SCOPES), {T} from
 the element type of the first pointer parameter, {op} from a reduction op, {sigop} from a signal op.
 """
@@ -43,7 +47,7 @@ class DeviceFn:
                                          # "*_sends": after a block barrier, so it sends what every thread
                                          # stored before it (puts of every scope, NOTE [execution rule])
     host: str                            # name of the host implementation in _host.py
-    symbols: dict                        # vendor -> Sym | Missing
+    symbols: dict                        # vendor -> Sym | Missing | Triton
     scope: str = ""                      # "", "_block" or "_warp": picks {pre}/{suf}
     types: str | None = None             # type table for {T}: "rma", "wait" or "reduce"
     doc: str = ""
@@ -66,15 +70,10 @@ def issue_of(scope: str, reads_local: bool = False, blocking_get: bool = False) 
     if blocking_get and issue != "all":
         return issue + "_synced"
     return issue + "_sends" if reads_local else issue
-NO_TEAMS = Missing("rocSHMEM's device bitcode exports no C-linkage team functions (they are C++ only)")
-NO_COLL = Missing("rocSHMEM's device bitcode exports no C-linkage broadcast, fcollect or alltoall")
-# rocSHMEM's src/device/rocshmem_wrapper.cc has no rocshmem_<T>_<op>_reduce_wg: its device reductions are
-# C++ only, rocshmem_ctx_<T>_<op>_reduce_wg(rocshmem_ctx_t, rocshmem_team_t, T*, const T*, int), and
-# rocshmem_team_t is a pointer (0 is ROCSHMEM_TEAM_INVALID). A Triton reduction over put/signal would
-# fill this row (the device-library issue); until then compiling it fails here, with this reason.
-NO_REDUCE = Missing("rocSHMEM's device bitcode exports no C-linkage reduction (rocshmem_<T>_<op>_reduce_wg does "
-                    "not exist; its reductions are C++ only and take a rocshmem_team_t pointer); use the host "
-                    "rt.reduce, or the NVSHMEM target, until unishmem.language implements it over put/signal")
+# rocSHMEM's src/device/rocshmem_wrapper.cc exports no C-linkage team query, team barrier/sync,
+# broadcast, fcollect, alltoall or reduction: those are C++ only and take a rocshmem_team_t pointer
+# (there is no rocshmem_<T>_<op>_reduce_wg). unishmem.language computes them in Triton from the
+# team descriptor (NOTE [team descriptor]) over my_pe, putmem_wg, uint64 atomics and waits.
 
 
 def both(template: str, **kw) -> dict:
@@ -118,11 +117,11 @@ def _rows() -> list[DeviceFn]:
         DeviceFn("my_pe", (), "i32", "all", "my_pe", both("{pre}my_pe"), doc="This PE's number in the world team."),
         DeviceFn("n_pes", (), "i32", "all", "n_pes", both("{pre}n_pes"), doc="The number of PEs in the world team."),
         DeviceFn("team_my_pe", (("team", "team"),), "i32", "all", "team_my_pe",
-                 {"nvshmem": Sym("nvshmem_team_my_pe"), "rocshmem": NO_TEAMS}),
+                 {"nvshmem": Sym("nvshmem_team_my_pe"), "rocshmem": Triton("team_my_pe_impl")}),
         DeviceFn("team_n_pes", (("team", "team"),), "i32", "all", "team_n_pes",
-                 {"nvshmem": Sym("nvshmem_team_n_pes"), "rocshmem": NO_TEAMS}),
+                 {"nvshmem": Sym("nvshmem_team_n_pes"), "rocshmem": Triton("team_n_pes_impl")}),
         DeviceFn("team_translate_pe", (("src_team", "team"), ("pe", "pe"), ("dst_team", "team")), "i32", "all",
-                 "team_translate_pe", {"nvshmem": Sym("nvshmem_team_translate_pe"), "rocshmem": NO_TEAMS}),
+                 "team_translate_pe", {"nvshmem": Sym("nvshmem_team_translate_pe"), "rocshmem": Triton("team_translate_pe_impl")}),
         DeviceFn("remote_ptr", (("ptr", "ptr"), ("pe", "pe")), "ptr", "all", "remote_ptr", both("{pre}ptr"),
                  blocks=True, doc="`ptr` (a pointer or a block of them) on PE `pe`, for direct loads and stores; "
                                   "null where not reachable."),
@@ -170,21 +169,21 @@ def _rows() -> list[DeviceFn]:
         DeviceFn("barrier_all_block", (), None, "all", "barrier_all", both("{pre}barrier_all{suf}"), scope="_block"),
         DeviceFn("sync_all_block", (), None, "all", "sync_all", both("{pre}sync_all{suf}"), scope="_block"),
         DeviceFn("barrier", (("team", "team"),), None, "one_synced", "barrier",
-                 {"nvshmem": Sym("nvshmem_barrier"), "rocshmem": NO_TEAMS}),
+                 {"nvshmem": Sym("nvshmem_barrier"), "rocshmem": Triton("barrier_impl")}),
         DeviceFn("sync", (("team", "team"),), None, "one_synced", "sync",
-                 {"nvshmem": Sym("nvshmem_team_sync"), "rocshmem": NO_TEAMS}),
+                 {"nvshmem": Sym("nvshmem_team_sync"), "rocshmem": Triton("sync_impl")}),
         DeviceFn("broadcast", (("team", "team"), ("dest", "ptr"), ("source", "ptr"), ("nelems", "size"),
                                ("root", "pe")), None, "all", "broadcast",
-                 {"nvshmem": Sym("{pre}{T}_broadcast{suf}"), "rocshmem": NO_COLL}, scope="_block", types="rma"),
+                 {"nvshmem": Sym("{pre}{T}_broadcast{suf}"), "rocshmem": Triton("broadcast_impl")}, scope="_block", types="rma"),
         DeviceFn("fcollect", (("team", "team"), ("dest", "ptr"), ("source", "ptr"), ("nelems", "size")), None,
-                 "all", "fcollect", {"nvshmem": Sym("{pre}{T}_fcollect{suf}"), "rocshmem": NO_COLL},
+                 "all", "fcollect", {"nvshmem": Sym("{pre}{T}_fcollect{suf}"), "rocshmem": Triton("fcollect_impl")},
                  scope="_block", types="rma"),
         DeviceFn("alltoall", (("team", "team"), ("dest", "ptr"), ("source", "ptr"), ("nelems", "size")), None,
-                 "all", "alltoall", {"nvshmem": Sym("{pre}{T}_alltoall{suf}"), "rocshmem": NO_COLL},
+                 "all", "alltoall", {"nvshmem": Sym("{pre}{T}_alltoall{suf}"), "rocshmem": Triton("alltoall_impl")},
                  scope="_block", types="rma"),
         DeviceFn("reduce", (("team", "team"), ("dest", "ptr"), ("source", "ptr"), ("nelems", "size"),
                             ("op", "redop")), None, "all", "reduce",
-                 {"nvshmem": Sym("{pre}{T}_{op}_reduce{suf}"), "rocshmem": NO_REDUCE},
+                 {"nvshmem": Sym("{pre}{T}_{op}_reduce{suf}"), "rocshmem": Triton("reduce_impl")},
                  scope="_block", types="reduce"),
     ]
     for scope in ("", "_block", "_warp"):

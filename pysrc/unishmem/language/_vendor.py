@@ -1,6 +1,6 @@
 """NOTE [vendor mapping]: every difference between NVSHMEM and rocSHMEM that the device library
 sees lives in this file, once: symbol prefixes and scope suffixes, enum numbering, the type names
-in symbols, and the warp width. Everything else is written once for both."""
+in symbols, the team handle's type, and the warp width. Everything else is written once for both."""
 import triton.language as tl
 
 # Triton backend name -> vendor library
@@ -45,6 +45,10 @@ AMO_TYPES = {tl.int32: "int", tl.int64: "long", tl.uint32: "uint", tl.uint64: "u
 TYPE_TABLES = {"rma": RMA_TYPES, "wait": WAIT_TYPES, "reduce": REDUCE_TYPES}
 
 WARP_SIZE = {"nvshmem": 32, "rocshmem": 64}
+
+# What `team.handle` is in a kernel: NVSHMEM's nvshmem_team_t (int32); on rocSHMEM the address of
+# unishmem's team descriptor in the symmetric heap (NOTE [team descriptor]), as int64.
+TEAM_TYPE = {"nvshmem": tl.int32, "rocshmem": tl.int64}
 
 # How a kernel reads its thread id: PTX inline assembly on CUDA; on HIP the work-item id from the
 # OpenCL kernel library that Triton links for AMD targets.
