@@ -271,11 +271,12 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   m.def("bench_memcpy", &host::bench::memcpy_seconds, py::arg("dest"), py::arg("source"), py::arg("nbytes"),
         py::arg("iters"), py::arg("chunk") = 0);
   m.def("bench_raw_pingpong", &host::bench::raw_pingpong_seconds, py::arg("mine"), py::arg("theirs"),
-        py::arg("iters"), py::arg("initiator"), py::arg("start"), py::arg("timeout_s"));
+        py::arg("iters"), py::arg("initiator"), py::arg("start"), py::arg("timeout_s"), py::arg("samples") = 0);
   m.def("bench_signal_pingpong", &host::bench::signal_pingpong_seconds, py::arg("backend"), py::arg("dest"),
         py::arg("source"), py::arg("nbytes"), py::arg("sig"), py::arg("peer"), py::arg("iters"),
-        py::arg("initiator"), py::arg("start"));
-  m.def("bench_barrier", &host::bench::barrier_seconds, py::arg("backend"), py::arg("team"), py::arg("iters"));
+        py::arg("initiator"), py::arg("start"), py::arg("samples") = 0);
+  m.def("bench_barrier", &host::bench::barrier_seconds, py::arg("backend"), py::arg("team"), py::arg("iters"),
+        py::arg("samples") = 0);
 #endif
 #ifdef UNISHMEM_VENDOR
   using vendor::VendorBackend;

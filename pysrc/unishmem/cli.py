@@ -79,6 +79,17 @@ def _scale_list(text: str) -> list[int]:
     return [] if text in ("", "none") else _pe_list(text)
 
 
+def _load(text: str) -> int:
+    """argparse type: how many busy processes run beside the benchmark's jobs, 0 to 64."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of busy processes from 0 to 64")
+    return n
+
+
 def _size(text: str) -> int:
     from . import parse_size
 
@@ -100,7 +111,7 @@ def _bench(parser: argparse.ArgumentParser, args) -> int:
             bench.check_output_path(args.json, "--json")
         if args.plot:
             bench.check_output_path(args.plot, "--plot")
-        return bench.run(plan, args.json, args.plot, skip=set(args.skip or ()))
+        return bench.run(plan, args.json, args.plot, skip=set(args.skip or ()), load=args.load)
     except (ValueError, RuntimeError) as e:
         print(f"unishmem bench: {e}", file=sys.stderr)
         return 2
@@ -147,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--max-size", type=_size, metavar="SIZE", help="largest message, e.g. 4M (default 256M for "
                                                                       "put/get, 64M for collectives)")
     bench.add_argument("--skip", action="append", choices=("mpi", "gloo"), help="leave out a reference")
+    bench.add_argument("--load", type=_load, default=0, metavar="N",
+                       help="run N busy processes beside every job, to measure a machine whose cores are shared")
     args = parser.parse_args(_split_program(argv if argv is not None else sys.argv[1:]))
     if args.command == "info":
         return _info()
