@@ -5,11 +5,13 @@
 // NOTE [wait phases]:
 // 1. kMinSpinPolls plain loads: a peer that is answering right now (~100 ns) is seen at once.
 // 2. A spin with `pause` between polls, for the thread's budget (SpinState). The budget is
-//    learnt from the waits that outlived it: one that ended within kMaxSpin would have been
-//    caught by a longer spin, so the budget grows to twice that wait; one that took far longer
-//    (the peer was descheduled, or is slow) halves it. A machine whose cores are shared thus
-//    spins less, and one that frees up spins again after one short wait, instead of the old
-//    rule that turned spinning off for good after one slow yield.
+//    learnt from the waits that outlived it: one whose answer came within kMaxSpin would have
+//    been caught by a longer spin, so the budget grows to twice that; one answered later (the
+//    peer was descheduled, or is slow) halves it. A machine whose cores are shared thus spins
+//    less, and one that frees up spins again after one quick answer, instead of the old rule
+//    that turned spinning off for good after one slow yield. When the answer came is when the
+//    writer rang (`rung_ns`), not when the sleeper woke: on a busy machine a wake-up alone can
+//    take longer than kMaxSpin, and counting it would turn spinning off for good again.
 // 3. Sleep in FUTEX_WAIT on a Doorbell: the writer whose store can end the wait rings it
 //    (ring(): one load when nobody sleeps, a FUTEX_WAKE when somebody does), so a sleeping
 //    PE gives its core away and still wakes within a scheduler wake-up. The sleep has a
@@ -41,6 +43,7 @@ struct WaitPolicy {
 struct alignas(64) Doorbell {
   std::uint32_t seq = 0;       // bumped by every ring that finds sleepers; the futex word
   std::uint32_t sleepers = 0;  // threads (of any PE) asleep on it, or about to be
+  std::int64_t rung_ns = 0;    // steady_clock (system-wide) time of the last such ring
 };
 
 // The spin the next wait of a thread starts with (NOTE [wait phases]).
@@ -69,6 +72,8 @@ void futex_wake_all(Doorbell& bell);
 inline void ring(Doorbell& bell) {
   std::atomic_thread_fence(std::memory_order_seq_cst);  // the store is visible before we look for sleepers
   if (std::atomic_ref<std::uint32_t>(bell.sleepers).load(std::memory_order_seq_cst) == 0) return;
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  std::atomic_ref<std::int64_t>(bell.rung_ns).store(std::chrono::nanoseconds(now).count(), std::memory_order_relaxed);
   std::atomic_ref<std::uint32_t>(bell.seq).fetch_add(1, std::memory_order_seq_cst);
   futex_wake_all(bell);
 }
@@ -81,10 +86,11 @@ inline void cpu_relax() {
 #endif
 }
 
-// The new budget after a wait that spun `budget_s` and took `waited_s` in all (NOTE [wait phases]).
-inline double learn_spin(double budget_s, double waited_s, double max_spin_s) {
-  if (waited_s <= budget_s) return budget_s;  // the spin caught it
-  if (waited_s <= max_spin_s) return std::min(max_spin_s, 2 * waited_s);
+// The new budget after a wait that spun `budget_s` and was answered `answered_s` after it
+// began (NOTE [wait phases]).
+inline double learn_spin(double budget_s, double answered_s, double max_spin_s) {
+  if (answered_s <= budget_s) return budget_s;  // the spin caught it
+  if (answered_s <= max_spin_s) return std::min(max_spin_s, 2 * answered_s);
   return budget_s / 2 < 1e-7 ? 0.0 : budget_s / 2;
 }
 
@@ -97,9 +103,11 @@ void wait_for(Done&& done, Describe&& describe, const WaitPolicy& policy, SpinSt
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   const double budget = std::min(spin.budget_s, policy.max_spin_s);
-  auto learn = [&] {
-    spin.budget_s = learn_spin(budget, std::chrono::duration<double>(clock::now() - start).count(),
-                               policy.max_spin_s);
+  auto learn = [&] {  // after a sleep: the answer came with the last ring since the wait began, if any
+    const auto rung = clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::nanoseconds(
+        std::atomic_ref<std::int64_t>(bell.rung_ns).load(std::memory_order_relaxed))));
+    const auto answered = rung > start ? rung : clock::now();
+    spin.budget_s = learn_spin(budget, std::chrono::duration<double>(answered - start).count(), policy.max_spin_s);
   };
   if (budget > 0) {
     const auto until = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(budget));
