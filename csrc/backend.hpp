@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -74,6 +75,10 @@ class Backend {
   virtual void signal_op(Addr sig, std::uint64_t value, SignalOp op, int pe, Stream s) = 0;
   virtual std::uint64_t signal_wait_until(Addr sig, Cmp cmp, std::uint64_t value, Stream s) = 0;
   virtual std::uint64_t signal_fetch(Addr sig) = 0;
+  // The signal's value if it already satisfies the condition, found without waiting; nullopt if
+  // not, or where looking costs as much as waiting (a device copy). Lets a binding skip the GIL
+  // release of a wait that has nothing to wait for.
+  virtual std::optional<std::uint64_t> signal_ready(Addr, Cmp, std::uint64_t) { return std::nullopt; }
   // Typed point-to-point waits; `value` carries the bit pattern of a `type` value.
   virtual void wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value) = 0;
   virtual bool test(Addr ptr, DType type, Cmp cmp, std::uint64_t value) = 0;

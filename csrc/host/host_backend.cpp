@@ -98,8 +98,9 @@ template <class Fn> auto with_int_type(DType type, Fn&& fn) {
   throw Error(ErrorKind::value, "dtype code " + std::to_string(int(type)) + " is not int32, int64, uint32 or uint64");
 }
 
-// Per thread: programs of a launch wait concurrently, each adapting its own spin.
-thread_local std::optional<SpinState> t_spin;
+// Per thread and per doorbell (a peer's arrival, our inbox): programs of a launch wait
+// concurrently, each adapting its own spins.
+thread_local std::optional<std::array<SpinState, 2>> t_spin;
 thread_local std::string t_program;  // "program (x, y, z)" on a program's thread
 
 }  // namespace
@@ -107,8 +108,9 @@ thread_local std::string t_program;  // "program (x, y, z)" on a program's threa
 HostBackend::HostBackend(std::string token, int pe, int n_pes, std::size_t heap_size, WaitPolicy policy)
     : token_(std::move(token)), pe_(pe), n_pes_(n_pes), heap_size_(heap_size), policy_(policy),
       maps_(n_pes), pids_(n_pes, 0), allocator_(heap_size) {
-  // NOTE [wait phases] (wait.hpp): spin before yielding only where every PE can have a core.
-  policy_.spin_s = n_pes <= available_cpus() ? 2e-6 : 0.0;
+  // NOTE [wait phases] (wait.hpp): spin before sleeping only where every PE can have a core;
+  // with more PEs than cores a spinning PE holds the core that the awaited one needs.
+  policy_.max_spin_s = n_pes <= available_cpus() ? kMaxSpin : 0.0;
   if (n_pes < 1 || pe < 0 || pe >= n_pes)
     throw Error(ErrorKind::value, "PE " + std::to_string(pe) + " of " + std::to_string(n_pes) + " is out of range");
   // Every PE of the job is on this host and maps every segment, so the segments must fit
@@ -356,8 +358,13 @@ void HostBackend::wait(Done&& done, Describe&& describe, const WaitCond* conds, 
       if (m) b.set_waiting(&w, false);
     }
   } unmark{*this, me, marked};
-  if (!t_spin) t_spin = SpinState{policy_.spin_s};
-  wait_for(done, describe, policy_, *t_spin, [&] {
+  // A wait tied to one peer waits for its barrier arrival (the only such wait), which that peer
+  // rings on its `arrived` bell; any other wait is for a write into this PE's heap (our `inbox`).
+  if (!t_spin) t_spin.emplace().fill(SpinState{policy_.max_spin_s});
+  // A launch's programs are threads of this process, often more than its cores: they do not spin.
+  WaitPolicy policy = policy_;
+  if (!t_program.empty()) policy.max_spin_s = 0;
+  wait_for(done, describe, policy, (*t_spin)[awaited >= 0], bell_for(awaited), [&] {
     if (!marked) {
       me.what = t_program.empty() ? describe() : t_program + ": " + describe();
       set_waiting(&me, true);
@@ -371,12 +378,12 @@ void HostBackend::wait(Done&& done, Describe&& describe, const WaitCond* conds, 
   });
 }
 
-std::unique_lock<std::mutex> HostBackend::collective_turn() {
+HostBackend::Turn HostBackend::collective_turn() {
   std::unique_lock lock(collective_mu_, std::try_to_lock);
   if (!lock)  // a sibling program's collective: it ends through its own waits, so this one never holds alone
     wait([&] { return lock.try_lock(); },
          [] { return std::string("another program of this PE to finish its collective call"); }, WaitCond{.pe = -1});
-  return lock;
+  return Turn{std::move(lock), *this};
 }
 
 // ---- teams and internal exchange -------------------------------------------------------------
@@ -396,6 +403,7 @@ void HostBackend::team_barrier(int team) {
   Team& t = *teams_[c];
   const std::uint64_t e = ++t.epoch;
   store_release(ctl(pe_)->arrive[c].value, t.base[t.my_index] + e);
+  ring(ctl(pe_)->arrived);
   for (std::size_t i = 0; i < t.members.size(); ++i) {
     const int m = t.members[i];
     const std::uint64_t target = t.base[i] + e;
@@ -535,8 +543,10 @@ void HostBackend::free(Addr local) {
 
 // ---- RMA, signals, atomics ---------------------------------------------------------------------
 
+// Every write into a PE's heap rings its inbox: a wait there may be for this very word.
 void HostBackend::put(Addr dest, Addr source, std::size_t bytes, int pe, Stream) {
   std::memmove(reinterpret_cast<void*>(translate(dest, pe)), reinterpret_cast<const void*>(source), bytes);
+  ring(ctl(pe)->inbox);
 }
 
 void HostBackend::get(Addr dest, Addr source, std::size_t bytes, int pe, Stream) {
@@ -549,16 +559,22 @@ void HostBackend::signal_op(Addr sig, std::uint64_t value, SignalOp op, int pe, 
     s.fetch_add(value, std::memory_order_acq_rel);
   else
     s.store(value, std::memory_order_release);
+  ring(ctl(pe)->inbox);
 }
 
 void HostBackend::put_signal(Addr dest, Addr source, std::size_t bytes, Addr sig, std::uint64_t value, SignalOp op,
                              int pe, Stream s) {
-  put(dest, source, bytes, pe, s);
-  signal_op(sig, value, op, pe, s);  // release: the data is visible before the signal
+  std::memmove(reinterpret_cast<void*>(translate(dest, pe)), reinterpret_cast<const void*>(source), bytes);
+  signal_op(sig, value, op, pe, s);  // release: the data is visible before the signal; one ring for both
 }
 
 std::uint64_t HostBackend::signal_fetch(Addr sig) {
   return load_acquire(*reinterpret_cast<std::uint64_t*>(sig));
+}
+
+std::optional<std::uint64_t> HostBackend::signal_ready(Addr sig, Cmp cmp, std::uint64_t value) {
+  const std::uint64_t seen = load_acquire(*reinterpret_cast<std::uint64_t*>(sig));
+  return compare(seen, cmp, value) ? std::optional(seen) : std::nullopt;
 }
 
 std::uint64_t HostBackend::signal_wait_until(Addr sig, Cmp cmp, std::uint64_t value, Stream) {
@@ -620,7 +636,10 @@ void HostBackend::fence() { std::atomic_thread_fence(std::memory_order_seq_cst);
 std::uint64_t HostBackend::atomic(AtomicOp op, DType type, Addr dest, std::uint64_t value, std::uint64_t cond, int pe) {
   return with_int_type(type, [&](auto zero) {
     using T = decltype(zero);
-    return atomic_typed<T>(op, reinterpret_cast<T*>(translate(dest, pe)), from_bits<T>(value), from_bits<T>(cond));
+    const std::uint64_t old =
+        atomic_typed<T>(op, reinterpret_cast<T*>(translate(dest, pe)), from_bits<T>(value), from_bits<T>(cond));
+    if (op != AtomicOp::fetch) ring(ctl(pe)->inbox);
+    return old;
   });
 }
 

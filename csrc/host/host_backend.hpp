@@ -36,8 +36,9 @@ struct WaitCond {
 };
 
 // NOTE [control area]: every word is written only by the PE that owns the segment and read
-// by its peers (except `deadlock_verdict`, see NOTE [deadlock]); that single-writer rule is what
-// lets the barrier and the collective check work without locks.
+// by its peers (except `deadlock_verdict`, see NOTE [deadlock], and the doorbells, which are
+// futex words: NOTE [wait phases]); that single-writer rule is what lets the barrier and the
+// collective check work without locks.
 struct alignas(64) Padded {
   std::uint64_t value;
 };
@@ -54,6 +55,8 @@ struct ControlArea {
   WaitCond wait_conds[kMaxWaiters];
   Padded deadlock_verdict;          // written by the PE that found a deadlock: our `waits` value then
   Padded blamed;                    // 1 + the PE this PE's PeerFailure named; 0 if none
+  Doorbell inbox;                   // rung by every write into this PE's heap (put, signals, atomics)
+  Doorbell arrived;                 // rung by this PE when it arrives at a barrier
   // Each PE's current Call per channel, by barrier parity (NOTE [collective check]).
   std::uint64_t calls[kMaxTeams][2][kRecordWords];
 };
@@ -120,6 +123,7 @@ class HostBackend final : public Backend {
   void signal_op(Addr sig, std::uint64_t value, SignalOp op, int pe, Stream) override;
   std::uint64_t signal_wait_until(Addr sig, Cmp cmp, std::uint64_t value, Stream) override;
   std::uint64_t signal_fetch(Addr sig) override;
+  std::optional<std::uint64_t> signal_ready(Addr sig, Cmp cmp, std::uint64_t value) override;
   void wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value) override;
   bool test(Addr ptr, DType type, Cmp cmp, std::uint64_t value) override;
   std::size_t wait_until_any(Addr ptr, std::size_t stride, DType type, Cmp cmp,
@@ -168,8 +172,19 @@ class HostBackend final : public Backend {
   };
   void set_waiting(Waiter* w, bool waiting);
   void publish_waits();  // with waiters_mu_ held
-  // Collectives of one PE take turns: programs of a launch may call them concurrently.
-  std::unique_lock<std::mutex> collective_turn();
+  // Collectives of one PE take turns: programs of a launch may call them concurrently. Giving
+  // the turn back rings our inbox, where a sibling waiting for it sleeps.
+  struct Turn {
+    std::unique_lock<std::mutex> lock;
+    HostBackend& b;
+    ~Turn() {
+      lock.unlock();
+      if (!b.finalized_) ring(b.ctl(b.pe_)->inbox);  // finalized: the segment is unmapped
+    }
+  };
+  Turn collective_turn();
+  // The doorbell a wait sleeps on: see wait().
+  Doorbell& bell_for(int awaited) { return awaited >= 0 ? ctl(awaited)->arrived : ctl(pe_)->inbox; }
   std::string failure_of(int pe, int awaited) const;
   void check_peers(const std::string& waiting_for, int awaited);
   bool holds(const WaitCond& cond) const;

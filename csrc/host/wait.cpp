@@ -1,9 +1,15 @@
 #include "wait.hpp"
 
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstdio>
+#include <ctime>
 #include <thread>
 
 #include "../backend.hpp"
@@ -25,5 +31,15 @@ void raise_timeout(const std::string& what, double seconds) {
   throw Error(ErrorKind::timeout, "gave up after " + std::to_string(int(seconds)) + " s waiting for " + what +
                                       " (UNISHMEM_WAIT_TIMEOUT sets the limit)");
 }
+
+// Not FUTEX_PRIVATE: sleepers and wakers are different processes mapping the same segment.
+bool futex_sleep(Doorbell& bell, std::uint32_t seen, std::chrono::nanoseconds timeout) {
+  const auto ns = timeout.count();
+  const timespec ts{time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
+  if (syscall(SYS_futex, &bell.seq, FUTEX_WAIT, seen, &ts, nullptr, 0) == 0) return true;
+  return errno != EINTR;  // EAGAIN: rung in between; ETIMEDOUT: look again
+}
+
+void futex_wake_all(Doorbell& bell) { syscall(SYS_futex, &bell.seq, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0); }
 
 }  // namespace unishmem::host

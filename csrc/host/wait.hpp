@@ -1,22 +1,34 @@
-// Waiting on shared memory without hanging silently: spin briefly, then yield,
-// then sleep with back-off (so 8 PEs on 2 cores progress), and every few
-// milliseconds ask whether the wait can still finish.
+// Waiting on shared memory without hanging silently: poll, spin with pause for a learnt budget,
+// then sleep on a futex that the writer rings; every few milliseconds ask whether the wait can
+// still finish.
 //
-// NOTE [wait phases] (measured with `unishmem bench`, 2-core VM): the spin polls plain loads,
-// without pause: under oversubscription (or with pause-loop exits in a VM) pause-spinning held the
-// CPU the awaited PE needed, and 4-PE barriers took 5x longer. A PE that has a core to itself
-// spins for up to spin_s first (a peer's answer then costs one cache-line transfer, ~100 ns); one
-// that shares its core yields at once. Whether it shares is learnt from the yields themselves: a
-// yield that returns within kAloneYield (0.4 us here) found nobody else to run, one that took
-// longer gave the core away (2.3 us here); so other programs' load on a core turns the spin off,
-// and it comes back once yields return at once again. Yielding goes on for kYieldPhase: a sleep
-// costs a timer slack (~60 us here), so sleeping early made every oversubscribed barrier that slow.
+// NOTE [wait phases]:
+// 1. kMinSpinPolls plain loads: a peer that is answering right now (~100 ns) is seen at once.
+// 2. A spin with `pause` between polls, for the thread's budget (SpinState). The budget is
+//    learnt from the waits that outlived it: one whose answer came within kMaxSpin would have
+//    been caught by a longer spin, so the budget grows to twice that; one answered later (the
+//    peer was descheduled, or is slow) halves it. A machine whose cores are shared thus spins
+//    less, and one that frees up spins again after one quick answer, instead of the old rule
+//    that turned spinning off for good after one slow yield. When the answer came is when the
+//    writer rang (`rung_ns`), not when the sleeper woke: on a busy machine a wake-up alone can
+//    take longer than kMaxSpin, and counting it would turn spinning off for good again.
+// 3. Sleep in FUTEX_WAIT on a Doorbell: the writer whose store can end the wait rings it
+//    (ring(): one load when nobody sleeps, a FUTEX_WAKE when somebody does), so a sleeping
+//    PE gives its core away and still wakes within a scheduler wake-up. The sleep has a
+//    timeout (kMinSleep doubling to kMaxSleep) because some writes ring nothing (stores into
+//    rt.peer() views, Triton atomics through remote_ptr), and the checks below must run.
+//    No lost wake-up: the sleeper counts itself in `sleepers`, then reads `seq`, then polls
+//    once more; the writer stores, fences, then reads `sleepers` and bumps `seq` before waking.
+//    With seq_cst on both sides either the writer sees the sleeper or the sleeper sees the store.
+// Every kCheckEvery (and after a signal interrupts a sleep): dead peers, Ctrl-C, deadlock, stall.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
-#include <thread>
 
 namespace unishmem::host {
 
@@ -24,73 +36,117 @@ struct WaitPolicy {
   double stall_warn_s = 30.0;  // print once what is being waited for
   double timeout_s = 300.0;    // then raise; <= 0 waits forever
   double deadlock_s = 5.0;     // every PE waiting this long with no progress is a deadlock; <= 0: never
-  double spin_s = 0.0;         // the longest spin before the first yield (HostBackend sets it)
+  double max_spin_s = 0.0;     // the most a wait spins before sleeping (HostBackend sets it)
 };
 
-// The spin the next wait starts with; adapted by each wait that got as far as yielding.
+// A futex word in shared memory, rung by writers whose store can end a sleeper's wait.
+struct alignas(64) Doorbell {
+  std::uint32_t seq = 0;       // bumped by every ring that finds sleepers; the futex word
+  std::uint32_t sleepers = 0;  // threads (of any PE) asleep on it, or about to be
+  std::int64_t rung_ns = 0;    // steady_clock (system-wide) time of the last such ring
+};
+
+// The spin the next wait of a thread starts with (NOTE [wait phases]).
 struct SpinState {
-  double spin_s = 0.0;
+  double budget_s = 0.0;
 };
 
-constexpr int kMinSpinPolls = 128;                             // always, before the clock is read
-constexpr auto kYieldPhase = std::chrono::milliseconds(10);  // then sleep with back-off
-constexpr auto kCheckEvery = std::chrono::milliseconds(10);  // dead peers, Ctrl-C, stalls
-constexpr auto kAloneYield = std::chrono::nanoseconds(1500);  // a quicker yield ran nobody else
+constexpr int kMinSpinPolls = 128;                               // always, before the clock is read
+constexpr double kMaxSpin = 50e-6;                               // about what a sleep and wake-up cost here
+constexpr auto kMinSleep = std::chrono::microseconds(50);        // first futex timeout
+constexpr auto kMaxSleep = std::chrono::milliseconds(1);         // longest: bounds an unrung write's delay
+constexpr auto kCheckEvery = std::chrono::milliseconds(10);      // dead peers, Ctrl-C, stalls
 
 // Called periodically during a wait; throws to abort it (dead peer, Ctrl-C).
 using WaitCheck = std::function<void()>;
 
-template <class Done, class Describe>
-void wait_for(Done&& done, Describe&& describe, const WaitPolicy& policy, SpinState& spin, const WaitCheck& check);
-
 int available_cpus();  // CPUs this process may run on
 void report_stall(const std::string& what, double seconds);
 [[noreturn]] void raise_timeout(const std::string& what, double seconds);
+// FUTEX_WAIT on bell.seq while it still holds `seen`, for at most `timeout`; false if a signal
+// interrupted it. Works across processes: the doorbell lives in a shared mapping.
+bool futex_sleep(Doorbell& bell, std::uint32_t seen, std::chrono::nanoseconds timeout);
+void futex_wake_all(Doorbell& bell);
 
-template <class Done, class Describe>
-void wait_for(Done&& done, Describe&& describe, const WaitPolicy& policy, SpinState& spin, const WaitCheck& check) {
+// The writer's side: call after a store that may end a wait on this doorbell.
+inline void ring(Doorbell& bell) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the store is visible before we look for sleepers
+  if (std::atomic_ref<std::uint32_t>(bell.sleepers).load(std::memory_order_seq_cst) == 0) return;
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  std::atomic_ref<std::int64_t>(bell.rung_ns).store(std::chrono::nanoseconds(now).count(), std::memory_order_relaxed);
+  std::atomic_ref<std::uint32_t>(bell.seq).fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(bell);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// The new budget after a wait that spun `budget_s` and was answered `answered_s` after it
+// began (NOTE [wait phases]).
+inline double learn_spin(double budget_s, double answered_s, double max_spin_s) {
+  if (answered_s <= budget_s) return budget_s;  // the spin caught it
+  if (answered_s <= max_spin_s) return std::min(max_spin_s, 2 * answered_s);
+  return budget_s / 2 < 1e-7 ? 0.0 : budget_s / 2;
+}
+
+// `check` is a template parameter, not a WaitCheck: a std::function built per wait allocates.
+template <class Done, class Describe, class Check>
+void wait_for(Done&& done, Describe&& describe, const WaitPolicy& policy, SpinState& spin, Doorbell& bell,
+              Check&& check) {
   for (int i = 0; i < kMinSpinPolls; ++i)
     if (done()) return;
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  if (spin.spin_s > 0) {
-    const auto until = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(spin.spin_s));
+  const double budget = std::min(spin.budget_s, policy.max_spin_s);
+  auto learn = [&] {  // after a sleep: the answer came with the last ring since the wait began, if any
+    const auto rung = clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::nanoseconds(
+        std::atomic_ref<std::int64_t>(bell.rung_ns).load(std::memory_order_relaxed))));
+    const auto answered = rung > start ? rung : clock::now();
+    spin.budget_s = learn_spin(budget, std::chrono::duration<double>(answered - start).count(), policy.max_spin_s);
+  };
+  if (budget > 0) {
+    const auto until = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(budget));
     for (unsigned i = 1;; ++i) {
       if (done()) return;
-      if (i % 32 == 0 && clock::now() >= until) break;
+      cpu_relax();
+      if (i % 16 == 0 && clock::now() >= until) break;
     }
   }
+  std::atomic_ref<std::uint32_t> sleepers(bell.sleepers), seq(bell.seq);
   auto next_check = start + kCheckEvery;  // a check reads /proc: not on every short wait
-  bool warned = false, shared = false;
-  long sleep_ns = 0;
+  bool warned = false;
+  clock::duration sleep = kMinSleep;
   for (;;) {
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint32_t seen = seq.load(std::memory_order_seq_cst);
+    bool interrupted = false;
+    if (!done()) interrupted = !futex_sleep(bell, seen, sleep);
+    sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (done()) {
-      spin.spin_s = shared ? 0.0 : policy.spin_s;
+      learn();
       return;
     }
-    auto now = clock::now();
-    if (now >= next_check) {
-      next_check = now + kCheckEvery;
-      try {
-        check();
-      } catch (...) {
-        if (done()) return;  // the peer did its part just before it left
-        throw;
-      }
-      double waited = std::chrono::duration<double>(now - start).count();
-      if (!warned && policy.stall_warn_s > 0 && waited > policy.stall_warn_s) {
-        report_stall(describe(), waited);
-        warned = true;
-      }
-      if (policy.timeout_s > 0 && waited > policy.timeout_s) raise_timeout(describe(), waited);
+    sleep = std::min<clock::duration>(sleep * 2, kMaxSleep);
+    const auto now = clock::now();
+    if (now < next_check && !interrupted) continue;
+    next_check = now + kCheckEvery;
+    try {
+      check();
+    } catch (...) {
+      if (done()) return;  // the peer did its part just before it left
+      throw;
     }
-    if (now - start < kYieldPhase) {
-      std::this_thread::yield();
-      shared = shared || clock::now() - now > kAloneYield;
-    } else {
-      sleep_ns = sleep_ns ? std::min(sleep_ns * 2, 200'000L) : 1'000L;
-      std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
+    const double waited = std::chrono::duration<double>(now - start).count();
+    if (!warned && policy.stall_warn_s > 0 && waited > policy.stall_warn_s) {
+      report_stall(describe(), waited);
+      warned = true;
     }
+    if (policy.timeout_s > 0 && waited > policy.timeout_s) raise_timeout(describe(), waited);
   }
 }
 

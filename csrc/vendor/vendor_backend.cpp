@@ -360,7 +360,7 @@ std::uint64_t VendorBackend::read_local(Addr addr, std::size_t size) {
 
 template <class Done, class Describe>
 void VendorBackend::wait(Done&& done, Describe&& describe) {
-  host::wait_for(done, describe, policy_, spin_, [&] {
+  host::wait_for(done, describe, policy_, spin_, bell_, [&] {
     if (check_) check_();
   });
 }

@@ -147,6 +147,7 @@ class VendorBackend final : public Backend {
   std::size_t heap_size_;
   host::WaitPolicy policy_;
   host::SpinState spin_;  // stays 0: every poll is a device-to-host copy, so no busy spin
+  host::Doorbell bell_;   // nobody rings it (the device writes): its sleeps are timed
   host::WaitCheck check_;
   void* heap_ = nullptr;
   std::uint64_t* ctl_ = nullptr;  // symmetric control buffer (NOTE [vendor exchange])

@@ -79,6 +79,17 @@ def _scale_list(text: str) -> list[int]:
     return [] if text in ("", "none") else _pe_list(text)
 
 
+def _load(text: str) -> int:
+    """argparse type: how many busy processes run beside the benchmark's jobs, 0 to 64."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of busy processes from 0 to 64")
+    return n
+
+
 def _size(text: str) -> int:
     from . import parse_size
 
@@ -104,7 +115,8 @@ def _bench(parser: argparse.ArgumentParser, args) -> int:
         plan = Plan.make(args.quick, args.pes, args.scale_pes, args.max_size)
         if not plan.p2p_sizes or not plan.coll_sizes:
             parser.error(f"bench: --max-size {args.max_size} leaves no sizes to measure (collectives start at 1 KiB)")
-        measure = lambda: bench.run(plan, args.json, args.plot, skip=set(args.skip or ()))  # noqa: E731
+        measure = lambda: bench.run(plan, args.json, args.plot, skip=set(args.skip or ()),  # noqa: E731
+                                    load=args.load)
     try:
         for path, what in ((args.json, "--json"), (args.plot, "--plot")):
             if path:
@@ -156,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--max-size", type=_size, metavar="SIZE", help="largest message, e.g. 4M (default 256M for "
                                                                       "put/get, 64M for collectives)")
     bench.add_argument("--skip", action="append", choices=("mpi", "gloo"), help="leave out a reference")
+    bench.add_argument("--load", type=_load, default=0, metavar="N",
+                       help="run N busy processes beside every job, to measure a machine whose cores are shared")
     bench.add_argument("--kernels", action="store_true",
                        help="time unishmem.kernels beside torch.distributed doing the same work instead")
     comp = sub.add_parser("compile", help="compile a module's @unishmem.jit kernels for GPU targets, with no GPU",

@@ -6,6 +6,7 @@ import bisect
 import enum
 import math
 import operator
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -22,6 +23,8 @@ from .errors import NotInitializedError, NotSymmetricError
 _SIGNAL_CODES = {int(m): int(m) for m in SIGNAL}
 _CMP_CODES = {int(m): int(m) for m in CMP}
 _REDUCE_DTYPE_SET = frozenset(REDUCE_DTYPES)
+_SET = int(SIGNAL.SET)
+_U64 = 2**64
 _MAX_BYTES = 2**63 - 1  # the most bytes a tensor can have (torch counts them in int64)
 
 
@@ -221,6 +224,13 @@ class Runtime:
         self._init_args = init_args
         self._base = native.heap_base
         self._heap_size = native.heap_size
+        # NOTE [fast calls] (bindings.cpp): the hot calls go to plain functions of the backend's
+        # module, which take the backend's address first.
+        module = sys.modules[type(native).__module__]
+        self._address = native.address
+        self._fast_put, self._fast_get = module.fast_put, module.fast_get
+        self._fast_put_signal, self._fast_signal_op = module.fast_put_signal, module.fast_signal_op
+        self._fast_signal_wait_until = module.fast_signal_wait_until
         self._typed: dict[tuple[int, torch.dtype], torch.Tensor] = {}
         self._allocs: dict[int, _Allocation] = {}
         self._offsets: list[int] = []  # sorted keys of _allocs
@@ -382,7 +392,7 @@ class Runtime:
         return self._base <= addr and addr + nbytes <= self._base + self._heap_size
 
     def _local(self, t, name: str, contiguous: bool = True) -> tuple[int, int]:
-        if not isinstance(t, torch.Tensor):
+        if type(t) is not torch.Tensor and not isinstance(t, torch.Tensor):  # the first test is the cheaper
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if not t.is_cpu if self._on_cpu else t.device != self.device:  # is_cpu: the cheaper test (hot paths)
             raise ValueError(f"{name} is on {t.device}, but this runtime's device is {self.device}")
@@ -413,8 +423,8 @@ class Runtime:
         return addr, nbytes
 
     def _signal(self, sig, name: str = "signal") -> int:
-        addr, _ = self._symmetric(sig, name)
-        if sig.dtype != torch.uint64 or sig.numel() != 1:
+        addr, nbytes = self._symmetric(sig, name)
+        if nbytes != 8 or sig.dtype is not torch.uint64:  # 8 bytes of uint64: one element
             raise TypeError(f"{name} must be a 1-element torch.uint64 view of rt.signals(), got "
                             f"{sig.dtype} with {sig.numel()} elements")
         if addr & 7:  # atomics need a naturally aligned word
@@ -451,44 +461,72 @@ class Runtime:
 
     # ---- host-initiated communication -------------------------------------------------------
 
+    # NOTE [hot paths]: the point-to-point calls below inline the cheap cases of _check_active,
+    # _check_pe, _bits, _signal_code and _stream_of (a call each costs about as much as the test),
+    # and fall back to those functions, which name what is wrong, otherwise. On the host backend
+    # streams do not exist: _stream_of is `lambda stream: 0` there.
+
     def put(self, dest, source, pe: int, stream=None) -> None:
         """Copy local `source` into PE `pe`'s `dest` (symmetric)."""
-        self._check_active()
+        if self._finalized:
+            self._check_active()
         d, n = self._symmetric(dest, "dest")
         s, m = self._local(source, "source")
-        if n != m or dest.dtype != source.dtype:
+        if n != m or dest.dtype is not source.dtype:
             self._same_kind(dest, source, "put")
-        self._native.put(d, s, n, _check_pe(pe, self.n_pes), self._stream_of(stream))
+        if type(pe) is not int or not 0 <= pe < self.n_pes:
+            pe = _check_pe(pe, self.n_pes)
+        self._fast_put(self._address, d, s, n, pe, 0 if self._on_cpu else self._stream_of(stream))
 
     def get(self, dest, source, pe: int, stream=None) -> None:
         """Copy PE `pe`'s `source` (symmetric) into local `dest`."""
-        self._check_active()
+        if self._finalized:
+            self._check_active()
         d, n = self._local(dest, "dest")
         s, m = self._symmetric(source, "source")
-        if n != m or dest.dtype != source.dtype:
+        if n != m or dest.dtype is not source.dtype:
             self._same_kind(dest, source, "get")
-        self._native.get(d, s, n, _check_pe(pe, self.n_pes), self._stream_of(stream))
+        if type(pe) is not int or not 0 <= pe < self.n_pes:
+            pe = _check_pe(pe, self.n_pes)
+        self._fast_get(self._address, d, s, n, pe, 0 if self._on_cpu else self._stream_of(stream))
 
     def put_signal(self, dest, source, signal, value: int, pe: int, op=SIGNAL.SET, stream=None) -> None:
         """put, then update PE `pe`'s `signal` once the data has arrived."""
-        self._check_active()
+        if self._finalized:
+            self._check_active()
         d, n = self._symmetric(dest, "dest")
         s, m = self._local(source, "source")
-        if n != m or dest.dtype != source.dtype:
+        if n != m or dest.dtype is not source.dtype:
             self._same_kind(dest, source, "put_signal")
-        self._native.put_signal(d, s, n, self._signal(signal), _bits(value, torch.uint64, "value"),
-                                _signal_code(op), _check_pe(pe, self.n_pes), self._stream_of(stream))
+        sig = self._signal(signal)
+        if type(value) is not int or not 0 <= value < _U64:
+            value = _bits(value, torch.uint64, "value")
+        code = _SET if op is SIGNAL.SET else _signal_code(op)
+        if type(pe) is not int or not 0 <= pe < self.n_pes:
+            pe = _check_pe(pe, self.n_pes)
+        self._fast_put_signal(self._address, d, s, n, sig, value, code, pe,
+                              0 if self._on_cpu else self._stream_of(stream))
 
     def signal_op(self, signal, value: int, pe: int, op=SIGNAL.SET, stream=None) -> None:
-        self._check_active()
-        self._native.signal_op(self._signal(signal), _bits(value, torch.uint64, "value"), _signal_code(op),
-                               _check_pe(pe, self.n_pes), self._stream_of(stream))
+        if self._finalized:
+            self._check_active()
+        sig = self._signal(signal)
+        if type(value) is not int or not 0 <= value < _U64:
+            value = _bits(value, torch.uint64, "value")
+        code = _SET if op is SIGNAL.SET else _signal_code(op)
+        if type(pe) is not int or not 0 <= pe < self.n_pes:
+            pe = _check_pe(pe, self.n_pes)
+        self._fast_signal_op(self._address, sig, value, code, pe, 0 if self._on_cpu else self._stream_of(stream))
 
     def signal_wait_until(self, signal, cmp, value: int, stream=None) -> int:
         """Wait until the local `signal` compares true against `value`; returns the value seen."""
-        self._check_active()
-        return self._native.signal_wait_until(self._signal(signal), _cmp_code(cmp), _bits(value, torch.uint64, "value"),
-                                              self._stream_of(stream))
+        if self._finalized:
+            self._check_active()
+        sig = self._signal(signal)
+        if type(value) is not int or not 0 <= value < _U64:
+            value = _bits(value, torch.uint64, "value")
+        return self._fast_signal_wait_until(self._address, sig, _cmp_code(cmp), value,
+                                            0 if self._on_cpu else self._stream_of(stream))
 
     def signal_fetch(self, signal) -> int:
         self._check_active()

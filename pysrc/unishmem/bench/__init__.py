@@ -32,8 +32,10 @@ def check_output_path(path: str, what: str) -> str:
     return path
 
 
-def run(plan: Plan, json_path: str | None = None, plot_path: str | None = None, skip=(), quiet: bool = False) -> int:
-    """Measure everything in `plan`; print the table; write JSON and the plot if asked."""
+def run(plan: Plan, json_path: str | None = None, plot_path: str | None = None, skip=(), quiet: bool = False,
+        load: int = 0) -> int:
+    """Measure everything in `plan`, beside `load` busy processes; print the table; write JSON and the
+    plot if asked."""
     import torch
 
     from . import jobs, report
@@ -60,7 +62,7 @@ def run(plan: Plan, json_path: str | None = None, plot_path: str | None = None, 
 
     host, mpi, gloo = {}, {}, {}
     counts = sorted(set(plan.all_pes()) | {2})  # put, get and the ping-pongs run at 2 PEs
-    with tempfile.TemporaryDirectory(prefix="unishmem-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="unishmem-bench-") as tmp, jobs.busy_load(load) as load_info:
         plan_path = os.path.join(tmp, "plan.json")
         with open(plan_path, "w") as f:
             f.write(plan.dumps())
@@ -84,7 +86,7 @@ def run(plan: Plan, json_path: str | None = None, plot_path: str | None = None, 
         "host": platform.node(), "cpus": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version(),
         "torch": torch.__version__, "unishmem": __version__, "quick": plan.quick, "plan": json.loads(plan.dumps()),
         "open_mpi": f"{mpi[2]['library'].split(',')[0]} (mpi4py {mpi[2]['mpi4py']})" if 2 in mpi else None,
-        "gloo": f"gloo (torch {torch.__version__})" if gloo else None, "skipped": skipped,
+        "gloo": f"gloo (torch {torch.__version__})" if gloo else None, "skipped": skipped, "load": load_info,
     }
     result = report.build(plan, host, mpi, gloo, meta)
     print(report.text(result))

@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from ..rendezvous import parse_address
 from .plan import Plan, elements
-from .timing import measure
+from .timing import long_iters, long_run, measure, summary
 
 
 def _store(size: int):
@@ -47,7 +47,12 @@ def main(plan_path: str, out_path: str) -> int:
         return measure(op, dist.barrier, agree_max, budget_s=plan.budget_s, reps=plan.reps,
                        max_iters=plan.max_iters)["seconds"]
 
-    out: dict = {"pes": n, "library": f"torch {torch.__version__} gloo", "barrier": timed(dist.barrier),
+    best = timed(dist.barrier)
+    dist.barrier()
+    samples = torch.tensor(long_run(lambda j: dist.barrier(), long_iters(best, plan.long_run_s, plan.long_run)),
+                           dtype=torch.float64)
+    dist.all_reduce(samples, op=dist.ReduceOp.MAX)  # call by call, the slowest rank's, as the host backend's
+    out: dict = {"pes": n, "library": f"torch {torch.__version__} gloo", "barrier": summary(samples.tolist(), best),
                  "collectives": {}}
     for op in plan.ops_at(n):
         out["collectives"][op] = {}

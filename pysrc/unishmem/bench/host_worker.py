@@ -14,10 +14,10 @@ import time
 import torch
 
 import unishmem
-from unishmem import CMP, _host
+from unishmem import CMP, SIGNAL, _host
 
 from .plan import Plan, elements, ref_key
-from .timing import best_of, iterations, measure
+from .timing import best_of, iterations, long_iters, long_run, measure, summary
 
 PAYLOAD = 8  # bytes carried by each signal ping-pong message
 CPP_MAX_ITERS = 10**7  # C++ loops are bounded by the time budget, not by this
@@ -40,6 +40,33 @@ class HostBench:
         p = self.plan
         return measure(op, self.rt.barrier_all, self.agree_max, budget_s=p.budget_s, reps=p.reps,
                        max_iters=p.max_iters)["seconds"]
+
+    def slowest(self, samples: list | torch.Tensor) -> torch.Tensor:
+        """Call by call, the slowest PE's time (every PE passes as many samples)."""
+        mine = torch.as_tensor(samples, dtype=torch.float64)
+        sym = self.rt.empty(mine.numel(), dtype=torch.float64)
+        sym.copy_(mine)
+        self.rt.reduce(sym, sym, "max")
+        out = sym.clone()
+        self.rt.free(sym)
+        return out
+
+    def cpp_latency(self, run, best: float, cap: int, every_pe: bool) -> dict:
+        """The long run of a C++ loop `run(iters, samples_address)`: one sample per iteration, kept
+        from PE 0 (every_pe=False: a ping-pong, whose initiator times whole round trips) or from
+        the slowest PE call by call (a barrier)."""
+        iters = long_iters(best, self.plan.long_run_s, cap)
+        samples = torch.zeros(iters, dtype=torch.int64)
+        self.rt.barrier_all()
+        run(iters, samples.data_ptr())
+        return summary((self.slowest(samples) if every_pe else samples).tolist(), best)
+
+    def py_latency(self, step, best: float, every_pe: bool) -> dict:
+        """As cpp_latency, for a Python call `step(j)` timed call by call."""
+        iters = long_iters(best, self.plan.long_run_s, self.plan.long_run)
+        self.rt.barrier_all()
+        samples = long_run(step, iters)
+        return summary(self.slowest(samples).tolist() if every_pe else samples, best)
 
     def cpp_loop(self, run, max_iters: int, reps: int = 0) -> float:
         """Time a C++ loop `run(iters) -> seconds` (at most `max_iters` per run), as measure()
@@ -89,23 +116,25 @@ class HostBench:
         theirs = rt._native.peer_ptr(mine, peer)
         start = [0]
 
-        def raw(k):
-            dt = _host.bench_raw_pingpong(mine, theirs, k, first, start[0], 60.0)
+        def raw(k, samples=0):
+            dt = _host.bench_raw_pingpong(mine, theirs, k, first, start[0], 60.0, samples)
             start[0] += 2 * k
             return dt
         reps = max(5, p.reps)  # latencies: more, shorter runs find the quiet moments of a shared machine
         raw_s = self.cpp_loop(raw, p.pingpong_iters, reps)
+        raw_s = self.cpp_latency(raw, raw_s, p.pingpong_iters, every_pe=False)
 
         sig, buf = rt.signals(1), rt.zeros(PAYLOAD, dtype=torch.uint8)
         src = torch.ones(PAYLOAD, dtype=torch.uint8)
         addrs = (buf.data_ptr(), src.data_ptr(), PAYLOAD, sig.data_ptr(), peer)
         start[0] = 0
 
-        def cpp(k):
-            dt = _host.bench_signal_pingpong(rt._native, *addrs, k, first, start[0])
+        def cpp(k, samples=0):
+            dt = _host.bench_signal_pingpong(rt._native, *addrs, k, first, start[0], samples)
             start[0] += 2 * k
             return dt
         cpp_s = self.cpp_loop(cpp, p.pingpong_iters, reps)
+        cpp_s = self.cpp_latency(cpp, cpp_s, p.pingpong_iters, every_pe=False)
 
         sig2 = rt.signals(1)
         count = [0]
@@ -127,16 +156,56 @@ class HostBench:
         python(1)  # warm-up
         iters = iterations(python, self.agree_max, p.budget_s, reps, p.py_pingpong_iters)
         py_s = best_of(lambda: python(iters) / iters, self.agree_max, reps)
+        base = count[0]
+        if first:
+            def step(j):
+                i = base + 2 * j + 1
+                rt.put_signal(buf, src, sig2, i, peer)
+                rt.signal_wait_until(sig2, CMP.GE, i + 1)
+        else:
+            def step(j):
+                i = base + 2 * j + 1
+                rt.signal_wait_until(sig2, CMP.GE, i)
+                rt.put_signal(buf, src, sig2, i + 1, peer)
+        py_s = self.py_latency(step, py_s, every_pe=False)
         for t in (words, sig, buf, sig2):
             rt.free(t)
         return {"raw_atomic": raw_s, "cpp_signal": cpp_s, "python_signal": py_s, "payload_bytes": PAYLOAD}
 
     # ---- synchronisation and collectives -------------------------------------------------------
 
+    def call_costs(self) -> dict:
+        """Seconds per call of the point-to-point calls from Python, on PE 0 and with nothing to
+        wait for, beside the same call straight to the binding with its arguments ready: what the
+        Python layer's checks cost."""
+        rt, b, peer = self.rt, self.rt._address, 1  # the binding: NOTE [fast calls] (bindings.cpp)
+        sym, local, sig = rt.zeros(PAYLOAD, dtype=torch.uint8), torch.ones(PAYLOAD, dtype=torch.uint8), rt.signals(1)
+        d, s, a = sym.data_ptr(), local.data_ptr(), sig.data_ptr()
+        add, ge = int(SIGNAL.ADD), int(CMP.GE)
+        calls = {
+            "put": (lambda: rt.put(sym, local, peer), lambda: rt._fast_put(b, d, s, PAYLOAD, peer, 0)),
+            "get": (lambda: rt.get(local, sym, peer), lambda: rt._fast_get(b, s, d, PAYLOAD, peer, 0)),
+            "put_signal": (lambda: rt.put_signal(sym, local, sig, 0, peer, SIGNAL.ADD),
+                           lambda: rt._fast_put_signal(b, d, s, PAYLOAD, a, 0, add, peer, 0)),
+            "signal_wait_until": (lambda: rt.signal_wait_until(sig, CMP.GE, 0),
+                                  lambda: rt._fast_signal_wait_until(b, a, ge, 0, 0)),
+        }
+        noop = lambda: None  # noqa: E731
+        out = {name: {"python": self.measure(py if self.me == 0 else noop),
+                      "binding": self.measure(raw if self.me == 0 else noop)}
+               for name, (py, raw) in calls.items()}
+        for t in (sym, sig):
+            rt.free(t)
+        return out
+
     def barrier(self) -> dict:
-        native = self.rt._native
-        return {"python": self.measure(self.rt.barrier_all),
-                "cpp": self.cpp_loop(lambda k: _host.bench_barrier(native, 0, k), CPP_MAX_ITERS)}
+        rt, native = self.rt, self.rt._native
+        python = self.measure(rt.barrier_all)
+        python = self.py_latency(lambda j: rt.barrier_all(), python, every_pe=True)
+        run = lambda k, samples=0: _host.bench_barrier(native, 0, k, samples)  # noqa: E731
+        cpp = self.cpp_loop(run, CPP_MAX_ITERS)
+        cpp = self.cpp_latency(run, cpp, self.plan.pingpong_iters, every_pe=True)
+        return {"python": python, "cpp": cpp}
 
     def collective(self, op: str, size: int) -> float:
         rt, n, elems = self.rt, self.n, elements(size, self.n)
@@ -161,6 +230,7 @@ class HostBench:
         if n == 2:
             out.update(self.put_get())
             out["pingpong"] = self.pingpong()
+            out["call_costs"] = self.call_costs()
         if n in p.all_pes():
             out["cores"] = cores = len(os.sched_getaffinity(0))
             out["barrier"] = self.barrier()

@@ -2,6 +2,7 @@
 its mpirun. Each job writes its figures as JSON; a job that fails is reported with its output."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -93,3 +94,40 @@ def mpi_job(plan: Plan, n: int, plan_path: str, tmp: str, mpirun: str, quiet: bo
 
 def _timeout(plan: Plan, n: int) -> float:
     return (120 if plan.quick else 600) * max(1, n // 4)
+
+
+# A busy process of --load: one core's worth of pure Python, until its parent (the bench) is gone.
+BUSY = """import os, sys
+parent = int(sys.argv[1])
+while os.getppid() == parent:
+    for _ in range(100000):
+        pass
+"""
+
+
+@contextlib.contextmanager
+def busy_load(n: int):
+    """n busy processes for the duration of the block; yields what the report says of them (their
+    pids and, filled in when the block ends, the CPU seconds each used). They are killed and reaped
+    when the block ends, and end by themselves if the bench dies first."""
+    procs = [subprocess.Popen([sys.executable, "-S", "-c", BUSY, str(os.getpid())], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n)]
+    info = {"processes": n, "pids": [p.pid for p in procs], "cpu_seconds": []}
+    try:
+        yield info
+    finally:
+        info["cpu_seconds"] = [_cpu_seconds(p.pid) for p in procs]
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a live process, from /proc (None where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15

@@ -16,11 +16,11 @@ from mpi4py import MPI
 
 if __package__:
     from .plan import Plan, elements
-    from .timing import best_of, iterations, measure
+    from .timing import best_of, iterations, long_iters, long_run, measure, summary
 else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from plan import Plan, elements
-    from timing import best_of, iterations, measure
+    from timing import best_of, iterations, long_iters, long_run, measure, summary
 
 PAYLOAD = 8  # as the host backend's ping-pong
 
@@ -63,10 +63,25 @@ def main(plan_path: str, out_path: str) -> int:
         pingpong(1)
         reps = max(5, plan.reps)  # as the host backend's
         iters = iterations(pingpong, agree_max, plan.budget_s, reps, plan.py_pingpong_iters)
-        out["pingpong"] = best_of(lambda: pingpong(iters) / iters, agree_max, reps)
+        best = best_of(lambda: pingpong(iters) / iters, agree_max, reps)
+        if me == 0:  # as the host backend's: the initiator times whole round trips
+            def step(j):
+                comm.Send(msg, peer, 1)
+                comm.Recv(msg, peer, 1)
+        else:
+            def step(j):
+                comm.Recv(msg, peer, 1)
+                comm.Send(msg, peer, 1)
+        comm.Barrier()
+        out["pingpong"] = summary(long_run(step, long_iters(best, plan.long_run_s, plan.long_run)), best)
     ops = plan.ops_at(n) if n in plan.all_pes() else ()  # a 2-PE job may be there for the point-to-point only
     if ops:
-        out["barrier"] = timed(comm.Barrier)
+        best = timed(comm.Barrier)
+        comm.Barrier()
+        samples = np.array(long_run(lambda j: comm.Barrier(), long_iters(best, plan.long_run_s, plan.long_run)),
+                           dtype=np.float64)
+        comm.Allreduce(MPI.IN_PLACE, samples, MPI.MAX)  # call by call, the slowest rank's, as the host backend's
+        out["barrier"] = summary(samples.tolist(), best)
     out["collectives"] = {}
     for op in ops:
         out["collectives"][op] = {}

@@ -63,6 +63,8 @@ class Plan:
     max_iters: int = 20000
     pingpong_iters: int = 100000  # round trips per repetition, C++ loops
     py_pingpong_iters: int = 20000  # round trips per repetition, Python loops
+    long_run: int = 20000        # calls in the long run of a Python latency (C++: pingpong_iters)
+    long_run_s: float = 2.0      # but fewer where that would take much longer than this
 
     @classmethod
     def make(cls, quick: bool, pes=None, scale_pes=None, max_size=None) -> "Plan":
@@ -70,7 +72,7 @@ class Plan:
         if quick:
             p = cls(quick=True, p2p_sizes=list(QUICK_P2P_SIZES), coll_sizes=list(QUICK_COLL_SIZES), pes=[2, 4],
                     scale_pes=[], budget_s=0.03, reps=2, max_iters=2000, pingpong_iters=20000,
-                    py_pingpong_iters=2000)
+                    py_pingpong_iters=2000, long_run=2000, long_run_s=0.3)
         if pes is not None:
             p.pes = sorted(set(pes))
         if scale_pes is not None:

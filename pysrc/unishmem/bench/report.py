@@ -36,7 +36,7 @@ def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
     """host/mpi/gloo: {n_pes: that job's JSON}. Every row holds its figure, its references and,
     where the issue sets one, the target and whether this run met it."""
     report = {"meta": meta, "formulas": {"bound": BOUND_FORMULA, **{op: f[2] for op, f in TRAFFIC.items()}},
-              "put": [], "get": [], "pingpong": [], "barrier": [], "collectives": []}
+              "put": [], "get": [], "call_costs": [], "pingpong": [], "barrier": [], "collectives": []}
     two = host.get(2, {})
     memcpy = _by_size(two.get("memcpy"))
     send = _by_size(_get(mpi, 2, "send"))
@@ -52,30 +52,29 @@ def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
                 row.update(target=">= 0.9x memcpy bandwidth", met=ratio >= 0.9)
             report[kind].append(row)
 
+    for name, c in (two.get("call_costs") or {}).items():
+        report["call_costs"].append({"call": name, "seconds": c["python"], "binding_seconds": c["binding"],
+                                     "python_layer_seconds": c["python"] - c["binding"]})
+
     pp = two.get("pingpong")
     if pp:
         mpi_pp = _get(mpi, 2, "pingpong")
         report["pingpong"] = [
-            {"figure": "C++ loop: put_signal + signal_wait_until", "seconds": pp["cpp_signal"],
-             "reference": {"raw_atomic_seconds": pp["raw_atomic"]}, "x_reference": pp["cpp_signal"] / pp["raw_atomic"],
-             "target": "<= 2x the raw shared-memory atomic round trip",
-             "met": pp["cpp_signal"] <= 2 * pp["raw_atomic"]},
-            {"figure": "Python: rt.put_signal + rt.signal_wait_until", "seconds": pp["python_signal"],
-             "reference": {"open_mpi_sendrecv_seconds": mpi_pp},
-             "x_reference": pp["python_signal"] / mpi_pp if mpi_pp else None,
-             "target": "<= 0.5x Open MPI's Send/Recv round trip (mpi4py)",
-             "met": pp["python_signal"] <= 0.5 * mpi_pp if mpi_pp else None},
+            _latency("C++ loop: put_signal + signal_wait_until", pp["cpp_signal"], "raw shm atomic ping-pong",
+                     pp["raw_atomic"], (2, "<= 2x the raw shared-memory atomic round trip"),
+                     (1.5, "<= 1.5x the raw shared-memory atomic round trip")),
+            _latency("Python: rt.put_signal + rt.signal_wait_until", pp["python_signal"], "Open MPI Send/Recv (mpi4py)",
+                     mpi_pp, (0.5, "<= 0.5x Open MPI's Send/Recv round trip (mpi4py)"),
+                     (1, "<= Open MPI's Send/Recv round trip (mpi4py)")),
         ]
         report["meta"]["pingpong_payload_bytes"] = pp["payload_bytes"]
 
     for n in plan.all_pes():
         b = host[n]["barrier"]
-        ref_mpi, ref_gloo = _get(mpi, n, "barrier"), _get(gloo, n, "barrier")
-        report["barrier"].append({
-            "pes": n, "seconds": b["python"], "cpp_loop_seconds": b["cpp"],
-            "reference": {"open_mpi_seconds": ref_mpi, "gloo_seconds": ref_gloo},
-            "x_open_mpi": b["python"] / ref_mpi if ref_mpi else None,
-            "target": "<= 0.5x Open MPI's barrier", "met": b["python"] <= 0.5 * ref_mpi if ref_mpi else None})
+        row = _latency("rt.barrier_all", b["python"], "Open MPI Barrier", _get(mpi, n, "barrier"),
+                       (0.5, "<= 0.5x Open MPI's barrier"), (1, "<= Open MPI's barrier") if n == 2 else None)
+        row.update(pes=n, cpp_loop=b["cpp"], gloo=_get(gloo, n, "barrier"))
+        report["barrier"].append(row)
 
     for op in COLLECTIVES:
         for n in plan.all_pes():
@@ -105,6 +104,22 @@ def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
                                   "gloo": row["x_faster_than_gloo"] >= 3 if ref_gloo else None}
                 report["collectives"].append(row)
     return report
+
+
+def _latency(figure: str, mine: dict, ref_name: str, ref: dict | None, best_target, median_target) -> dict:
+    """A latency row: the figure's and its reference's best, median and p99 (timing.summary), their
+    ratios, and the targets (factor, text) on the best run and on the median where the issue sets one."""
+    row = {"figure": figure, "seconds": mine["best"], "median": mine["median"], "p99": mine["p99"],
+           "samples": mine["samples"], "reference": {"name": ref_name, **(ref or {})},
+           "x_reference": mine["best"] / ref["best"] if ref else None,
+           "x_reference_median": mine["median"] / ref["median"] if ref else None}
+    for stat, target, ratio in (("best", best_target, row["x_reference"]),
+                                ("median", median_target, row["x_reference_median"])):
+        if target:
+            key = "" if stat == "best" else "median_"
+            row[key + "target"] = target[1]
+            row[key + "met"] = ratio <= target[0] if ratio is not None else None
+    return row
 
 
 # ---- text -----------------------------------------------------------------------------------------
@@ -144,14 +159,34 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [line(header)] + [line(r) for r in rows]
 
 
+LATENCY_HEADER = ["figure", "best", "median", "p99", "samples", "x ref best", "x ref median", "targets"]
+
+
+def _latency_rows(first, r: dict, others=()) -> list[list]:
+    """Table rows of a latency row (_latency): the figure with its ratios and targets, then its
+    reference, then any further figures; `first` leads each row when given (the PE count)."""
+    def stats(label, d):
+        return [label, fmt_time(d.get("best")), fmt_time(d.get("median")), fmt_time(d.get("p99")),
+                d.get("samples", "-")]
+    targets = "; ".join(f"{stat} {r[key + 'target'].split(' the ')[0].split(' Open')[0]} {mark(r[key + 'met'])}"
+                        for stat, key in (("best", ""), ("median", "median_")) if key + "target" in r)
+    rows = [stats(r["figure"], {"best": r["seconds"], **r}) + [fmt_x(r["x_reference"]), fmt_x(r["x_reference_median"]),
+                                                             targets],
+            stats("  ref: " + r["reference"]["name"], r["reference"]) + ["", "", ""]]
+    rows += [stats("  " + label, d or {}) + ["", "", ""] for label, d in others]
+    return [([first] if first != "" else []) + row for row in rows]
+
+
 def text(report: dict) -> str:
     m = report["meta"]
     out = [f"unishmem bench: {m['backend']} backend, {m['date']}, {m['host']} ({m['cpus']} CPUs), torch {m['torch']}",
            f"references measured in this run: memcpy and a raw shared-memory atomic ping-pong (C++), "
            f"{m.get('open_mpi') or 'Open MPI: skipped (' + m['skipped'].get('open_mpi', '?') + ')'}, "
            f"{m.get('gloo') or 'gloo: skipped (' + m['skipped'].get('gloo', '?') + ')'}",
-           "each time is the best of several runs, a run's time being its slowest PE's; "
-           "targets are the issue's (ok / MISS)", ""]
+           "best: the best of several runs (a run's time being its slowest PE's), as a mean per call; "
+           "median and p99: over one long run timed call by call (each call's time includes one clock read)",
+           f"load: {m['load']['processes']} busy process(es) ran beside every job" if m.get("load", {}).get("processes")
+           else "load: none besides this machine's own", "targets are the issues' (ok / MISS)", ""]
     if report["put"]:
         out.append("put / get: PE 0 copies to / from PE 1 (2 PEs, Python rt.put / rt.get); "
                    "memcpy: private buffers, same process          target >= 0.9x memcpy from 1 MiB")
@@ -163,25 +198,27 @@ def text(report: dict) -> str:
                          fmt_gbps(p["reference"]["open_mpi_send_GBps"])])
         out += _table(["size", "put GB/s", "get GB/s", "memcpy GB/s", "put/memcpy", "get/memcpy",
                        "Open MPI Send GB/s"], rows) + [""]
+    if report["call_costs"]:
+        out.append(f"Python per-call cost (PE 0 to PE 1, {m.get('pingpong_payload_bytes', 8)} B, nothing to wait for; "
+                   "best run's mean per call): the call from Python, the binding alone with its arguments ready, "
+                   "and the difference (the Python layer's checks)")
+        rows = [[f"rt.{r['call']}", fmt_time(r["seconds"]), fmt_time(r["binding_seconds"]),
+                 fmt_time(max(r["python_layer_seconds"], 0))] for r in report["call_costs"]]
+        out += _table(["call", "from Python", "binding alone", "Python layer"], rows) + [""]
     if report["pingpong"]:
         out.append(f"signal ping-pong round trip (2 PEs, {m.get('pingpong_payload_bytes', 8)}-byte payload, "
-                   "signal SET, wait until >=)")
+                   "signal SET, wait until >=; PE 0 times each round trip)")
         rows = []
         for r in report["pingpong"]:
-            (ref_name, ref), = r["reference"].items()
-            label = {"raw_atomic_seconds": "raw shm atomic ping-pong",
-                     "open_mpi_sendrecv_seconds": "Open MPI Send/Recv (mpi4py)"}[ref_name]
-            rows.append([r["figure"], fmt_time(r["seconds"]), label, fmt_time(ref), fmt_x(r["x_reference"]),
-                         r["target"].split(" the ")[0].split(" Open")[0] + " " + mark(r["met"])])
-        out += _table(["figure", "time", "reference", "ref time", "ratio", "target"], rows) + [""]
+            rows += _latency_rows("", r)
+        out += _table(LATENCY_HEADER, rows) + [""]
     if report["barrier"]:
-        out.append("barrier (rt.barrier_all from Python; C++ loop: the backend's barrier without Python)"
-                   "          target <= 0.5x Open MPI")
-        rows = [[r["pes"], fmt_time(r["seconds"]), fmt_time(r["cpp_loop_seconds"]),
-                 fmt_time(r["reference"]["open_mpi_seconds"]), fmt_time(r["reference"]["gloo_seconds"]),
-                 fmt_x(r["x_open_mpi"]) + " " + mark(r["met"])] for r in report["barrier"]]
-        out += _table(["PEs", "rt.barrier_all", "C++ loop", "Open MPI Barrier", "gloo barrier", "x Open MPI"],
-                      rows) + [""]
+        out.append("barrier (rt.barrier_all from Python; C++ loop: the backend's barrier without Python; "
+                   "call by call, the slowest PE's time)")
+        rows = []
+        for r in report["barrier"]:
+            rows += _latency_rows(r["pes"], r, [("C++ loop", r["cpp_loop"]), ("gloo barrier", r["gloo"])])
+        out += _table(["PEs"] + LATENCY_HEADER, rows) + [""]
     if report["collectives"]:
         out.append(f"collectives (Python rt.<op>); memory-traffic {BOUND_FORMULA}")
         out.append("targets at 2 and 4 PEs from 64 KiB for reduce, reducescatter, fcollect, alltoall: "
@@ -245,28 +282,28 @@ def plot(report: dict, path: str) -> None:
     ax = axes[6]
     if report["barrier"]:
         pes = [r["pes"] for r in report["barrier"]]
-        ax.plot(pes, [r["seconds"] * 1e6 for r in report["barrier"]], "o-", label="rt.barrier_all")
-        ax.plot(pes, [r["cpp_loop_seconds"] * 1e6 for r in report["barrier"]], "s-", label="C++ loop")
-        for key, style, name in (("open_mpi_seconds", "^--", "Open MPI"), ("gloo_seconds", "x-.", "gloo")):
-            pts = [(r["pes"], r["reference"][key] * 1e6) for r in report["barrier"] if r["reference"][key]]
+        ax.plot(pes, [r["median"] * 1e6 for r in report["barrier"]], "o-", label="rt.barrier_all")
+        ax.plot(pes, [r["cpp_loop"]["median"] * 1e6 for r in report["barrier"]], "s-", label="C++ loop")
+        for figure, style, name in ((lambda r: r["reference"], "^--", "Open MPI"), (lambda r: r["gloo"], "x-.", "gloo")):
+            pts = [(r["pes"], figure(r)["median"] * 1e6) for r in report["barrier"] if figure(r) and
+                   "median" in figure(r)]
             if pts:
                 ax.plot(*zip(*pts), style, label=name)
         ax.set_xticks(pes)
-    _axes(ax, "barrier latency against PEs", "us", logx=False, xlabel="PEs")
+    _axes(ax, "barrier latency against PEs (median)", "us", logx=False, xlabel="PEs")
     ax = axes[7]
     if report["pingpong"]:
         labels, values = [], []
         for r in report["pingpong"]:
             labels.append(r["figure"].split(":")[0])
-            values.append(r["seconds"] * 1e6)
-            for name, v in r["reference"].items():
-                if v:
-                    labels.append({"raw_atomic_seconds": "raw atomic",
-                                   "open_mpi_sendrecv_seconds": "Open MPI"}[name])
-                    values.append(v * 1e6)
+            values.append(r["median"] * 1e6)
+            if "median" in r["reference"]:
+                labels.append(r["reference"]["name"].split(" (")[0])
+                values.append(r["reference"]["median"] * 1e6)
         ax.bar(labels, values, color=["C0", "C7", "C1", "C7"][:len(values)])
+        ax.tick_params(axis="x", labelsize=6)
         ax.set_yscale("log")
-        ax.set_title("ping-pong round trip, 2 PEs")
+        ax.set_title("ping-pong round trip, 2 PEs (median)")
         ax.set_ylabel("us")
     m = report["meta"]
     fig.suptitle(f"unishmem bench, {m['backend']} backend, {m['date']}, {m['host']} ({m['cpus']} CPUs)")

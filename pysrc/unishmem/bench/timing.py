@@ -5,6 +5,10 @@ no-op). After a warm-up call, runs of 1, 4, 16, ... back-to-back calls find how 
 run's share of the time budget; then `reps` timed runs of that many calls, each started after a
 barrier. A run's time is the slowest rank's (a collective is done when its last member is); the
 figure is the best run, which filters out the noise of a shared machine.
+
+Latencies are also timed call by call over one long run (long_run), and reported as the median and
+the 99th percentile of those calls: what a user's loop sees, where the best run shows the quietest
+moment. Each call's time includes one clock read, in every implementation alike.
 """
 from __future__ import annotations
 
@@ -44,3 +48,31 @@ def best_of(run: Callable[[], float], agree_max: Callable[[float], float], reps:
     """For loops timed inside one call (C++ loops, ping-pongs): the best of `reps` runs, each the
     slowest rank's seconds as `run` returns them."""
     return min(agree_max(run()) for _ in range(reps))
+
+
+def long_run(step: Callable[[int], object], iters: int) -> list[int]:
+    """Nanoseconds of each of `iters` consecutive calls step(0), step(1), ..."""
+    samples = [0] * iters
+    clock = time.perf_counter_ns
+    last = clock()
+    for j in range(iters):
+        step(j)
+        now = clock()
+        samples[j] = now - last
+        last = now
+    return samples
+
+
+def long_iters(best_s: float, budget_s: float, cap: int) -> int:
+    """Calls in a long run: `cap`, or fewer where calls are slow enough to overrun `budget_s` at
+    several times the best run's time per call (at least 100, so that the p99 means something)."""
+    return int(max(100, min(cap, budget_s / max(best_s, 1e-9) / 4)))
+
+
+def summary(samples_ns, best_s: float) -> dict:
+    """The figures of one latency: the best run's time per call, and the long run's median and
+    99th percentile (nearest rank), all in seconds."""
+    ordered = sorted(samples_ns)
+    n = len(ordered)
+    rank = lambda q: ordered[min(n - 1, max(0, -(-n * q // 100) - 1))] * 1e-9  # noqa: E731
+    return {"best": best_s, "median": rank(50), "p99": rank(99), "samples": n}
