@@ -218,7 +218,7 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     chunks = triton.cdiv(m, bm)
     ws = workspace(rt, team, "ag_gemm", a_shard if problem is None else _dummy(), lambda: {
         "a": ((2, n * m, K), a_shard.dtype), "sig": ((2, n * chunks), torch.uint64)} if overlap else {},
-        problem, key=(bm,), shape=(m, K, N, bm, int(overlap)), label="(a_shard rows, K, N, block_m, overlap)")
+        problem, key=(bm,), shape=(m, K, N, bm, int(overlap is True)), label="(a_shard rows, K, N, block_m, overlap)")
     b = b.contiguous()
     c = torch.empty((n * m, N), dtype=a_shard.dtype, device=rt.device)
     bn, bk = blocks["block_n"], blocks["block_k"]
