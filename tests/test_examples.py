@@ -18,6 +18,8 @@ def test_demo_runs_at_four_pes():
 @pytest.mark.parametrize("example, expected", [
     ("ring_allgather.py", r"ring all-gather \(interpreter, backend host\) correct on 4 PEs"),
     ("ping_pong.py", r"20 round trips between 2 pair\(s\): \d+ us each \(backend host\)"),
+    ("tutorials/02_all_gather_gemm.py", r"all-gather GEMM: correct on 4 PEs \(backend host\)"),
+    ("tutorials/03_gemm_reduce_scatter.py", r"GEMM reduce-scatter: correct on 4 PEs \(backend host\)"),
 ])
 def test_device_library_examples(example, expected):
     pytest.importorskip("triton")
