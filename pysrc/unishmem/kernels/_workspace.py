@@ -16,6 +16,8 @@ import torch
 
 from ..enums import DTYPE_CODES
 
+DESC_DIMS = 6  # the numbers every PE's call is described by (a shape), compared across PEs
+
 
 @dataclass
 class Workspace:
@@ -35,13 +37,13 @@ def _members(rt, team) -> list[int]:
     return [team.translate_pe(i, rt.team_world) for i in range(team.n_pes)]
 
 
-def _describe(desc: list[int]) -> str:
+def _describe(desc: list[int], label: str = "shape") -> str:
     kind, dtype_code, ndim, *dims = desc
     dtype = next((d for d, c in DTYPE_CODES.items() if c == dtype_code), dtype_code)
-    return f"{dtype} of shape {list(dims[:ndim])}"
+    return f"{dtype} of {label} {list(dims[:ndim])}"
 
 
-def _agree(rt, team, what: str, desc: list[int], problem: Exception | None) -> None:
+def _agree(rt, team, what: str, desc: list[int], problem: Exception | None, label: str = "shape") -> None:
     """Every member of `team` calls `what` with the same `desc` and no local `problem`, or every
     one raises (a mismatch would otherwise leave some PEs waiting for data that never comes)."""
     key = ("agree", team._slot, len(desc))
@@ -59,23 +61,30 @@ def _agree(rt, team, what: str, desc: list[int], problem: Exception | None) -> N
         raise ValueError(f"{what}: member(s) {rejected} of {team.name} rejected their arguments (see their error)")
     differ = [i for i, row in enumerate(rows) if row != rows[0]]
     if differ:
-        raise ValueError(f"{what}: the PEs of {team.name} disagree: member 0 passes {_describe(rows[0])}, "
-                         + ", ".join(f"member {i} {_describe(rows[i])}" for i in differ))
+        raise ValueError(f"{what}: the PEs of {team.name} disagree: member 0 passes {_describe(rows[0], label)}, "
+                         + ", ".join(f"member {i} {_describe(rows[i], label)}" for i in differ))
 
 
 def workspace(rt, team, what: str, x: torch.Tensor, buffers, problem: Exception | None = None,
-              key: tuple = ()) -> Workspace:
+              key: tuple = (), shape: tuple | None = None, label: str = "shape") -> Workspace:
     """The workspace of kernel `what` for input `x` on `team` (made on first use), after checking
     that every member passes the same dtype and shape and that none found a `problem` with its
-    arguments. `buffers`: name -> (shape, dtype), called only on first use."""
-    if problem is None and (x.dim() > 4 or x.dtype not in DTYPE_CODES):
-        problem = ValueError(f"{what}: x must have at most 4 dimensions and a dtype of the symmetric heap; got "
-                             f"{x.dtype} of shape {list(x.shape)}")
-    desc = [-1] * 7 if problem else [0, DTYPE_CODES[x.dtype], x.dim(), *x.shape, *[0] * (4 - x.dim())]
-    full_key = (what, x.dtype, tuple(x.shape), team._slot, *key)
+    arguments. `buffers`: name -> (shape, dtype), called only on first use. `shape` (at most
+    DESC_DIMS numbers, named `label` in errors) replaces x's shape where a kernel's call is described by more
+    than one tensor."""
+    if problem:  # (x may not even be a tensor)
+        shape = ()
+    elif shape is None:
+        shape = tuple(x.shape)
+    if problem is None and (len(shape) > DESC_DIMS or x.dtype not in DTYPE_CODES):
+        problem = ValueError(f"{what}: x must have at most {DESC_DIMS} dimensions and a dtype of the symmetric "
+                             f"heap; got {x.dtype} of shape {list(shape)}")
+    desc = ([-1] * (3 + DESC_DIMS) if problem else
+            [0, DTYPE_CODES[x.dtype], len(shape), *shape, *[0] * (DESC_DIMS - len(shape))])
+    full_key = (what, getattr(x, "dtype", None), shape, team._slot, *key)
     ws = rt._workspaces.get(full_key)
     if ws is None or problem or rt.backend == "host":  # GPU backends check once per shape: a host collective
-        _agree(rt, team, what, desc, problem)
+        _agree(rt, team, what, desc, problem, label)
     if ws is None:
         ws = rt._workspaces[full_key] = Workspace(
             {name: rt.zeros(shape, dtype=dtype) for name, (shape, dtype) in buffers().items()},

@@ -1,0 +1,273 @@
+"""GEMMs with their tensor-parallel communication, written once in unishmem.language.
+
+ag_gemm (A sharded by rows, B replicated): c = all_gather(a_shard) @ b on every PE.
+  overlap=True: one launch. The A shard is cut into chunks of BLOCK_M rows; program q (the lowest
+  ids, which start first) pushes chunk q % chunks to one peer with putmem_signal, the signal SET to
+  the call's epoch. Every program then computes one C tile from one chunk: the local shard first
+  (no wait), then the shard of member my-1, my-2, ... (the order in which they send to us); a tile of
+  a remote shard waits for that chunk's signal, and its A loads depend on the wait through
+  consume_token, so that Triton's pipeliner cannot issue them earlier. Pushes never wait, so no
+  program waits for one that cannot start: it works at any occupancy.
+  overlap=False: all_gather (unishmem.kernels) of A, then a plain GEMM launch.
+
+gemm_rs (K split over PEs): a [M, K_local] and b_shard [K_local, N] on each PE give a partial C of
+  [M, N]; PE p gets rows block p of the sum of every PE's partial C, [M / n, N]. Each program computes
+  one partial tile; a tile of another PE's block is stored into a staging tile and pushed whole to
+  its owner with putmem_signal; the owner's program of that tile adds the peers' tiles to its own as
+  their signals arrive. Tiles for other PEs come first in program order, so pushes never wait behind
+  waits.
+
+Tiles need not divide M, N or K (masked loads and stores). float16 and float32; tl.dot accumulates
+in float32 (float32 operands use tl.dot's default precision: TF32 on NVIDIA tensor cores). Blocks
+are powers of two from 16 (tl.dot's minimum) to 64 by default, smaller for small matrices.
+Workspaces, epochs and parities follow NOTE [workspaces].
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import jit
+from .. import language as shl
+from ._workspace import workspace
+from .collectives import _check_tensor, _team, all_gather
+
+DTYPES = (torch.float16, torch.float32)
+MAX_BLOCK = {"block_m": 64, "block_n": 64, "block_k": 32}
+NUM_STAGES = 3  # software pipelining of the K loop on a GPU (the interpreter ignores it)
+
+
+@triton.jit
+def _tile(a, rows, b, pn, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """float32 [BLOCK_M, BLOCK_N] tile pn of a[:rows, :K] @ b[:K, :N]; a: its first row (row stride K)."""
+    rm = tl.arange(0, BLOCK_M)
+    rn = pn * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a + rm[:, None] * K + rk[None, :]
+    b_ptrs = b + rk[:, None] * N + rn[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_in = (k0 + rk) < K
+        a_t = tl.load(a_ptrs, mask=(rm < rows)[:, None] & k_in[None, :], other=0.0)
+        b_t = tl.load(b_ptrs, mask=k_in[:, None] & (rn < N)[None, :], other=0.0)
+        acc = tl.dot(a_t, b_t, acc)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K * N
+    return acc
+
+
+@triton.jit
+def _store_tile(c, acc, rows, pn, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """acc into c[:rows, tile pn of N] (c: its first row, row stride N)."""
+    rm = tl.arange(0, BLOCK_M)
+    rn = pn * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(c + rm[:, None] * N + rn[None, :], acc.to(c.dtype.element_ty),
+             mask=(rm < rows)[:, None] & (rn < N)[None, :])
+
+
+@jit(do_not_specialize=["epoch"])  # a new epoch each call: no recompiles for 1 or multiples of 16
+def _ag_gemm(a, b, c, sig, members, epoch, my_index, n, m, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr, ITEMSIZE: tl.constexpr):
+    """a: [n * m, K] symmetric, this PE's shard already in rows my_index * m...; sig: a word per
+    (shard, chunk); c: [n * m, N]."""
+    pid = tl.program_id(0)
+    chunks = tl.cdiv(m, BLOCK_M)
+    if pid < chunks * (n - 1):  # push chunk pid % chunks of the local shard to member my_index + 1 + pid // chunks
+        chunk = pid % chunks
+        first = my_index * m + chunk * BLOCK_M
+        nbytes = tl.minimum(BLOCK_M, m - chunk * BLOCK_M) * K * ITEMSIZE
+        peer = tl.load(members + (my_index + 1 + pid // chunks) % n)
+        shl.putmem_signal_nbi_block(a + first * K, a + first * K, nbytes, sig + my_index * chunks + chunk, epoch,
+                                    shl.SIGNAL_SET, peer)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    shard = (my_index - pid // (chunks * tiles_n) + n) % n  # local shard first, then my-1, my-2, ...
+    chunk = pid % (chunks * tiles_n) // tiles_n
+    pn = pid % tiles_n
+    first = shard * m + chunk * BLOCK_M
+    if shard != my_index:
+        token = shl.signal_wait_until(sig + shard * chunks + chunk, shl.CMP_GE, epoch)
+    else:
+        token = tl.cast(epoch, tl.uint64)  # staged before the launch: nothing to wait for
+    # the A rows' offset depends on the wait (NOTE: consume_token on the scalar offset keeps the
+    # alignment Triton knows of K, so the tile loads stay vectorised where K allows)
+    a_rows = a + shl.consume_token(first, token) * K
+    rows = m - chunk * BLOCK_M
+    acc = _tile(a_rows, rows, b, pn, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    _store_tile(c + first * N, acc, rows, pn, N, BLOCK_M, BLOCK_N)
+
+
+@jit
+def _gemm(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """c[M, N] = a[M, K] @ b[K, N], one tile per program (ag_gemm's overlap=False GEMM)."""
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    first = pid // tiles_n * BLOCK_M
+    pn = pid % tiles_n
+    acc = _tile(a + first * K, M - first, b, pn, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    _store_tile(c + first * N, acc, M - first, pn, N, BLOCK_M, BLOCK_N)
+
+
+@jit(do_not_specialize=["epoch"])
+def _gemm_rs(a, b, c, stage, recv, sig, members, epoch, my_index, n, m, N, K, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ITEMSIZE: tl.constexpr):
+    """a: [n * m, K], b: [K, N], c: [m, N]. stage and recv: [n, tiles, BLOCK_M * BLOCK_N] (recv's
+    first index the sender, stage's the owner); sig: a word per (tile, sender)."""
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles = tl.cdiv(m, BLOCK_M) * tiles_n  # per owner
+    owner = (my_index + 1 + pid // tiles) % n  # the other members' tiles first, this PE's last
+    t = pid % tiles
+    chunk = t // tiles_n
+    pn = t % tiles_n
+    rows = m - chunk * BLOCK_M
+    acc = _tile(a + (owner * m + chunk * BLOCK_M) * K, rows, b, pn, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    if owner != my_index:  # the whole tile (zeros outside the matrix), contiguous, with its signal
+        staged = stage + (owner * tiles + t) * TILE
+        tl.store(staged + offs, acc.to(stage.dtype.element_ty))
+        shl.putmem_signal_nbi_block(recv + (my_index * tiles + t) * TILE, staged, TILE * ITEMSIZE,
+                                    sig + t * n + my_index, epoch, shl.SIGNAL_SET, tl.load(members + owner))
+    else:
+        for s in range(0, n):
+            if s != my_index:
+                token = shl.signal_wait_until(sig + t * n + s, shl.CMP_GE, epoch)
+                slot = shl.consume_token((s * tiles + t) * TILE, token)  # the loads come after the wait
+                acc += tl.load(recv + slot + offs).to(tl.float32)
+        _store_tile(c + chunk * BLOCK_M * N, acc, rows, pn, N, BLOCK_M, BLOCK_N)
+
+
+# How `unishmem compile` (and tests/test_kernels_compile.py) compile these kernels with no GPU:
+# float16 with the default 64x64x32 blocks, pipelined as a launch on a GPU is.
+_INTS = ("epoch", "my_index", "n", "m", "N", "K")
+_BLOCKS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
+_OPTIONS = {"num_stages": NUM_STAGES}
+COMPILE = {
+    _ag_gemm: {"signature": {"a": "*fp16", "b": "*fp16", "c": "*fp16", "sig": "*u64", "members": "*i32",
+                             **{k: "i32" for k in _INTS}},
+               "constexprs": {**_BLOCKS, "ITEMSIZE": 2}, "options": _OPTIONS},
+    _gemm: {"signature": {"a": "*fp16", "b": "*fp16", "c": "*fp16", "M": "i32", "N": "i32", "K": "i32"},
+            "constexprs": _BLOCKS, "options": _OPTIONS},
+    _gemm_rs: {"signature": {"a": "*fp16", "b": "*fp16", "c": "*fp16", "stage": "*fp16", "recv": "*fp16",
+                             "sig": "*u64", "members": "*i32", **{k: "i32" for k in _INTS}},
+               "constexprs": {**_BLOCKS, "ITEMSIZE": 2}, "options": _OPTIONS},
+}
+
+
+def _blocks(dims: dict, given: dict) -> tuple[dict, Exception | None]:
+    """Block sizes: the given ones, else the smallest power of two >= 16 covering the dimension, at
+    most MAX_BLOCK."""
+    out = {}
+    for name, dim in dims.items():
+        value = given.get(name)
+        if value is None:
+            value = max(16, min(MAX_BLOCK[name], triton.next_power_of_2(max(dim, 1))))
+        elif not isinstance(value, int) or value < 16 or value & (value - 1):
+            return out, ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
+        out[name] = value
+    return out, None
+
+
+def _operands(rt, a, b, what: str, a_name: str, b_name: str):
+    """The problem with (a, b) as the two operands of a GEMM, or None."""
+    problem = _check_tensor(rt, a, a_name, what) or _check_tensor(rt, b, b_name, what)
+    if problem:
+        return problem
+    if a.dim() != 2 or b.dim() != 2:
+        return ValueError(f"{what}: {a_name} and {b_name} must be 2-D, got shapes {list(a.shape)} and "
+                          f"{list(b.shape)}")
+    if a.dtype not in DTYPES or b.dtype != a.dtype:
+        return TypeError(f"{what}: {a_name} and {b_name} must both be float16 or both float32, got {a.dtype} "
+                         f"and {b.dtype}")
+    if a.shape[1] != b.shape[0]:
+        return ValueError(f"{what}: {a_name} of shape {list(a.shape)} and {b_name} of shape {list(b.shape)} do "
+                          f"not multiply ({a.shape[1]} != {b.shape[0]})")
+    if 0 in a.shape or 0 in b.shape:
+        return ValueError(f"{what}: empty operands ({a_name} {list(a.shape)}, {b_name} {list(b.shape)})")
+    return None
+
+
+def _dummy():
+    return torch.empty(0)
+
+
+def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, block_k=None, team=None):
+    """all_gather(a_shard) @ b on every PE.
+
+    a_shard: [M / n, K], this PE's rows of A (PE p holds rows p * M / n ...; every PE the same shape);
+    b: [K, N], the same on every PE; returns c: [M, N] in a_shard's dtype (float16 or float32).
+    overlap: True (default) gathers A chunk by chunk inside the GEMM launch, each GEMM tile waiting
+    only for its own rows; False gathers all of A first (unishmem.kernels.all_gather), then runs
+    a plain GEMM. block_m, block_n, block_k: tile sizes (powers of two >= 16); every PE must pass
+    the same."""
+    from .. import runtime
+
+    rt = runtime()
+    team = _team(rt, team)
+    n = team.n_pes
+    problem = _operands(rt, a_shard, b, "ag_gemm", "a_shard", "b")
+    if problem is None and not isinstance(overlap, bool):
+        problem = TypeError(f"ag_gemm: overlap must be True or False, got {overlap!r}")
+    m, K = a_shard.shape if problem is None else (0, 0)
+    N = b.shape[1] if problem is None else 0
+    blocks, bad = _blocks({"block_m": m, "block_n": N, "block_k": K},
+                          {"block_m": block_m, "block_n": block_n, "block_k": block_k})
+    problem = problem or bad
+    bm = blocks.get("block_m", 16)
+    chunks = triton.cdiv(m, bm)
+    ws = workspace(rt, team, "ag_gemm", a_shard if problem is None else _dummy(), lambda: {
+        "a": ((2, n * m, K), a_shard.dtype), "sig": ((2, n * chunks), torch.uint64)} if overlap else {},
+        problem, key=(bm,), shape=(m, K, N, bm, int(overlap is True)), label="(a_shard rows, K, N, block_m, overlap)")
+    b = b.contiguous()
+    c = torch.empty((n * m, N), dtype=a_shard.dtype, device=rt.device)
+    bn, bk = blocks["block_n"], blocks["block_k"]
+    if not overlap:
+        a_full = all_gather(a_shard.contiguous(), team=team)
+        _gemm[(triton.cdiv(n * m, bm) * triton.cdiv(N, bn),)](
+            a_full, b, c, n * m, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=NUM_STAGES)
+        return c
+    epoch, parity = ws.next_epoch()
+    a_full, sig = ws.buffers["a"][parity], ws.buffers["sig"][parity]
+    a_full[ws.my_index * m:(ws.my_index + 1) * m].copy_(a_shard)
+    _ag_gemm[(n * chunks * triton.cdiv(N, bn),)](
+        a_full, b, c, sig, ws.members, epoch, ws.my_index, n, m, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        ITEMSIZE=a_shard.element_size(), num_stages=NUM_STAGES)
+    return c
+
+
+def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None):
+    """Rows block my_pe of the sum over PEs of a @ b_shard (matmul + reduce_scatter_tensor).
+
+    The tensor-parallel layout of a row-parallel linear layer: K is split over the PEs, PE p holding
+    a: [M, K_p] (its columns of the activations) and b_shard: [K_p, N] (its rows of the weight);
+    K_p may differ between PEs, M and N may not, and M must split into n equal blocks. Returns
+    c_shard: [M / n, N] in a's dtype (float16 or float32). Partial tiles travel in that dtype and
+    are summed in float32 by their owner. block_m, block_n, block_k: as for ag_gemm."""
+    from .. import runtime
+
+    rt = runtime()
+    team = _team(rt, team)
+    n = team.n_pes
+    problem = _operands(rt, a, b_shard, "gemm_rs", "a", "b_shard")
+    M, K = a.shape if problem is None else (0, 0)
+    N = b_shard.shape[1] if problem is None else 0
+    if problem is None and M % n:
+        problem = ValueError(f"gemm_rs: a has M={M} rows, which do not split into {n} equal blocks")
+    m = M // n
+    blocks, bad = _blocks({"block_m": m, "block_n": N, "block_k": K},
+                          {"block_m": block_m, "block_n": block_n, "block_k": block_k})
+    problem = problem or bad
+    bm, bn = blocks.get("block_m", 16), blocks.get("block_n", 16)
+    tiles = triton.cdiv(m, bm) * triton.cdiv(N, bn)
+    ws = workspace(rt, team, "gemm_rs", a if problem is None else _dummy(), lambda: {
+        "stage": ((2, n * tiles * bm * bn), a.dtype), "recv": ((2, n * tiles * bm * bn), a.dtype),
+        "sig": ((2, tiles * n), torch.uint64)}, problem, key=(bm, bn), shape=(M, N, bm, bn),
+        label="(M, N, block_m, block_n)")
+    epoch, parity = ws.next_epoch()
+    c = torch.empty((m, N), dtype=a.dtype, device=rt.device)
+    buf = ws.buffers
+    _gemm_rs[(n * tiles,)](a.contiguous(), b_shard.contiguous(), c, buf["stage"][parity], buf["recv"][parity],
+                           buf["sig"][parity], ws.members, epoch, ws.my_index, n, m, N, K, BLOCK_M=bm, BLOCK_N=bn,
+                           BLOCK_K=blocks["block_k"], ITEMSIZE=a.element_size(), num_stages=NUM_STAGES)
+    return c

@@ -1,0 +1,120 @@
+"""unishmem.kernels' GEMMs compiled for real targets with no GPU, from gemm.COMPILE: they link against
+the NVSHMEM wheel's bitcode for sm_90 with the K loop pipelined (num_stages=3), the overlapped
+ag_gemm's A loads stay after their waits in the TTGIR, and every kernel lowers for gfx942."""
+import concurrent.futures
+import multiprocessing
+import os
+import re
+import sys
+import tempfile
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+from unishmem import BackendUnavailable  # noqa: E402
+from unishmem.triton_support import extern_libs  # noqa: E402
+
+KERNELS = ("_ag_gemm", "_gemm", "_gemm_rs")
+ALIGNED = ("N", "K")  # with every pointer: what a launch on aligned tensors with N, K % 16 == 0 specialises
+
+
+def _compile(name: str, backend: str, arch) -> dict:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from unishmem.kernels import gemm
+
+    kernel = getattr(gemm, name)
+    spec = gemm.COMPILE[kernel]
+    names = list(kernel.jit_function.arg_names)
+    aligned = [a for a in names if spec["signature"].get(a, "").startswith("*") or a in ALIGNED]
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    signature = dict(spec["signature"], **{k: "constexpr" for k in spec["constexprs"]})
+    options = dict(spec.get("options", {}))
+    if backend == "cuda":
+        options["extern_libs"] = tuple(extern_libs(backend, arch).items())
+    try:
+        c = triton.compile(ASTSource(kernel.jit_function, signature=signature, constexprs=spec["constexprs"],
+                                     attrs=attrs),
+                           target=GPUTarget(backend, arch, 32 if backend == "cuda" else 64), options=options)
+    except Exception as e:  # reported to the test
+        return {"error": f"{type(e).__name__}: {e}"[:4000]}
+    return {"ttgir": c.asm["ttgir"], "llir": c.asm["llir"],
+            "binary": len(c.asm.get("cubin", c.asm.get("hsaco", b"")))}
+
+
+def _init_worker(cache_dir):
+    os.environ["TRITON_CACHE_DIR"] = cache_dir  # a fresh cache: every kernel really compiles
+    os.environ["DISABLE_PTXAS_OPT"] = "1"       # linking is what is checked; optimising only costs time
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    os.environ["TRITON_INTERPRET"] = "0"
+    sys.path.insert(0, os.path.dirname(__file__))
+
+
+@pytest.fixture(scope="module")
+def builds():
+    try:
+        extern_libs("cuda", 90)
+    except BackendUnavailable as e:
+        pytest.skip(f"NVSHMEM bitcode not installed (pip install nvidia-nvshmem-cu13): {e}")
+    # the two slow ones (NVSHMEM linked in) first, one per worker
+    jobs = [("_ag_gemm", "cuda", 90), ("_gemm_rs", "cuda", 90), ("_gemm", "cuda", 90)]
+    jobs += [(k, "hip", "gfx942") for k in KERNELS]
+    with tempfile.TemporaryDirectory() as cache:
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx, initializer=_init_worker,
+                                                    initargs=(cache,)) as pool:
+            futures = {job: pool.submit(_compile, *job) for job in jobs}
+            return {job: f.result() for job, f in futures.items()}
+
+
+def _lines(ir: str) -> list[str]:
+    return [line.strip() for line in ir.splitlines()]
+
+
+def test_every_gemm_kernel_links_for_sm_90_pipelined(builds):
+    for name in KERNELS:
+        out = builds[(name, "cuda", 90)]
+        assert "error" not in out, f"{name}: {out.get('error')}"
+        assert out["binary"] > 0
+        assert not re.findall(r"^declare .*@(nvshmemx?_\w+)", out["llir"], re.M), name
+        # num_stages=3 took: the K loop's tiles are asynchronous copies, two stages issued before the loop
+        assert out["ttgir"].count("ttg.async_copy_global_to_local") >= 4, name
+
+
+def test_ag_gemm_a_loads_stay_after_their_wait(builds):
+    ttgir = _lines(builds[("_ag_gemm", "cuda", 90)]["ttgir"])
+    wait = [i for i, line in enumerate(ttgir) if 'symbol = "nvshmem_signal_wait_until"' in line]
+    token = [i for i, line in enumerate(ttgir) if "tt.elementwise_inline_asm" in line]
+    a_loads = [i for i, line in enumerate(ttgir)
+               if re.match(r"%\S+ = (tt\.load|ttg\.async_copy_global_to_local) %\S+.*: tensor<64x32x!tt\.ptr<f16>",
+                           line)]
+    assert len(wait) == 1 and len(token) == 1, (wait, token)
+    # the prologue's two A tiles and the loop's: every one after the wait and the token that ties them to it
+    assert len(a_loads) >= 3 and wait[0] < token[0] < min(a_loads), (wait, token, a_loads)
+    # and the chunk push comes first, before any wait
+    push = next(i for i, line in enumerate(ttgir) if 'symbol = "nvshmemx_putmem_signal_nbi_block"' in line)
+    assert push < wait[0]
+
+
+def test_gemm_rs_peer_tiles_are_loaded_after_their_waits(builds):
+    ttgir = _lines(builds[("_gemm_rs", "cuda", 90)]["ttgir"])
+    waits, seen = 0, []
+    for line in ttgir:
+        if 'symbol = "nvshmem_signal_wait_until"' in line:
+            waits += 1
+        elif re.match(r"%\S+ = tt\.load %\S+ : tensor<64x64x!tt\.ptr<f16>", line):
+            seen.append(waits)
+    assert seen and all(w >= 1 for w in seen), seen
+
+
+def test_every_gemm_kernel_lowers_for_gfx942(builds):
+    declared = set()
+    for name in KERNELS:
+        out = builds[(name, "hip", "gfx942")]
+        assert "error" not in out, f"{name}: {out.get('error')}"
+        declared |= set(re.findall(r"^declare [^@]*@(rocshmem_\w+)\(", out["llir"], re.M))
+    # the push and the wait, as rocshmem_wrapper.cc names them (the wait's value read back with signal_fetch)
+    assert {"rocshmem_putmem_signal_nbi_wg", "rocshmem_uint64_wait_until", "rocshmem_signal_fetch"} <= declared, \
+        declared
