@@ -39,6 +39,30 @@ def cases(rt, size: int):
          lambda: dist.all_reduce(reduced)),
         ("all_reduce two_shot", lambda: K.all_reduce(x, algorithm="two_shot", out=reduced),
          lambda: dist.all_reduce(reduced)),
+        *gemm_cases(rt, size),
+    ]
+
+
+def gemm_cases(rt, size: int):
+    """ag_gemm beside all_gather + matmul, gemm_rs beside matmul + reduce_scatter: square d x d float32
+    shards of `size` bytes. Under the interpreter only up to 256 KiB (a 1 MiB one takes seconds a call)."""
+    import unishmem.kernels as K
+
+    d = int((size // 4) ** 0.5)
+    if os.environ.get("TRITON_INTERPRET") == "1" and size > 256 * 1024:
+        return []
+    n, dev = rt.n_pes, rt.device
+    a_shard, b = torch.randn(d, d, device=dev), torch.randn(d, d, device=dev)
+    a_full = torch.empty(n * d, d, device=dev)
+    a_rows, partial_out = torch.randn(n * d, d, device=dev), torch.empty(d, d, device=dev)
+
+    def gathered_matmul():
+        dist.all_gather_into_tensor(a_full, a_shard)
+        return a_full @ b
+
+    return [
+        ("ag_gemm", lambda: K.ag_gemm(a_shard, b), gathered_matmul),
+        ("gemm_rs", lambda: K.gemm_rs(a_rows, b), lambda: dist.reduce_scatter_tensor(partial_out, a_rows @ b)),
     ]
 
 
