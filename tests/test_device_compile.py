@@ -99,6 +99,15 @@ def test_v2_functions_link_for_sm_90(builds):
             "nvshmem_int32_iput", "nvshmemx_int32_iget_block", "nvshmemx_putmem_block"} <= called, called
 
 
+def test_atomics_use_triton_on_reachable_peers_and_the_vendor_amo_elsewhere(builds):
+    ttir = builds[("atomics", "cuda", 90)]["ttir"]
+    assert "tt.atomic_rmw" in ttir and "tt.atomic_cas" in ttir  # through remote_ptr
+    called = set(re.findall(r'symbol = "(\w+)"', ttir))
+    # NVSHMEM's C-typed AMOs (3.8's bitcode has nvshmem_long_atomic_fetch_add, not an int64 one)
+    assert {f"nvshmem_long_atomic_{op}" for op in ("fetch_add", "fetch", "swap", "compare_swap", "fetch_inc", "add",
+                                                   "inc", "set")} <= called, called
+
+
 def _instructions(ir: str) -> list[str]:
     return [line.strip() for line in ir.splitlines()]
 
