@@ -18,6 +18,7 @@ def test_demo_runs_at_four_pes():
 @pytest.mark.parametrize("example, expected", [
     ("ring_allgather.py", r"ring all-gather \(interpreter, backend host\) correct on 4 PEs"),
     ("ping_pong.py", r"20 round trips between 2 pair\(s\): \d+ us each \(backend host\)"),
+    ("tutorials/04_moe_all_to_all.py", r"moe all-to-all \(interpreter, backend host\) correct on 4 PEs"),
 ])
 def test_device_library_examples(example, expected):
     pytest.importorskip("triton")
