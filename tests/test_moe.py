@@ -52,7 +52,7 @@ def reference_combine(tokens, ids, weights):
     return (acc if acc is not None else torch.zeros(tokens.shape, dtype=torch.float32)).to(tokens.dtype)
 
 
-def check_round_trip(rt, dtype, seed, T=None, combine=True, **kw):
+def check_round_trip(rt, dtype, seed, T=None, combine=True, combines=1, **kw):
     n, me = rt.n_pes, rt.my_pe
     E = n_experts(n)
     L = E // n
@@ -63,9 +63,9 @@ def check_round_trip(rt, dtype, seed, T=None, combine=True, **kw):
     rows, ref_counts, experts = reference_dispatch(everyone, me, L)
     assert counts.dtype == torch.int64 and torch.equal(counts, ref_counts), (counts, ref_counts)
     assert expert_tokens.dtype == dtype and torch.equal(expert_tokens, rows), (dtype, seed)
-    if combine:
+    ref = reference_combine(tokens, ids, weights) if combine else None
+    for _ in range(combines if combine else 0):  # a handle may be combined more than once
         out = K.combine(expert(expert_tokens, experts), handle)
-        ref = reference_combine(tokens, ids, weights)
         assert out.dtype == dtype and out.shape == tokens.shape
         assert torch.equal(out, ref), (dtype, seed, (out - ref).abs().max())
     return counts
@@ -84,8 +84,8 @@ def test_dispatch_combine_bit_exact(rt):
 def test_repeated_calls_reuse_the_workspace(rt):
     check_round_trip(rt, torch.float32, seed=4)
     free = rt._native.heap_free_bytes()
-    for seed in (5, 6, 7):
-        check_round_trip(rt, torch.float32, seed=seed)
+    for seed in (5, 6):
+        check_round_trip(rt, torch.float32, seed=seed, combines=2)
     assert rt._native.heap_free_bytes() == free
     check_round_trip(rt, torch.float32, seed=8, max_tokens=16)  # a given capacity: a workspace of its own
     rt.free_workspaces()

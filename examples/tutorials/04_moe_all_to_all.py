@@ -33,7 +33,7 @@ def main() -> None:
         g = torch.Generator().manual_seed(1 + me)
         T = (32, 0, 17, 8)[me % 4]
         tokens = torch.randn(T, H, generator=g).to(rt.device)
-        topk_ids = torch.stack([torch.randperm(n_experts, generator=g)[:TOPK] for _ in range(T)]).reshape(T, TOPK)
+        topk_ids = torch.rand(T, n_experts, generator=g).argsort(dim=1)[:, :TOPK]  # K distinct experts
         topk_weights = torch.softmax(torch.randn(T, TOPK, generator=g), dim=1)
         topk_ids, topk_weights = topk_ids.to(rt.device), topk_weights.to(rt.device)
 

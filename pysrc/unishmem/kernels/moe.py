@@ -32,7 +32,7 @@ tokens is an error on every PE), else the largest T of any PE in this call round
 of two. Every call first exchanges a small descriptor on the host (this checks the arguments
 across PEs and gives the largest T), so a call costs one host fcollect besides the kernel. One
 workspace per (dtype, H, K, n_experts, capacity) is kept (NOTE [workspaces]) until
-rt.free_workspaces(); a handle stays usable until then.
+rt.free_workspaces(); a handle stays usable until then (combine may use it more than once).
 
 Buffer reuse (epochs as in NOTE [workspaces]): a sender puts rows of dispatch call k+1 only after
 it has every PE's counts of call k+1, sent when that PE has finished call k, so the receive buffer
@@ -49,6 +49,7 @@ import triton.language as tl
 
 from .. import jit
 from .. import language as shl
+from ..triton_support import interpreting
 from ..enums import DTYPE_CODES
 from ._workspace import Workspace, _members, exchange
 from .collectives import _check_tensor, _team
@@ -102,8 +103,11 @@ def _combine(stage, C, ret, ret_sig, members, pos, weights, out, epoch, me, n, T
             shl.putmem_signal_block(ret + dst * H, stage + src * H, rows * H * ITEMSIZE, ret_sig + ex, epoch,
                                     shl.SIGNAL_SET, pe)
     t0 = p * BLOCK_T
-    if t0 < T:
+    if t0 < T or p == 0:
+        # program 0 waits even with no tokens: a PE leaves combine k only once every PE has started
+        # it, hence finished reading its return buffer of combine k-1 (the parity NOTE [workspaces])
         shl.wait_until_all(ret_sig, E, shl.CMP_GE, epoch)
+    if t0 < T:
         token = shl.signal_fetch(ret_sig)  # the loads below depend on it (README rule 2)
         back = shl.consume_token(ret, token)
         t = t0 + tl.arange(0, BLOCK_T)
@@ -122,7 +126,8 @@ def _combine(stage, C, ret, ret_sig, members, pos, weights, out, epoch, me, n, T
             tl.store(out + t[:, None] * H + h[None, :], acc.to(out.dtype.element_ty), mask=mask)
 
 
-# What `unishmem compile` builds (and tests/test_kernels_compile.py): one signature per kernel.
+# What `unishmem compile` builds (and tests/test_kernels_compile.py): a signature per kernel, and the
+# compile options it is launched with.
 COMPILE = {
     _dispatch: {"signature": {"stage": "*fp16", "my_counts": "*i64", "cnt": "*i64", "cnt_sig": "*u64",
                               "recv": "*fp16", "recv_sig": "*u64", "members": "*i32", "epoch": "i64", "me": "i32",
@@ -135,7 +140,8 @@ COMPILE = {
                              "N_BLOCK": "constexpr", "E_BLOCK": "constexpr", "BLOCK_T": "constexpr",
                              "BLOCK_H": "constexpr", "ITEMSIZE": "constexpr"},
                "constexprs": {"L": 2, "K": 2, "N_BLOCK": 8, "E_BLOCK": 16, "BLOCK_T": 4, "BLOCK_H": 128,
-                              "ITEMSIZE": 2}},
+                              "ITEMSIZE": 2},
+               "options": {"enable_fp_fusion": False}},  # as launched: w*x then +, never an fma
 }
 
 
@@ -286,8 +292,11 @@ def combine(expert_out, handle, *, team=None):
     b = ws.buffers
     b["cstage"][: handle.rows].copy_(expert_out)
     out = torch.empty((T, H), dtype=handle.dtype, device=rt.device)
+    # a GPU program sums a tile of at most 4096 elements; the interpreter's cost is per program
+    # and per op, not per element, so it takes 16x larger tiles
+    tile = 4096 * (16 if interpreting() else 1)
     block_h = min(_blocks(H), 1024)
-    block_t = min(_blocks(T), max(1, 4096 // block_h))  # a tile of at most 4096 elements
+    block_t = min(_blocks(T), max(1, tile // block_h))
     _combine[(max(n, triton.cdiv(T, block_t)),)](
         b["cstage"], handle.C, b["ret"][epoch % 2], b["ret_sig"][epoch % 2], ws.members, handle.pos, handle.weights,
         out, epoch, ws.my_index, n, T, H, L=L, K=K, N_BLOCK=_blocks(n), E_BLOCK=_blocks(n * L), BLOCK_T=block_t,
