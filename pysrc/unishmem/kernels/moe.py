@@ -279,10 +279,10 @@ def combine(expert_out, handle, *, team=None):
                              f"(expert_tokens' dtype and shape); got {expert_out.dtype} of shape "
                              f"{list(expert_out.shape)}")
     # every PE must pass the handle of the same dispatch call (workspace and its call number)
-    desc = [-1] * 4 if problem else [0, handle.call, handle.capacity, DTYPE_CODES[handle.dtype]]
+    desc = [-1] * 5 if problem else [0, handle.call, handle.capacity, DTYPE_CODES[handle.dtype], handle.H]
     rows = exchange(rt, team, "combine", desc, problem)
-    mismatch = _disagreement("combine", rows, (1, 2, 3), ("the dispatch call of the handle", "its capacity",
-                                                        "its dtype"))
+    mismatch = _disagreement("combine", rows, (1, 2, 3, 4), ("the dispatch call of the handle", "its capacity",
+                                                           "its dtype", "its H"))
     if mismatch:
         raise mismatch
     ws, T, H, L = handle.ws, handle.pos.shape[0], handle.H, handle.L
