@@ -33,11 +33,12 @@ def _compile(module: str, name: str, backend: str, arch):
 
     kernel, spec = next((k, s) for k, s in importlib.import_module(module).COMPILE.items()
                         if k.jit_function.__name__ == name)
+    signature = dict(spec["signature"], **{k: "constexpr" for k in spec["constexprs"]})  # as ASTSource wants
     options = dict(spec.get("options", {}))
     if backend == "cuda":
         options["extern_libs"] = tuple(extern_libs(backend, arch).items())
     try:
-        c = triton.compile(ASTSource(kernel.jit_function, signature=spec["signature"], constexprs=spec["constexprs"]),
+        c = triton.compile(ASTSource(kernel.jit_function, signature=signature, constexprs=spec["constexprs"]),
                            target=GPUTarget(backend, arch, 32 if backend == "cuda" else 64), options=options)
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"[:4000]}

@@ -126,19 +126,16 @@ def _combine(stage, C, ret, ret_sig, members, pos, weights, out, epoch, me, n, T
             tl.store(out + t[:, None] * H + h[None, :], acc.to(out.dtype.element_ty), mask=mask)
 
 
-# What `unishmem compile` builds (and tests/test_kernels_compile.py): a signature per kernel, and the
-# compile options it is launched with.
+# What `unishmem compile` builds (NOTE [COMPILE table] in unishmem/compile.py on main; and
+# tests/test_kernels_compile.py): run-time argument types, constexprs, the options it is launched with.
 COMPILE = {
     _dispatch: {"signature": {"stage": "*fp16", "my_counts": "*i64", "cnt": "*i64", "cnt_sig": "*u64",
                               "recv": "*fp16", "recv_sig": "*u64", "members": "*i32", "epoch": "i64", "me": "i32",
-                              "n": "i32", "H": "i32", "L": "constexpr", "N_BLOCK": "constexpr",
-                              "E_BLOCK": "constexpr", "ITEMSIZE": "constexpr"},
+                              "n": "i32", "H": "i32"},
                 "constexprs": {"L": 2, "N_BLOCK": 8, "E_BLOCK": 16, "ITEMSIZE": 2}},
     _combine: {"signature": {"stage": "*fp16", "C": "*i64", "ret": "*fp16", "ret_sig": "*u64", "members": "*i32",
                              "pos": "*i64", "weights": "*fp32", "out": "*fp16", "epoch": "i64", "me": "i32",
-                             "n": "i32", "T": "i32", "H": "i32", "L": "constexpr", "K": "constexpr",
-                             "N_BLOCK": "constexpr", "E_BLOCK": "constexpr", "BLOCK_T": "constexpr",
-                             "BLOCK_H": "constexpr", "ITEMSIZE": "constexpr"},
+                             "n": "i32", "T": "i32", "H": "i32"},
                "constexprs": {"L": 2, "K": 2, "N_BLOCK": 8, "E_BLOCK": 16, "BLOCK_T": 4, "BLOCK_H": 128,
                               "ITEMSIZE": 2},
                "options": {"enable_fp_fusion": False}},  # as launched: w*x then +, never an fma
