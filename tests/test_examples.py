@@ -21,6 +21,7 @@ def test_demo_runs_at_four_pes():
     ("tutorials/01_notify_wait.py", r"notify/wait: 3 rounds correct on 4 PEs \(backend host\)"),
     ("tutorials/02_all_gather_gemm.py", r"all-gather GEMM: correct on 4 PEs \(backend host\)"),
     ("tutorials/03_gemm_reduce_scatter.py", r"GEMM reduce-scatter: correct on 4 PEs \(backend host\)"),
+    ("tutorials/04_moe_all_to_all.py", r"moe all-to-all \(interpreter, backend host\) correct on 4 PEs"),
     ("tutorials/05_one_shot_all_reduce.py", r"one-shot all-reduce: correct on 4 PEs \(backend host\)"),
 ])
 def test_device_library_examples(example, expected):

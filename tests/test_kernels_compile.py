@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-KERNELS = {"unishmem.kernels.collectives": ("_all_gather", "_reduce")}
+KERNELS = {"unishmem.kernels.collectives": ("_all_gather", "_reduce"), "unishmem.kernels.moe": ("_dispatch", "_combine")}
 
 
 @pytest.mark.parametrize("module", sorted(KERNELS))

@@ -86,6 +86,33 @@ class _ThreadGridIdx:
         _program.grid_idx = value
 
 
+_REWRITE_LOCK = threading.RLock()
+
+
+def _serialise_rewrites() -> None:
+    """NOTE [concurrent interpreter]: the first call of a @triton.jit helper (tl.sum, say) rewrites
+    it and copies the interpreter's globals into its module's globals, while another program's
+    call of a helper of that module iterates the same dict in _patch_lang ("dictionary changed size
+    during iteration", seen in 2 of 30 4-PE runs of dispatch here). One lock around both."""
+    from triton.runtime import interpreter
+
+    if getattr(interpreter._patch_lang, "_unishmem_locked", False):
+        return
+    patch_lang, rewrite = interpreter._patch_lang, interpreter.InterpretedFunction.rewrite
+
+    def locked_patch_lang(fn):
+        with _REWRITE_LOCK:
+            return patch_lang(fn)
+
+    def locked_rewrite(self):
+        with _REWRITE_LOCK:
+            return rewrite(self)
+
+    locked_patch_lang._unishmem_locked = True
+    interpreter._patch_lang = locked_patch_lang
+    interpreter.InterpretedFunction.rewrite = locked_rewrite
+
+
 class LaunchAborted(UnishmemError):
     """A program stopped because another program of its launch failed (never reaches the user)."""
 
@@ -257,6 +284,7 @@ class Kernel:
 
         if not isinstance(type(interpreter_builder).__dict__.get("grid_idx"), _ThreadGridIdx):
             type(interpreter_builder).grid_idx = _ThreadGridIdx()
+        _serialise_rewrites()
         fn = self.jit_function
         launch = _Launch(self.resident if self.resident is not None else interpret_resident(),
                          bool(kwargs.get("launch_cooperative_grid")))

@@ -2,5 +2,6 @@
 tensors on the runtime's device. Each call is collective over its team (default: the world)."""
 from .collectives import all_gather, all_reduce, reduce_scatter
 from .gemm import ag_gemm, gemm_rs
+from .moe import combine, dispatch
 
-__all__ = ["ag_gemm", "all_gather", "all_reduce", "gemm_rs", "reduce_scatter"]
+__all__ = ["ag_gemm", "all_gather", "all_reduce", "combine", "dispatch", "gemm_rs", "reduce_scatter"]

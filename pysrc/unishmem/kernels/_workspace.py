@@ -43,9 +43,9 @@ def _describe(desc: list[int], label: str = "shape") -> str:
     return f"{dtype} of {label} {list(dims[:ndim])}"
 
 
-def _agree(rt, team, what: str, desc: list[int], problem: Exception | None, label: str = "shape") -> None:
-    """Every member of `team` calls `what` with the same `desc` and no local `problem`, or every
-    one raises (a mismatch would otherwise leave some PEs waiting for data that never comes)."""
+def exchange(rt, team, what: str, desc: list[int], problem: Exception | None) -> list[list[int]]:
+    """Every member's `desc` (a host fcollect), after which this PE raises its own `problem`, or a
+    ValueError naming the members that found one (their desc starts with a negative number)."""
     key = ("agree", team._slot, len(desc))
     if key not in rt._workspaces:
         rt._workspaces[key] = (rt.zeros(len(desc), dtype=torch.int64),
@@ -59,6 +59,13 @@ def _agree(rt, team, what: str, desc: list[int], problem: Exception | None, labe
     rejected = [i for i, row in enumerate(rows) if row[0] < 0]
     if rejected:
         raise ValueError(f"{what}: member(s) {rejected} of {team.name} rejected their arguments (see their error)")
+    return rows
+
+
+def _agree(rt, team, what: str, desc: list[int], problem: Exception | None, label: str = "shape") -> None:
+    """Every member of `team` calls `what` with the same `desc` and no local `problem`, or every
+    one raises (a mismatch would otherwise leave some PEs waiting for data that never comes)."""
+    rows = exchange(rt, team, what, desc, problem)
     differ = [i for i, row in enumerate(rows) if row != rows[0]]
     if differ:
         raise ValueError(f"{what}: the PEs of {team.name} disagree: member 0 passes {_describe(rows[0], label)}, "

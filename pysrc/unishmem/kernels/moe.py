@@ -1,0 +1,301 @@
+"""MoE all-to-all: dispatch token copies to the PEs owning their experts, combine the experts'
+outputs back, as Triton kernels in unishmem.language over the world team.
+
+Semantics (every PE calls both, in the same order):
+
+- `n_experts` experts split evenly over the n PEs: PE d owns experts d*L .. d*L+L-1, with
+  L = n_experts // n local experts (n_experts % n != 0 is an error on every PE).
+- `dispatch(tokens [T, H], topk_ids [T, K] int, topk_weights [T, K] float, n_experts)`: each copy
+  (t, k) of token row t goes to the PE owning expert e = topk_ids[t, k]. T may differ per PE
+  (0 included); H, K, n_experts and the tokens' dtype must agree. A token may pick one expert twice:
+  each copy is sent. Returns
+  - `expert_tokens [R, H]` (tokens' dtype): every row this PE received, packed: grouped by local
+    expert j, then by source PE in PE order, then in (t, k) order (t-major) at the source;
+  - `counts [L, n]` int64: counts[j, s] rows came from PE s for local expert j (zeros included),
+    so R = counts.sum() and the group (j, s) starts at the sum of the counts before it in
+    row-major order;
+  - `handle`: what combine needs (the count matrix of every PE, where each (t, k) went, the weights).
+- `combine(expert_out [R, H], handle) -> out [T, H]`: each row of expert_out goes back to the
+  (t, k) it came from, and out[t] = sum over k of topk_weights[t, k] * that row, computed in
+  float32 as w0*x0 + w1*x1 + ... added left to right in k order (no fused multiply-add), then
+  cast to the tokens' dtype (round to nearest even). expert_out must have the tokens' dtype.
+
+Counts are exchanged in the dispatch kernel: every PE puts its per-expert count row (bincount of
+its topk_ids, n_experts int64 words) into every PE's slot for it, with a signal; after waiting for
+all n rows every PE knows the whole count matrix C[s, e], from which each sender computes where its
+rows land in the receiver's packed buffer and puts them there directly (one put per (receiver,
+local expert), zero-row puts included, each with its own signal), so nothing is repacked.
+
+Capacity: each PE's receive buffer holds n * max_tokens * K rows (every copy of every PE sent to
+it: the worst case). max_tokens is the keyword if given (every PE passes the same; a PE with more
+tokens is an error on every PE), else the largest T of any PE in this call rounded up to a power
+of two. Every call first exchanges a small descriptor on the host (this checks the arguments
+across PEs and gives the largest T), so a call costs one host fcollect besides the kernel. One
+workspace per (dtype, H, K, n_experts, capacity) is kept (NOTE [workspaces]) until
+rt.free_workspaces(); a handle stays usable until then (combine may use it more than once).
+
+Buffer reuse (epochs as in NOTE [workspaces]): a sender puts rows of dispatch call k+1 only after
+it has every PE's counts of call k+1, sent when that PE has finished call k, so the receive buffer
+needs one copy; the count slots, written before that wait, have two parities. combine's return
+buffer has two parities: its puts wait for nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import jit
+from .. import language as shl
+from ..triton_support import interpreting
+from ..enums import DTYPE_CODES
+from ._workspace import Workspace, _members, exchange
+from .collectives import _check_tensor, _team
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@jit
+def _dispatch(stage, my_counts, cnt, cnt_sig, recv, recv_sig, members, epoch, me, n, H, L: tl.constexpr,
+              N_BLOCK: tl.constexpr, E_BLOCK: tl.constexpr, ITEMSIZE: tl.constexpr):
+    """Program p: this PE's count row to PE p, then (once every count row is here) this PE's rows
+    for each of PE p's L experts to their packed place there. stage: this PE's rows sorted by expert."""
+    p = tl.program_id(0)
+    pe = tl.load(members + p)
+    E = n * L
+    shl.putmem_signal_block(cnt + me * E, my_counts, E * 8, cnt_sig + me, epoch, shl.SIGNAL_SET, pe)
+    shl.wait_until_all(cnt_sig, n, shl.CMP_GE, epoch)
+    s = tl.arange(0, N_BLOCK)[:, None]
+    e = tl.arange(0, E_BLOCK)[None, :]
+    C = tl.load(cnt + s * E + e, mask=(s < n) & (e < E), other=0)  # C[s, e]: rows PE s sends to expert e
+    for j in range(L):
+        ex = p * L + j
+        rows = tl.sum(tl.sum(tl.where((s == me) & (e == ex), C, 0), 1), 0)
+        # my rows for expert ex follow my rows for every lower expert in stage
+        src = tl.sum(tl.sum(tl.where((s == me) & (e < ex), C, 0), 1), 0)
+        # at PE p: after every source's rows for its lower experts, then lower sources' for ex
+        dst = tl.sum(tl.sum(tl.where(((e >= p * L) & (e < ex)) | ((e == ex) & (s < me)), C, 0), 1), 0)
+        shl.putmem_signal_block(recv + dst * H, stage + src * H, rows * H * ITEMSIZE, recv_sig + j * n + me, epoch,
+                                shl.SIGNAL_SET, pe)
+    shl.wait_until_all(recv_sig, n * L, shl.CMP_GE, epoch)
+
+
+@jit
+def _combine(stage, C, ret, ret_sig, members, pos, weights, out, epoch, me, n, T, H, L: tl.constexpr,
+             K: tl.constexpr, N_BLOCK: tl.constexpr, E_BLOCK: tl.constexpr, BLOCK_T: tl.constexpr,
+             BLOCK_H: tl.constexpr, ITEMSIZE: tl.constexpr):
+    """Programs p < n: the rows PE p sent here, back to where PE p staged them (its rows sorted by
+    expert). Then program p sums the weighted returned copies of tokens p*BLOCK_T.. of this PE."""
+    p = tl.program_id(0)
+    E = n * L
+    if p < n:
+        pe = tl.load(members + p)
+        s = tl.arange(0, N_BLOCK)[:, None]
+        e = tl.arange(0, E_BLOCK)[None, :]
+        Cm = tl.load(C + s * E + e, mask=(s < n) & (e < E), other=0)
+        for j in range(L):
+            ex = me * L + j
+            rows = tl.sum(tl.sum(tl.where((s == p) & (e == ex), Cm, 0), 1), 0)
+            src = tl.sum(tl.sum(tl.where(((e >= me * L) & (e < ex)) | ((e == ex) & (s < p)), Cm, 0), 1), 0)
+            dst = tl.sum(tl.sum(tl.where((s == p) & (e < ex), Cm, 0), 1), 0)
+            shl.putmem_signal_block(ret + dst * H, stage + src * H, rows * H * ITEMSIZE, ret_sig + ex, epoch,
+                                    shl.SIGNAL_SET, pe)
+    t0 = p * BLOCK_T
+    if t0 < T or p == 0:
+        # program 0 waits even with no tokens: a PE leaves combine k only once every PE has started
+        # it, hence finished reading its return buffer of combine k-1 (the parity NOTE [workspaces])
+        shl.wait_until_all(ret_sig, E, shl.CMP_GE, epoch)
+    if t0 < T:
+        token = shl.signal_fetch(ret_sig)  # the loads below depend on it (README rule 2)
+        back = shl.consume_token(ret, token)
+        t = t0 + tl.arange(0, BLOCK_T)
+        tmask = t < T
+        for h0 in range(0, H, BLOCK_H):
+            h = h0 + tl.arange(0, BLOCK_H)
+            mask = tmask[:, None] & (h < H)[None, :]
+            for k in tl.static_range(K):
+                w = tl.load(weights + t * K + k, mask=tmask, other=0).to(tl.float32)
+                row = tl.load(pos + t * K + k, mask=tmask, other=0)
+                x = tl.load(back + row[:, None] * H + h[None, :], mask=mask, other=0).to(tl.float32)
+                if k == 0:
+                    acc = w[:, None] * x
+                else:
+                    acc = acc + w[:, None] * x
+            tl.store(out + t[:, None] * H + h[None, :], acc.to(out.dtype.element_ty), mask=mask)
+
+
+# What `unishmem compile` builds (NOTE [COMPILE table] in unishmem/compile.py on main; and
+# tests/test_kernels_compile.py): run-time argument types, constexprs, the options it is launched with.
+COMPILE = {
+    _dispatch: {"signature": {"stage": "*fp16", "my_counts": "*i64", "cnt": "*i64", "cnt_sig": "*u64",
+                              "recv": "*fp16", "recv_sig": "*u64", "members": "*i32", "epoch": "i64", "me": "i32",
+                              "n": "i32", "H": "i32"},
+                "constexprs": {"L": 2, "N_BLOCK": 8, "E_BLOCK": 16, "ITEMSIZE": 2}},
+    _combine: {"signature": {"stage": "*fp16", "C": "*i64", "ret": "*fp16", "ret_sig": "*u64", "members": "*i32",
+                             "pos": "*i64", "weights": "*fp32", "out": "*fp16", "epoch": "i64", "me": "i32",
+                             "n": "i32", "T": "i32", "H": "i32"},
+               "constexprs": {"L": 2, "K": 2, "N_BLOCK": 8, "E_BLOCK": 16, "BLOCK_T": 4, "BLOCK_H": 128,
+                              "ITEMSIZE": 2},
+               "options": {"enable_fp_fusion": False}},  # as launched: w*x then +, never an fma
+}
+
+
+@dataclass
+class MoEHandle:
+    """What combine needs from one dispatch call of this PE (see the module's docstring)."""
+    ws: Workspace
+    call: int             # the dispatch call's epoch: every PE must combine the same call
+    C: torch.Tensor       # [n, n_experts] int64: rows PE s sent to expert e, this call
+    pos: torch.Tensor     # [T, K] int64: where copy (t, k) sits among this PE's rows sorted by expert
+    weights: torch.Tensor  # [T, K] topk_weights as passed to dispatch
+    rows: int             # R: rows this PE received
+    dtype: torch.dtype
+    H: int
+    L: int
+    capacity: int         # max_tokens of the workspace
+
+
+def _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n):
+    for name, x in (("tokens", tokens), ("topk_ids", topk_ids), ("topk_weights", topk_weights)):
+        problem = _check_tensor(rt, x, name, "dispatch")
+        if problem:
+            return problem
+    if tokens.dim() != 2 or tokens.shape[1] < 1 or tokens.dtype not in DTYPE_CODES:
+        return ValueError(f"dispatch: tokens must be [T, H] with H >= 1 and a dtype of the symmetric heap; got "
+                          f"{tokens.dtype} of shape {list(tokens.shape)}")
+    if topk_ids.dim() != 2 or topk_ids.shape[0] != tokens.shape[0] or topk_ids.shape[1] < 1:
+        return ValueError(f"dispatch: topk_ids must be [T, K] with T = {tokens.shape[0]} (tokens' rows) and "
+                          f"K >= 1; got shape {list(topk_ids.shape)}")
+    if topk_ids.dtype not in (torch.int32, torch.int64):
+        return TypeError(f"dispatch: topk_ids must be int32 or int64, not {topk_ids.dtype}")
+    if tuple(topk_weights.shape) != tuple(topk_ids.shape) or topk_weights.dtype not in FLOATS:
+        return ValueError(f"dispatch: topk_weights must be float32, float16 or bfloat16 of shape "
+                          f"{list(topk_ids.shape)} (topk_ids' shape); got {topk_weights.dtype} of shape "
+                          f"{list(topk_weights.shape)}")
+    if not isinstance(n_experts, int) or isinstance(n_experts, bool) or n_experts < 1 or n_experts % n:
+        return ValueError(f"dispatch: n_experts={n_experts!r} must be a positive multiple of the number of PEs "
+                          f"({n}): the experts split evenly over the PEs")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < tokens.shape[0]):
+        return ValueError(f"dispatch: max_tokens={max_tokens!r} must be an int >= this PE's T = {tokens.shape[0]}")
+    if topk_ids.numel():
+        lo, hi = torch.stack([topk_ids.min(), topk_ids.max()]).tolist()
+        if lo < 0 or hi >= n_experts:
+            bad = lo if lo < 0 else hi
+            return ValueError(f"dispatch: topk_ids holds expert {bad}, outside 0..{n_experts - 1} "
+                              f"(n_experts={n_experts})")
+    return None
+
+
+FIELDS = ("tokens' dtype", "H", "K", "n_experts", "max_tokens")
+
+
+def _disagreement(what: str, rows, fields, names) -> ValueError | None:
+    """A ValueError naming each field in which some PE differs from PE 0, or None."""
+    parts = []
+    for f, name in zip(fields, names):
+        values = [row[f] for row in rows]
+        if any(v != values[0] for v in values):
+            if name.endswith("dtype"):
+                values = [next((d for d, c in DTYPE_CODES.items() if c == v), v) for v in values]
+            parts.append(f"{name}: " + ", ".join(f"PE {i} passes {v}" for i, v in enumerate(values)))
+    return ValueError(f"{what}: the PEs disagree on " + "; ".join(parts)) if parts else None
+
+
+def _blocks(n: int) -> int:
+    return triton.next_power_of_2(max(n, 1))
+
+
+def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | None = None, team=None):
+    """Send each copy (t, k) of this PE's token rows to the PE owning expert topk_ids[t, k].
+    Returns (expert_tokens [R, H], counts [L, n_pes] int64, handle); see the module's docstring for
+    the packed layout and the capacity (max_tokens)."""
+    from .. import runtime
+
+    rt = runtime()
+    team = _team(rt, team)
+    n = team.n_pes
+    problem = _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n)
+    desc = [-1] * 7 if problem else [0, DTYPE_CODES[tokens.dtype], tokens.shape[1], topk_ids.shape[1], n_experts,
+                                     max_tokens or 0, tokens.shape[0]]
+    rows = exchange(rt, team, "dispatch", desc, problem)
+    mismatch = _disagreement("dispatch", rows, range(1, 6), FIELDS)
+    if mismatch:
+        raise mismatch
+    T, H, K = tokens.shape[0], tokens.shape[1], topk_ids.shape[1]
+    cap = max_tokens or _blocks(max(row[6] for row in rows))
+    L = n_experts // n
+    key = ("moe", tokens.dtype, H, K, n_experts, cap, team._slot)
+    ws = rt._workspaces.get(key)
+    if ws is None:
+        buffers = {"stage": ((cap * K, H), tokens.dtype), "my_counts": ((n_experts,), torch.int64),
+                   "cnt": ((2, n, n_experts), torch.int64), "cnt_sig": ((2, n), torch.uint64),
+                   "recv": ((n * cap * K, H), tokens.dtype), "recv_sig": ((n * L,), torch.uint64),
+                   "cstage": ((n * cap * K, H), tokens.dtype), "ret": ((2, cap * K, H), tokens.dtype),
+                   "ret_sig": ((2, n_experts), torch.uint64)}
+        ws = rt._workspaces[key] = Workspace(
+            {name: rt.zeros(shape, dtype=dtype) for name, (shape, dtype) in buffers.items()},
+            torch.tensor(_members(rt, team), dtype=torch.int32, device=rt.device), team.my_pe,
+            extra={"combine_epoch": 0})
+    epoch, parity = ws.next_epoch()
+    b = ws.buffers
+    ids = topk_ids.reshape(-1).to(torch.int64)
+    order = torch.argsort(ids, stable=True)  # copies sorted by expert, (t, k) order within one
+    torch.index_select(tokens, 0, order // K, out=b["stage"][: T * K])
+    b["my_counts"].copy_(torch.bincount(ids, minlength=n_experts))
+    me = ws.my_index
+    _dispatch[(n,)](b["stage"], b["my_counts"], b["cnt"][parity], b["cnt_sig"][parity], b["recv"], b["recv_sig"],
+                    ws.members, epoch, me, n, H, L=L, N_BLOCK=_blocks(n), E_BLOCK=_blocks(n_experts),
+                    ITEMSIZE=tokens.element_size())
+    C = b["cnt"][parity].clone()
+    counts = C[:, me * L:(me + 1) * L].t().contiguous()
+    R = int(counts.sum())
+    expert_tokens = b["recv"][:R].clone()
+    pos = torch.empty_like(order)
+    pos[order] = torch.arange(T * K, device=rt.device)
+    handle = MoEHandle(ws, epoch, C, pos.view(T, K), topk_weights.contiguous().clone(), R, tokens.dtype, H, L, cap)
+    return expert_tokens, counts, handle
+
+
+def combine(expert_out, handle, *, team=None):
+    """Send each row of expert_out (expert_tokens' layout) back to its (t, k) and return this PE's
+    tokens [T, H]: out[t] = sum_k topk_weights[t, k] * row of (t, k), in float32, in k order."""
+    from .. import runtime
+
+    rt = runtime()
+    team = _team(rt, team)
+    n = team.n_pes
+    problem = _check_tensor(rt, expert_out, "expert_out", "combine")
+    if problem is None and not isinstance(handle, MoEHandle):
+        problem = TypeError(f"combine: handle must be what dispatch returned, got {type(handle).__name__}")
+    if problem is None and not any(v is handle.ws for v in rt._workspaces.values()):
+        problem = ValueError("combine: the handle's workspace was freed (rt.free_workspaces()) after its dispatch")
+    if problem is None and (tuple(expert_out.shape) != (handle.rows, handle.H) or expert_out.dtype != handle.dtype):
+        problem = ValueError(f"combine: expert_out must be {handle.dtype} of shape [{handle.rows}, {handle.H}] "
+                             f"(expert_tokens' dtype and shape); got {expert_out.dtype} of shape "
+                             f"{list(expert_out.shape)}")
+    # every PE must pass the handle of the same dispatch call (workspace and its call number)
+    desc = [-1] * 5 if problem else [0, handle.call, handle.capacity, DTYPE_CODES[handle.dtype], handle.H]
+    rows = exchange(rt, team, "combine", desc, problem)
+    mismatch = _disagreement("combine", rows, (1, 2, 3, 4), ("the dispatch call of the handle", "its capacity",
+                                                           "its dtype", "its H"))
+    if mismatch:
+        raise mismatch
+    ws, T, H, L = handle.ws, handle.pos.shape[0], handle.H, handle.L
+    K = handle.pos.shape[1]
+    ws.extra["combine_epoch"] += 1
+    epoch = ws.extra["combine_epoch"]
+    b = ws.buffers
+    b["cstage"][: handle.rows].copy_(expert_out)
+    out = torch.empty((T, H), dtype=handle.dtype, device=rt.device)
+    # a GPU program sums a tile of at most 4096 elements; the interpreter's cost is per program
+    # and per op, not per element, so it takes 16x larger tiles
+    tile = 4096 * (16 if interpreting() else 1)
+    block_h = min(_blocks(H), 1024)
+    block_t = min(_blocks(T), max(1, tile // block_h))
+    _combine[(max(n, triton.cdiv(T, block_t)),)](
+        b["cstage"], handle.C, b["ret"][epoch % 2], b["ret_sig"][epoch % 2], ws.members, handle.pos, handle.weights,
+        out, epoch, ws.my_index, n, T, H, L=L, K=K, N_BLOCK=_blocks(n), E_BLOCK=_blocks(n * L), BLOCK_T=block_t,
+        BLOCK_H=block_h, ITEMSIZE=expert_out.element_size(), enable_fp_fusion=False)
+    return out
