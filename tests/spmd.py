@@ -50,6 +50,16 @@ def spmd(fn=None, *, sizes=SIZES):
     return test
 
 
+def raises(call, message: str) -> None:
+    """call() must raise a ValueError or TypeError whose text contains `message`."""
+    try:
+        call()
+    except (ValueError, TypeError) as e:
+        assert message in str(e), e
+    else:
+        raise AssertionError(f"no error: {message}")
+
+
 def launch(args: list[str], n_pes: int, timeout: float = JOB_TIMEOUT_S, env=None) -> subprocess.CompletedProcess:
     """`unishmem run -n n_pes args...` with captured output."""
     cmd = [sys.executable, "-m", "unishmem", "run", "-n", str(n_pes), *args]

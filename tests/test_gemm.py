@@ -5,7 +5,7 @@ operands are checked against a float64 reference with the tolerance stated below
 import torch
 
 import unishmem.kernels as K
-from spmd import spmd
+from spmd import raises, spmd
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "5"}
 # float16 results: each output rounded once to float16 (relative 2**-11) after a float32 sum of
@@ -22,15 +22,6 @@ def ints(pe: int, shape, dtype, seed: int = 0):
 def normal(pe: int, shape, seed: int = 0):
     g = torch.Generator().manual_seed(1000 * seed + pe)
     return torch.randn(shape, generator=g).to(torch.float16)
-
-
-def raises(call, message):
-    try:
-        call()
-    except (ValueError, TypeError) as e:
-        assert message in str(e), e
-    else:
-        raise AssertionError(f"no error: {message}")
 
 
 @spmd

@@ -289,7 +289,7 @@ def _interpreted(row: DeviceFn, host, args: dict):
     if result == "ptr":
         return _tensor(out, args[params[0][0]].dtype.scalar)
     elem = args[params[0][0]].dtype.element_ty if params and params[0][1] == "ptr" else None
-    return _tensor(out, _result_type(result, elem) if result not in ("i32", "i64") else _result_type(result, None))
+    return _tensor(out, _result_type(result, elem))
 
 
 # ---- generation -------------------------------------------------------------------------------
