@@ -46,6 +46,7 @@ def _init_worker(cache_dir):
     os.environ["TRITON_CACHE_DIR"] = cache_dir  # a fresh cache: every kernel really compiles
     os.environ["DISABLE_PTXAS_OPT"] = "1"       # linking is what is checked; optimising only costs minutes
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    os.environ["TRITON_INTERPRET"] = "0"        # compile: the examples and tutorials switch it on without a GPU
     sys.path.insert(0, os.path.dirname(__file__))
 
 

@@ -3,15 +3,14 @@ the NVSHMEM wheel's bitcode for sm_90 with the K loop pipelined (num_stages=3), 
 ag_gemm's A loads stay after their waits in the TTGIR, and every kernel lowers for gfx942."""
 import concurrent.futures
 import multiprocessing
-import os
 import re
-import sys
 import tempfile
 
 import pytest
 
 triton = pytest.importorskip("triton")
 
+from test_device_compile import _init_worker  # noqa: E402  (one way to set up a compile worker)
 from unishmem import BackendUnavailable  # noqa: E402
 from unishmem.triton_support import extern_libs  # noqa: E402
 
@@ -42,14 +41,6 @@ def _compile(name: str, backend: str, arch) -> dict:
         return {"error": f"{type(e).__name__}: {e}"[:4000]}
     return {"ttgir": c.asm["ttgir"], "llir": c.asm["llir"],
             "binary": len(c.asm.get("cubin", c.asm.get("hsaco", b"")))}
-
-
-def _init_worker(cache_dir):
-    os.environ["TRITON_CACHE_DIR"] = cache_dir  # a fresh cache: every kernel really compiles
-    os.environ["DISABLE_PTXAS_OPT"] = "1"       # linking is what is checked; optimising only costs time
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    os.environ["TRITON_INTERPRET"] = "0"
-    sys.path.insert(0, os.path.dirname(__file__))
 
 
 @pytest.fixture(scope="module")

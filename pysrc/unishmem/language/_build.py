@@ -123,11 +123,15 @@ def _branch(semantic, cond, then, otherwise=None, ty=None):
     return tl.tensor(if_op.get_result(0), ty) if ty else None
 
 
-def _from_thread0(semantic, value, generator):
+def _warp_size(semantic, vendor: str) -> int:
+    """The compile target's warp width (HIP options say it), else the vendor's (_vendor.WARP_SIZE)."""
+    return getattr(semantic.builder.options, "warp_size", None) or WARP_SIZE[vendor]
+
+
+def _from_thread0(semantic, value, generator, vendor: str):
     """`value` as thread 0 holds it, on every thread of the program: a sum over one element per
     thread in which only thread 0's (element 0 of a blocked layout) is not zero."""
-    options = semantic.builder.options
-    n = options.num_warps * (getattr(options, "warp_size", None) or 32)
+    n = semantic.builder.options.num_warps * _warp_size(semantic, vendor)
     index = semantic.arange(0, n)
     zero = semantic.to_tensor(0) if not value.dtype.is_floating() else semantic.to_tensor(0.0)
     spread = semantic.where(semantic.equal(index, semantic.to_tensor(0)), semantic.broadcast_impl_shape(
@@ -150,15 +154,12 @@ def _issue(semantic, vendor: str, issue: str, emit, ty=None, generator=None):
     synced = issue.endswith("_synced")
     if synced or issue.endswith("_sends"):
         semantic.debug_barrier()
-    limit = WARP_SIZE[vendor] if issue.startswith("warp") else 1
-    warp_size = getattr(semantic.builder.options, "warp_size", None)
-    if issue.startswith("warp") and warp_size:
-        limit = warp_size
+    limit = _warp_size(semantic, vendor) if issue.startswith("warp") else 1
     cond = semantic.less_than(_thread_id(semantic, vendor), semantic.to_tensor(limit))
     value = _branch(semantic, cond, emit, (lambda: semantic.to_tensor(0)) if ty else None, ty)
     if synced:
         semantic.debug_barrier()
-    return None if ty is None else _from_thread0(semantic, value, generator)
+    return None if ty is None else _from_thread0(semantic, value, generator, vendor)
 
 
 def _symbol(fn: DeviceFn, sym: Sym, vendor: str, args: dict, elem) -> str:
