@@ -1,7 +1,7 @@
 # Vendor backends: each is built only when its SDK is found; otherwise CMake says which
 # piece is missing and the package builds without it (the host backend never depends on them).
 
-set(_vendor_sources csrc/bindings.cpp csrc/dtype.cpp csrc/common/collective.cpp csrc/vendor/vendor_backend.cpp
+set(_vendor_sources csrc/bindings.cpp csrc/fast_calls.cpp csrc/dtype.cpp csrc/common/collective.cpp csrc/vendor/vendor_backend.cpp
                     csrc/host/allocator.cpp csrc/host/wait.cpp)
 set(_site_dirs ${Python_SITEARCH} ${Python_SITELIB})
 list(REMOVE_DUPLICATES _site_dirs)

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "backend.hpp"
+#include "fast_calls.hpp"
 #ifdef UNISHMEM_HOST
 #include "host/bench.hpp"
 #include "host/host_backend.hpp"
@@ -37,7 +38,9 @@ const char* error_class(ErrorKind k) {
   return "UnishmemError";
 }
 
-void set_error(const Error& e) {
+}  // namespace
+
+void unishmem::set_error(const Error& e) {
   if (e.kind == ErrorKind::value) {
     PyErr_SetString(PyExc_ValueError, e.what());
     return;
@@ -45,6 +48,8 @@ void set_error(const Error& e) {
   py::object cls = py::module_::import("unishmem.errors").attr(error_class(e.kind));
   PyErr_SetString(cls.ptr(), e.what());
 }
+
+namespace {
 
 void translate_errors() {
   py::register_exception_translator([](std::exception_ptr p) {
@@ -55,106 +60,6 @@ void translate_errors() {
     }
   });
 }
-
-// NOTE [fast calls]: put, get, put_signal, signal_op and signal_wait_until are called in tight
-// loops from Python, and pybind11's dispatch (overload resolution, a caster per argument) cost
-// more than the host backend's call itself (measured by `unishmem bench`, "Python per-call
-// cost"). So they also exist as plain METH_FASTCALL functions of the module, whose first
-// argument is the backend's address (Backend.address); the Runtime that passes it holds the
-// backend. Arguments are ints, as the Runtime has checked them.
-Backend* backend_at(PyObject* address) { return reinterpret_cast<Backend*>(PyLong_AsVoidPtr(address)); }
-
-// The ints args[first..first+N) as uint64 (addresses, values and small enums alike); false with a
-// Python error set when one is not an int or is out of range.
-template <std::size_t N>
-bool ints(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t want, std::array<std::uint64_t, N>& out) {
-  if (nargs != want) {
-    PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", want, nargs);
-    return false;
-  }
-  for (std::size_t i = 0; i < N; ++i) {
-    out[i] = PyLong_AsUnsignedLongLong(args[nargs - N + i]);
-    if (out[i] == std::uint64_t(-1) && PyErr_Occurred()) return false;
-  }
-  return true;
-}
-
-// Runs a fast call, turning C++ exceptions into Python ones as the pybind11 functions do.
-template <class Fn> PyObject* fast(Fn&& fn) {
-  try {
-    return fn();
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const Error& e) {
-    set_error(e);
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return nullptr;
-}
-
-PyObject* fast_put(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // (backend, dest, source, n, pe, stream)
-  std::array<std::uint64_t, 5> a;
-  if (!ints(args, nargs, 6, a)) return nullptr;
-  return fast([&] {
-    backend_at(args[0])->put(a[0], a[1], a[2], int(a[3]), a[4]);
-    Py_RETURN_NONE;
-  });
-}
-
-PyObject* fast_get(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // (backend, dest, source, n, pe, stream)
-  std::array<std::uint64_t, 5> a;
-  if (!ints(args, nargs, 6, a)) return nullptr;
-  return fast([&] {
-    backend_at(args[0])->get(a[0], a[1], a[2], int(a[3]), a[4]);
-    Py_RETURN_NONE;
-  });
-}
-
-// (backend, dest, source, n, sig, value, op, pe, stream)
-PyObject* fast_put_signal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  std::array<std::uint64_t, 8> a;
-  if (!ints(args, nargs, 9, a)) return nullptr;
-  return fast([&] {
-    backend_at(args[0])->put_signal(a[0], a[1], a[2], a[3], a[4], SignalOp(a[5]), int(a[6]), a[7]);
-    Py_RETURN_NONE;
-  });
-}
-
-PyObject* fast_signal_op(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // (backend, sig, value, op, pe, stream)
-  std::array<std::uint64_t, 5> a;
-  if (!ints(args, nargs, 6, a)) return nullptr;
-  return fast([&] {
-    backend_at(args[0])->signal_op(a[0], a[1], SignalOp(a[2]), int(a[3]), a[4]);
-    Py_RETURN_NONE;
-  });
-}
-
-// (backend, sig, cmp, value, stream) -> the value seen. Releases the GIL only to wait.
-PyObject* fast_signal_wait_until(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  std::array<std::uint64_t, 4> a;
-  if (!ints(args, nargs, 5, a)) return nullptr;
-  return fast([&] {
-    Backend* b = backend_at(args[0]);
-    std::optional<std::uint64_t> seen = b->signal_ready(a[0], Cmp(a[1]), a[2]);
-    if (!seen) {
-      py::gil_scoped_release nogil;
-      seen = b->signal_wait_until(a[0], Cmp(a[1]), a[2], a[3]);
-    }
-    return PyLong_FromUnsignedLongLong(*seen);
-  });
-}
-
-PyMethodDef fast_calls[] = {
-    {"fast_put", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_put)), METH_FASTCALL, nullptr},
-    {"fast_get", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_get)), METH_FASTCALL, nullptr},
-    {"fast_put_signal", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_put_signal)), METH_FASTCALL,
-     nullptr},
-    {"fast_signal_op", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_signal_op)), METH_FASTCALL,
-     nullptr},
-    {"fast_signal_wait_until", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_signal_wait_until)),
-     METH_FASTCALL, nullptr},
-    {nullptr, nullptr, 0, nullptr}};
 
 // Calls that can wait release the GIL: the interpreter's programs run on threads and wait on each other.
 using NoGil = py::call_guard<py::gil_scoped_release>;
@@ -240,7 +145,7 @@ void check_python_signals() {
 PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   translate_errors();
   bind_interface(m);
-  if (PyModule_AddFunctions(m.ptr(), fast_calls) != 0) throw py::error_already_set();
+  bind_fast_calls(m);
 #ifdef UNISHMEM_HOST
   using host::HostBackend;
   py::class_<HostBackend, Backend>(m, "HostBackend", py::module_local())

@@ -129,3 +129,76 @@ def test_fence_and_quiet_order_puts(rt):
         rt.barrier_all()
     rt.free(data)
     rt.free(flag)
+
+
+class _Tagged(torch.Tensor):
+    """A tensor subclass: it may override what the checks read, so it never takes a hot call."""
+
+
+@spmd
+def test_hot_calls_see_every_change_to_a_tensor(rt):
+    """NOTE [hot calls]: after a first checked call, put/get/put_signal/waits trust what they
+    found; every way of changing a tensor (or freeing it) must still reach the full checks."""
+    import pytest
+
+    from unishmem import NotSymmetricError
+
+    right, left = ring(rt)
+    dest, sig = rt.zeros((4, 4), dtype=torch.float32), rt.signals(2)
+    s0, s1 = sig[0], sig[1]  # views kept: indexing makes a new tensor, which is checked afresh
+    src = torch.zeros(4, 4)
+    for i in range(1, 4):  # writing into the source bumps its version: the data must still be current
+        src.fill_(i * 10 + rt.my_pe)
+        rt.put_signal(dest, src, s0, i, right)
+        assert rt.signal_wait_until(s0, CMP.GE, i) == i
+        assert torch.equal(dest, torch.full((4, 4), float(i * 10 + left)))
+        rt.barrier_all()
+    # The hot call really is taken for tensors that passed (else this whole path is dead code).
+    assert rt._hot_put_signal(rt._hot_address, dest, src, s0, 4, right, SIGNAL.SET, None) is None
+    assert rt._hot_signal_wait_until(rt._hot_address, s0, CMP.GE, 4, None) == 4
+    rt.barrier_all()
+
+    src.t_()  # in place, now not contiguous
+    with pytest.raises(ValueError, match="must be contiguous"):
+        rt.put(dest, src, right)
+    src.t_()
+    src.data = torch.full((4, 4), -1.0)  # new storage, same version: the data pointer tells
+    rt.put(dest, src, right)
+    rt.barrier_all()
+    assert (dest == -1).all()
+    rt.barrier_all()  # every PE has looked before any writes into its dest again
+    src.resize_(2, 2)  # fewer bytes than dest
+    with pytest.raises(ValueError, match="dest has 16 elements"):
+        rt.put(dest, src, right)
+    with pytest.raises(TypeError, match="dest is torch.float32 but source is torch.float64"):
+        rt.put(dest, torch.zeros(4, 4, dtype=torch.float64), right)
+    got = torch.empty(4, 4)
+    rt.get(got, dest, right)
+    got.data = torch.empty(16)  # the destination of a get moved: the copy must follow it
+    rt.get(got, dest.view(-1), right)
+    assert (got == -1).all()
+    tagged = torch.full((4, 4), 7.0).as_subclass(_Tagged)
+    rt.put(dest, tagged, right)
+    rt.barrier_all()
+    assert (dest == 7).all()
+    with pytest.raises(TypeError, match="1-element torch.uint64"):
+        rt.signal_wait_until(sig.view(torch.int64)[:1], CMP.GE, 0)
+    with pytest.raises(TypeError, match="1-element torch.uint64"):
+        rt.signal_wait_until(sig, CMP.GE, 0)  # two words
+    with pytest.raises(ValueError, match="pe=-1"):
+        rt.put(dest, got, -1)
+
+    rt.free(dest)  # collective; afterwards no call may trust what it found before
+    with pytest.raises(NotSymmetricError, match="freed"):
+        rt.put(dest, got, right)
+    with pytest.raises(NotSymmetricError, match="freed"):
+        rt.get(got, dest, right)
+    rt.barrier_all()
+    rt.signal_op(s1, 1, right)
+    assert rt.signal_wait_until(s1, CMP.EQ, 1) == 1
+    rt.barrier_all()
+    rt.free(sig)
+    with pytest.raises(NotSymmetricError, match="freed"):
+        rt.signal_wait_until(s1, CMP.EQ, 1)
+    with pytest.raises(NotSymmetricError, match="freed"):
+        rt.signal_op(s1, 2, right)

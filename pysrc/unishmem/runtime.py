@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import itertools
 import math
 import operator
 import sys
@@ -26,6 +27,7 @@ _REDUCE_DTYPE_SET = frozenset(REDUCE_DTYPES)
 _SET = int(SIGNAL.SET)
 _U64 = 2**64
 _MAX_BYTES = 2**63 - 1  # the most bytes a tensor can have (torch counts them in int64)
+_HOT_EPOCHS = itertools.count()  # NOTE [hot calls] (fast_calls.cpp): unique in the process
 
 
 def _index(value, what: str) -> int:
@@ -231,6 +233,14 @@ class Runtime:
         self._fast_put, self._fast_get = module.fast_put, module.fast_get
         self._fast_put_signal, self._fast_signal_op = module.fast_put_signal, module.fast_signal_op
         self._fast_signal_wait_until = module.fast_signal_wait_until
+        # NOTE [hot calls] (fast_calls.cpp): the same calls taking tensors, for tensors checked before;
+        # on CPU runtimes only (GPU calls need the current stream, which torch must be asked for).
+        self._hot = module.HotPath(native.address, native.n_pes, torch)
+        self._hot.epoch = next(_HOT_EPOCHS) if self._on_cpu else -1
+        self._hot_address = self._hot.address
+        self._hot_put, self._hot_get, self._hot_put_signal = module.hot_put, module.hot_get, module.hot_put_signal
+        self._hot_signal_op, self._hot_signal_wait_until = module.hot_signal_op, module.hot_signal_wait_until
+        self._hot_barrier_all, self._hot_sync_all = module.hot_barrier_all, module.hot_sync_all
         self._typed: dict[tuple[int, torch.dtype], torch.Tensor] = {}
         self._allocs: dict[int, _Allocation] = {}
         self._offsets: list[int] = []  # sorted keys of _allocs
@@ -277,6 +287,7 @@ class Runtime:
         for a in live:
             a.live = False
         self._finalized = True
+        self._hot.epoch = -1
         from . import _forget_runtime
 
         _forget_runtime(self)
@@ -357,6 +368,7 @@ class Runtime:
         alloc = self._checked(0, lambda: self._allocation_of(t))
         self._native.free(self._base + alloc.offset)
         alloc.live = False
+        self._hot.epoch = next(_HOT_EPOCHS) if self._on_cpu else -1  # no hot call trusts a freed tensor
         del self._allocs[alloc.offset]
         self._offsets.remove(alloc.offset)
 
@@ -448,6 +460,17 @@ class Runtime:
         team._check()
         return team
 
+    def _remember(self, t, addr: int, nbytes: int, symmetric: bool) -> None:
+        """NOTE [hot calls] (fast_calls.cpp): `t` passed the checks of its role; hot calls may trust it."""
+        if not self._on_cpu or not nbytes:
+            return
+        epoch = self._hot.epoch
+        if not symmetric:  # keep what a symmetric role found: it holds for a local role too
+            old = getattr(t, "_unishmem_hot", None)
+            if old is not None and old[1] == epoch and old[2] == addr and old[3] == nbytes:
+                return
+        t._unishmem_hot = [t._version, epoch if symmetric else -1, addr, nbytes, t.dtype]
+
     @staticmethod
     def _same_kind(dest, source, what: str, dest_elems: int | None = None):
         """dest and source agree in dtype, and dest has `dest_elems` elements (default: as many as source).
@@ -461,13 +484,17 @@ class Runtime:
 
     # ---- host-initiated communication -------------------------------------------------------
 
-    # NOTE [hot paths]: the point-to-point calls below inline the cheap cases of _check_active,
-    # _check_pe, _bits, _signal_code and _stream_of (a call each costs about as much as the test),
-    # and fall back to those functions, which name what is wrong, otherwise. On the host backend
-    # streams do not exist: _stream_of is `lambda stream: 0` there.
+    # NOTE [hot paths]: the point-to-point calls below first try their hot call (NOTE [hot calls],
+    # fast_calls.cpp), which trusts tensors these checks passed before. Otherwise they check
+    # everything, inlining the cheap cases of _check_active, _check_pe, _bits, _signal_code and
+    # _stream_of (a call each costs about as much as the test) and falling back to those
+    # functions, which name what is wrong; then they remember the tensors that passed. On the
+    # host backend streams do not exist: _stream_of is `lambda stream: 0` there.
 
     def put(self, dest, source, pe: int, stream=None) -> None:
         """Copy local `source` into PE `pe`'s `dest` (symmetric)."""
+        if self._hot_put(self._hot_address, dest, source, pe, stream) is None:
+            return
         if self._finalized:
             self._check_active()
         d, n = self._symmetric(dest, "dest")
@@ -477,9 +504,13 @@ class Runtime:
         if type(pe) is not int or not 0 <= pe < self.n_pes:
             pe = _check_pe(pe, self.n_pes)
         self._fast_put(self._address, d, s, n, pe, 0 if self._on_cpu else self._stream_of(stream))
+        self._remember(dest, d, n, True)
+        self._remember(source, s, n, False)
 
     def get(self, dest, source, pe: int, stream=None) -> None:
         """Copy PE `pe`'s `source` (symmetric) into local `dest`."""
+        if self._hot_get(self._hot_address, dest, source, pe, stream) is None:
+            return
         if self._finalized:
             self._check_active()
         d, n = self._local(dest, "dest")
@@ -489,9 +520,13 @@ class Runtime:
         if type(pe) is not int or not 0 <= pe < self.n_pes:
             pe = _check_pe(pe, self.n_pes)
         self._fast_get(self._address, d, s, n, pe, 0 if self._on_cpu else self._stream_of(stream))
+        self._remember(dest, d, n, False)
+        self._remember(source, s, n, True)
 
     def put_signal(self, dest, source, signal, value: int, pe: int, op=SIGNAL.SET, stream=None) -> None:
         """put, then update PE `pe`'s `signal` once the data has arrived."""
+        if self._hot_put_signal(self._hot_address, dest, source, signal, value, pe, op, stream) is None:
+            return
         if self._finalized:
             self._check_active()
         d, n = self._symmetric(dest, "dest")
@@ -506,8 +541,13 @@ class Runtime:
             pe = _check_pe(pe, self.n_pes)
         self._fast_put_signal(self._address, d, s, n, sig, value, code, pe,
                               0 if self._on_cpu else self._stream_of(stream))
+        self._remember(dest, d, n, True)
+        self._remember(source, s, n, False)
+        self._remember(signal, sig, 8, True)
 
     def signal_op(self, signal, value: int, pe: int, op=SIGNAL.SET, stream=None) -> None:
+        if self._hot_signal_op(self._hot_address, signal, value, pe, op, stream) is None:
+            return
         if self._finalized:
             self._check_active()
         sig = self._signal(signal)
@@ -517,15 +557,21 @@ class Runtime:
         if type(pe) is not int or not 0 <= pe < self.n_pes:
             pe = _check_pe(pe, self.n_pes)
         self._fast_signal_op(self._address, sig, value, code, pe, 0 if self._on_cpu else self._stream_of(stream))
+        self._remember(signal, sig, 8, True)
 
     def signal_wait_until(self, signal, cmp, value: int, stream=None) -> int:
         """Wait until the local `signal` compares true against `value`; returns the value seen."""
+        seen = self._hot_signal_wait_until(self._hot_address, signal, cmp, value, stream)
+        if seen is not NotImplemented:
+            return seen
         if self._finalized:
             self._check_active()
         sig = self._signal(signal)
         if type(value) is not int or not 0 <= value < _U64:
             value = _bits(value, torch.uint64, "value")
-        return self._fast_signal_wait_until(self._address, sig, _cmp_code(cmp), value,
+        code = _cmp_code(cmp)
+        self._remember(signal, sig, 8, True)  # before the wait, which may raise on a peer's failure
+        return self._fast_signal_wait_until(self._address, sig, code, value,
                                             0 if self._on_cpu else self._stream_of(stream))
 
     def signal_fetch(self, signal) -> int:
@@ -674,11 +720,15 @@ class Runtime:
     # machinery, which costs more than the host barrier itself (about 0.3 us of 0.57 us at 2 PEs).
 
     def barrier_all(self, stream=None) -> None:
+        if self._hot_barrier_all(self._hot_address, stream) is None:
+            return
         if stream is not None or self._finalized:
             return self.barrier(None, stream)
         self._native.barrier(self.team_world._slot, self._stream_of(None))
 
     def sync_all(self, stream=None) -> None:
+        if self._hot_sync_all(self._hot_address, stream) is None:
+            return
         if stream is not None or self._finalized:
             return self.sync(None, stream)
         self._native.sync(self.team_world._slot, self._stream_of(None))

@@ -1,0 +1,370 @@
+// The point-to-point calls from Python's hot loops, as plain METH_FASTCALL functions.
+#include "fast_calls.hpp"
+
+#include <array>
+#include <optional>
+
+namespace py = pybind11;
+
+namespace unishmem {
+namespace {
+
+// NOTE [fast calls]: put, get, put_signal, signal_op and signal_wait_until are called in tight
+// loops from Python, and pybind11's dispatch (overload resolution, a caster per argument) cost
+// more than the host backend's call itself (measured by `unishmem bench`, "Python per-call
+// cost"). So they also exist as plain METH_FASTCALL functions of the module, whose first
+// argument is the backend's address (Backend.address); the Runtime that passes it holds the
+// backend. Arguments are ints, as the Runtime has checked them.
+Backend* backend_at(PyObject* address) { return reinterpret_cast<Backend*>(PyLong_AsVoidPtr(address)); }
+
+// The ints args[first..first+N) as uint64 (addresses, values and small enums alike); false with a
+// Python error set when one is not an int or is out of range.
+template <std::size_t N>
+bool ints(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t want, std::array<std::uint64_t, N>& out) {
+  if (nargs != want) {
+    PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", want, nargs);
+    return false;
+  }
+  for (std::size_t i = 0; i < N; ++i) {
+    out[i] = PyLong_AsUnsignedLong(args[nargs - N + i]);  // not ...LongLong: that one goes byte by byte
+    if (out[i] == std::uint64_t(-1) && PyErr_Occurred()) return false;
+  }
+  return true;
+}
+
+static_assert(sizeof(unsigned long) == sizeof(std::uint64_t), "an LP64 platform");
+
+// Runs a fast call, turning C++ exceptions into Python ones as the pybind11 functions do.
+template <class Fn> PyObject* fast(Fn&& fn) {
+  try {
+    return fn();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const Error& e) {
+    set_error(e);
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyObject* fast_put(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // (backend, dest, source, n, pe, stream)
+  std::array<std::uint64_t, 5> a;
+  if (!ints(args, nargs, 6, a)) return nullptr;
+  return fast([&] {
+    backend_at(args[0])->put(a[0], a[1], a[2], int(a[3]), a[4]);
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* fast_get(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // (backend, dest, source, n, pe, stream)
+  std::array<std::uint64_t, 5> a;
+  if (!ints(args, nargs, 6, a)) return nullptr;
+  return fast([&] {
+    backend_at(args[0])->get(a[0], a[1], a[2], int(a[3]), a[4]);
+    Py_RETURN_NONE;
+  });
+}
+
+// (backend, dest, source, n, sig, value, op, pe, stream)
+PyObject* fast_put_signal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  std::array<std::uint64_t, 8> a;
+  if (!ints(args, nargs, 9, a)) return nullptr;
+  return fast([&] {
+    backend_at(args[0])->put_signal(a[0], a[1], a[2], a[3], a[4], SignalOp(a[5]), int(a[6]), a[7]);
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* fast_signal_op(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // (backend, sig, value, op, pe, stream)
+  std::array<std::uint64_t, 5> a;
+  if (!ints(args, nargs, 6, a)) return nullptr;
+  return fast([&] {
+    backend_at(args[0])->signal_op(a[0], a[1], SignalOp(a[2]), int(a[3]), a[4]);
+    Py_RETURN_NONE;
+  });
+}
+
+// (backend, sig, cmp, value, stream) -> the value seen. Releases the GIL only to wait.
+PyObject* fast_signal_wait_until(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  std::array<std::uint64_t, 4> a;
+  if (!ints(args, nargs, 5, a)) return nullptr;
+  return fast([&] {
+    Backend* b = backend_at(args[0]);
+    std::optional<std::uint64_t> seen = b->signal_ready(a[0], Cmp(a[1]), a[2]);
+    if (!seen) {
+      py::gil_scoped_release nogil;
+      seen = b->signal_wait_until(a[0], Cmp(a[1]), a[2], a[3]);
+    }
+    return PyLong_FromUnsignedLongLong(*seen);
+  });
+}
+
+// NOTE [hot calls]: even with the fast calls, the Runtime's checks of the tensors cost several
+// times the host backend's call: each torch attribute read from Python costs about 80 ns, and a
+// put_signal reads about fifteen. So the same calls also exist taking the tensors themselves,
+// trusting what the Runtime's full checks found for each tensor before: once a tensor passes
+// them, runtime.py stores `t._unishmem_hot = [version, epoch, address, nbytes, dtype]`. A hot call
+// trusts that entry while
+//   - the tensor's data pointer is still `address` (`t.data = ...` moves it without a new version);
+//   - its version counter is still `version` (torch bumps it at every in-place op, resize_, set_,
+//     transpose_ and as_strided_ included), or else its nbytes, dtype and contiguity are what
+//     they were (a write into a source bumps the version too, and is the common case);
+//   - for a symmetric role, `epoch` is the HotPath's: the Runtime takes a new epoch, unique in the
+//     process, at every free, and -1 (no hot calls) at finalize and on GPU runtimes. A local role
+//     needs no epoch (-1 in entries the Runtime checked only as local).
+// Anything else, and any argument that is not plainly valid, returns NotImplemented: the Runtime
+// then runs its full checks, which name what is wrong, and remembers the tensors that pass.
+//
+// Only tensors of type torch.Tensor itself take hot calls (a subclass may override what the
+// checks read), and torch's own descriptors are called directly: looking a method up on the
+// instance costs as much as calling it.
+struct HotPath {
+  Backend* backend;
+  int n_pes;
+  long long epoch = -1;
+  py::object uint64, signal_enum, cmp_enum;  // torch.uint64, unishmem.SIGNAL, unishmem.CMP
+  py::object tensor_type;                    // torch.Tensor
+  py::object data_ptr, version, nbytes, dtype, is_contiguous;  // its descriptors
+};
+
+PyObject* entry_name;  // "_unishmem_hot", interned
+
+HotPath& hot_at(PyObject* address) { return *reinterpret_cast<HotPath*>(PyLong_AsVoidPtr(address)); }
+
+// torch's method or property `descr` of tensor `t`: a new reference, or null with an error set.
+PyObject* method(const py::object& descr, PyObject* t) { return PyObject_Vectorcall(descr.ptr(), &t, 1, nullptr); }
+PyObject* property(const py::object& descr, PyObject* t) {
+  return Py_TYPE(descr.ptr())->tp_descr_get(descr.ptr(), t, reinterpret_cast<PyObject*>(Py_TYPE(t)));
+}
+
+PyObject* miss() { Py_RETURN_NOTIMPLEMENTED; }
+
+enum class Found { hit, miss, error };
+
+struct View {
+  std::uint64_t addr = 0, nbytes = 0;
+  PyObject* dtype = nullptr;  // borrowed from the entry, which the tensor holds for the call
+};
+
+// The tensor still has the nbytes, dtype and contiguity it was checked with.
+Found unchanged(const HotPath& h, PyObject* t, const View& v) {
+  py::object nbytes = py::reinterpret_steal<py::object>(property(h.nbytes, t));
+  py::object dtype = py::reinterpret_steal<py::object>(property(h.dtype, t));
+  py::object contiguous = py::reinterpret_steal<py::object>(method(h.is_contiguous, t));
+  if (!nbytes || !dtype || !contiguous) return Found::error;
+  const bool same = PyLong_AsUnsignedLong(nbytes.ptr()) == v.nbytes && dtype.ptr() == v.dtype &&
+                    contiguous.ptr() == Py_True;
+  if (PyErr_Occurred()) return Found::error;
+  return same ? Found::hit : Found::miss;
+}
+
+Found trusted(const HotPath& h, PyObject* t, PyObject* entry, bool symmetric, View& v) {
+  if (!PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 5) return Found::miss;
+  if (symmetric && PyLong_AsLongLong(PyList_GET_ITEM(entry, 1)) != h.epoch) return Found::miss;
+  v.addr = PyLong_AsUnsignedLong(PyList_GET_ITEM(entry, 2));
+  v.nbytes = PyLong_AsUnsignedLong(PyList_GET_ITEM(entry, 3));
+  v.dtype = PyList_GET_ITEM(entry, 4);
+  if (PyErr_Occurred()) return Found::error;
+  py::object ptr = py::reinterpret_steal<py::object>(method(h.data_ptr, t));
+  if (!ptr) return Found::error;
+  if (PyLong_AsUnsignedLong(ptr.ptr()) != v.addr) return PyErr_Occurred() ? Found::error : Found::miss;
+  PyObject* version = property(h.version, t);
+  if (!version) return Found::error;
+  const int same = PyObject_RichCompareBool(version, PyList_GET_ITEM(entry, 0), Py_EQ);
+  Found found = same < 0 ? Found::error : same ? Found::hit : unchanged(h, t, v);
+  if (found == Found::hit && !same) {
+    PyList_SetItem(entry, 0, version);  // steals it: the entry is current again
+    return found;
+  }
+  Py_DECREF(version);
+  return found;
+}
+
+Found view_of(const HotPath& h, PyObject* t, bool symmetric, View& v) {
+  if (reinterpret_cast<PyObject*>(Py_TYPE(t)) != h.tensor_type.ptr()) return Found::miss;
+  PyObject* entry = PyObject_GetAttr(t, entry_name);
+  if (!entry) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return Found::error;
+    PyErr_Clear();
+    return Found::miss;
+  }
+  const Found found = trusted(h, t, entry, symmetric, v);
+  Py_DECREF(entry);
+  return found;
+}
+
+// A symmetric signal word: one naturally aligned uint64.
+Found signal_of(const HotPath& h, PyObject* t, View& v) {
+  const Found found = view_of(h, t, true, v);
+  if (found != Found::hit) return found;
+  return v.dtype == h.uint64.ptr() && v.nbytes == 8 && v.addr % 8 == 0 ? Found::hit : Found::miss;
+}
+
+// A plain int (or a member of `enum_type`, for op and cmp) in [0, bound), else nothing.
+std::optional<std::uint64_t> small_int(PyObject* x, std::uint64_t bound, PyObject* enum_type = nullptr) {
+  if (!PyLong_CheckExact(x) && reinterpret_cast<PyObject*>(Py_TYPE(x)) != enum_type) return std::nullopt;
+  const std::uint64_t v = PyLong_AsUnsignedLong(x);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();  // negative or too large: the Runtime's checks say so
+    return std::nullopt;
+  }
+  if (v >= bound) return std::nullopt;
+  return v;
+}
+
+std::optional<std::uint64_t> u64_of(PyObject* x) { return small_int(x, ~std::uint64_t(0)); }  // 2**64-1: slow path
+
+PyObject* result(Found f) { return f == Found::error ? nullptr : miss(); }
+
+#define UNISHMEM_HOT_ARGS(n)                                                                      \
+  if (nargs != (n)) {                                                                             \
+    PyErr_Format(PyExc_TypeError, "expected %d arguments, got %zd", (n), nargs);                  \
+    return nullptr;                                                                               \
+  }                                                                                               \
+  HotPath& h = hot_at(args[0]);                                                                   \
+  if (h.epoch < 0 || args[nargs - 1] != Py_None) return miss();
+
+// (hot, dest, source, pe, stream)
+PyObject* hot_put(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  UNISHMEM_HOT_ARGS(5)
+  View d, s;
+  const auto pe = small_int(args[3], h.n_pes);
+  if (!pe) return miss();
+  if (Found f = view_of(h, args[1], true, d); f != Found::hit) return result(f);
+  if (Found f = view_of(h, args[2], false, s); f != Found::hit) return result(f);
+  if (d.nbytes != s.nbytes || d.dtype != s.dtype) return miss();
+  return fast([&] {
+    h.backend->put(d.addr, s.addr, d.nbytes, int(*pe), 0);
+    Py_RETURN_NONE;
+  });
+}
+
+// (hot, dest, source, pe, stream)
+PyObject* hot_get(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  UNISHMEM_HOT_ARGS(5)
+  View d, s;
+  const auto pe = small_int(args[3], h.n_pes);
+  if (!pe) return miss();
+  if (Found f = view_of(h, args[1], false, d); f != Found::hit) return result(f);
+  if (Found f = view_of(h, args[2], true, s); f != Found::hit) return result(f);
+  if (d.nbytes != s.nbytes || d.dtype != s.dtype) return miss();
+  return fast([&] {
+    h.backend->get(d.addr, s.addr, d.nbytes, int(*pe), 0);
+    Py_RETURN_NONE;
+  });
+}
+
+// (hot, dest, source, signal, value, pe, op, stream)
+PyObject* hot_put_signal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  UNISHMEM_HOT_ARGS(8)
+  View d, s, sig;
+  const auto value = u64_of(args[4]);
+  const auto pe = small_int(args[5], h.n_pes);
+  const auto op = small_int(args[6], 2, h.signal_enum.ptr());
+  if (!value || !pe || !op) return miss();
+  if (Found f = view_of(h, args[1], true, d); f != Found::hit) return result(f);
+  if (Found f = view_of(h, args[2], false, s); f != Found::hit) return result(f);
+  if (Found f = signal_of(h, args[3], sig); f != Found::hit) return result(f);
+  if (d.nbytes != s.nbytes || d.dtype != s.dtype) return miss();
+  return fast([&] {
+    h.backend->put_signal(d.addr, s.addr, d.nbytes, sig.addr, *value, SignalOp(*op), int(*pe), 0);
+    Py_RETURN_NONE;
+  });
+}
+
+// (hot, signal, value, pe, op, stream)
+PyObject* hot_signal_op(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  UNISHMEM_HOT_ARGS(6)
+  View sig;
+  const auto value = u64_of(args[2]);
+  const auto pe = small_int(args[3], h.n_pes);
+  const auto op = small_int(args[4], 2, h.signal_enum.ptr());
+  if (!value || !pe || !op) return miss();
+  if (Found f = signal_of(h, args[1], sig); f != Found::hit) return result(f);
+  return fast([&] {
+    h.backend->signal_op(sig.addr, *value, SignalOp(*op), int(*pe), 0);
+    Py_RETURN_NONE;
+  });
+}
+
+// (hot, signal, cmp, value, stream) -> the value seen. Releases the GIL only to wait.
+PyObject* hot_signal_wait_until(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  UNISHMEM_HOT_ARGS(5)
+  View sig;
+  const auto cmp = small_int(args[2], 6, h.cmp_enum.ptr());
+  const auto value = u64_of(args[3]);
+  if (!cmp || !value) return miss();
+  if (Found f = signal_of(h, args[1], sig); f != Found::hit) return result(f);
+  return fast([&] {
+    std::optional<std::uint64_t> seen = h.backend->signal_ready(sig.addr, Cmp(*cmp), *value);
+    if (!seen) {
+      py::gil_scoped_release nogil;
+      seen = h.backend->signal_wait_until(sig.addr, Cmp(*cmp), *value, 0);
+    }
+    return PyLong_FromUnsignedLongLong(*seen);
+  });
+}
+
+// (hot, stream): barrier_all and sync_all on the default stream have nothing to check.
+template <bool complete>
+PyObject* hot_world_barrier(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  UNISHMEM_HOT_ARGS(2)
+  return fast([&] {
+    {
+      py::gil_scoped_release nogil;
+      complete ? h.backend->barrier(kTeamWorld, 0) : h.backend->sync(kTeamWorld, 0);
+    }
+    Py_RETURN_NONE;
+  });
+}
+
+#undef UNISHMEM_HOT_ARGS
+
+template <PyObject* (*F)(PyObject*, PyObject* const*, Py_ssize_t)>
+constexpr PyMethodDef method(const char* name) {
+  return {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(F)), METH_FASTCALL, nullptr};
+}
+
+PyMethodDef fast_calls[] = {
+    method<fast_put>("fast_put"),
+    method<fast_get>("fast_get"),
+    method<fast_put_signal>("fast_put_signal"),
+    method<fast_signal_op>("fast_signal_op"),
+    method<fast_signal_wait_until>("fast_signal_wait_until"),
+    method<hot_put>("hot_put"),
+    method<hot_get>("hot_get"),
+    method<hot_put_signal>("hot_put_signal"),
+    method<hot_signal_op>("hot_signal_op"),
+    method<hot_signal_wait_until>("hot_signal_wait_until"),
+    method<hot_world_barrier<true>>("hot_barrier_all"),
+    method<hot_world_barrier<false>>("hot_sync_all"),
+    {nullptr, nullptr, 0, nullptr}};
+
+}  // namespace
+
+void bind_fast_calls(py::module_& m) {
+  entry_name = PyUnicode_InternFromString("_unishmem_hot");  // kept for the life of the process
+  if (!entry_name || PyModule_AddFunctions(m.ptr(), fast_calls) != 0) throw py::error_already_set();
+  py::class_<HotPath>(m, "HotPath", py::module_local())
+      .def(py::init([](std::uintptr_t backend, int n_pes, py::object torch) {
+             py::object tensor = torch.attr("Tensor"), base = torch.attr("_C").attr("TensorBase");
+             // Called as C descriptors: they must be torch's own methods and properties.
+             const std::pair<const char*, PyTypeObject*> descriptors[] = {
+                 {"data_ptr", &PyMethodDescr_Type}, {"is_contiguous", &PyMethodDescr_Type},
+                 {"_version", &PyGetSetDescr_Type}, {"nbytes", &PyGetSetDescr_Type}, {"dtype", &PyGetSetDescr_Type}};
+             for (auto [name, type] : descriptors)
+               if (!PyObject_TypeCheck(base.attr(name).ptr(), type))
+                 throw Error(ErrorKind::generic, std::string("torch.Tensor.") + name + " is not torch's C descriptor");
+             return HotPath{reinterpret_cast<Backend*>(backend), n_pes, -1, torch.attr("uint64"),
+                            py::module_::import("unishmem.enums").attr("SIGNAL"),
+                            py::module_::import("unishmem.enums").attr("CMP"), tensor, base.attr("data_ptr"),
+                            base.attr("_version"), base.attr("nbytes"), base.attr("dtype"),
+                            base.attr("is_contiguous")};
+           }),
+           py::arg("backend"), py::arg("n_pes"), py::arg("torch"))
+      .def_readwrite("epoch", &HotPath::epoch)
+      .def_property_readonly("address", [](HotPath& h) { return reinterpret_cast<std::uintptr_t>(&h); });
+}
+
+}  // namespace unishmem
