@@ -118,8 +118,28 @@ inline int n_pes() { return rocshmem_n_pes(); }
 inline void* sym_malloc(std::size_t n) { return rocshmem_malloc(n); }
 inline void sym_free(void* p) { rocshmem_free(p); }
 inline void* peer_ptr(const void* p, int pe) { return rocshmem_ptr(p, pe); }
+// NOTE [rocSHMEM module globals] (pysrc/unishmem/language/rocshmem_module_globals.ll): rocshmem_hipmodule_init
+// returns ROCSHMEM_ERROR on the first of these a module lacks. unishmem's extern_libs make every kernel
+// that links rocSHMEM define all three; a kernel that calls no rocSHMEM function holds none and has no
+// rocSHMEM state to initialise. Anything between is a module built some other way: named, not guessed at.
 inline int module_init(std::uintptr_t module, Stream s) {
-  return rocshmem_hipmodule_init(reinterpret_cast<hipModule_t>(module), s);
+  const auto mod = reinterpret_cast<hipModule_t>(module);
+  std::string missing;
+  int held = 0;
+  for (const char* name : {"ROCSHMEM_CTX_DEFAULT", "ROCSHMEM_TEAM_WORLD", "ROCSHMEM_TEAM_SHARED"}) {
+    void* where = nullptr;
+    std::size_t bytes = 0;
+    if (hipModuleGetGlobal(&where, &bytes, mod, name) == hipSuccess)
+      ++held;
+    else
+      missing += std::string(missing.empty() ? "" : ", ") + name;
+  }
+  if (held == 0) return 0;
+  if (!missing.empty())
+    throw Error(ErrorKind::generic, "this module lacks " + missing + ", which rocshmem_hipmodule_init requires: "
+                                    "link rocSHMEM's bitcode through unishmem's extern_libs (NOTE [rocSHMEM "
+                                    "module globals]), which keep all three");
+  return rocshmem_hipmodule_init(mod, s);
 }
 constexpr const char* kModuleInitCall = "rocshmem_hipmodule_init";
 
