@@ -332,3 +332,11 @@ def test_every_rocshmem_kernel_keeps_the_globals_module_init_needs(tmp_path, mon
         assert ROCSHMEM_GLOBALS <= _defined_globals(out[k]["llir"]), out[k]["llir"][:3000]
         assert not re.findall(r"^@(ROCSHMEM_\w+) = external", out[k]["llir"], re.M)
         assert ROCSHMEM_GLOBALS <= out[k]["rocshmem_names"]  # in the code object, where hipModuleGetGlobal looks
+
+
+def test_a_rocshmem_team_handle_crosses_as_64_bits():
+    # rocshmem_team_t is `uint64_t *` (include/rocshmem/rocshmem_common.hpp, rocm-systems 48cce340): on
+    # rocSHMEM a team argument is an i64 (today the descriptor's address: every team row there is Triton).
+    from unishmem.language._vendor import TEAM_TYPE
+
+    assert TEAM_TYPE["rocshmem"].primitive_bitwidth == 64

@@ -301,3 +301,28 @@ def test_host_atomics_rocshmem_lacks_are_compare_swap_loops_with_openshmem_resul
     expected = {1: x, 2: x, 8: other & x, 9: other & x, 10: other | x, 11: other | x, 12: other ^ x, 13: other ^ x}
     got = {int(op): (int(old), int(word), int(tries)) for op, old, word, tries in (line.split() for line in out if line)}
     assert got == {op: (other, result, 2) for op, result in expected.items()}
+
+
+def test_info_says_which_rocshmem_release_enables_what(tmp_path):
+    """NOTE [rocSHMEM features], against rocSHMEM's CHANGELOG.md (rocm-systems projects/rocshmem): unique-id
+    init came in 3.0.0, quiet/sync_all on a stream and ROCSHMEM_TEAM_SHARED with the ROCm 7.13 release
+    (3.3.0 in early revisions), reduce_on_stream, team_split_2D and the IPC backend's host atomics under
+    non-MPI init in 3.5.0 (ROCm 7.14)."""
+    from unishmem import vendor_libs
+
+    include = tmp_path / "include" / "rocshmem"
+    include.mkdir(parents=True)
+    (include / "rocshmem_config.h").write_text('#define ROCSHMEM_VERSION              "3.4.0"\n')
+    proc = subprocess.run([sys.executable, "-m", "unishmem", "info"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, ROCM_PATH=str(tmp_path)))
+    assert "version  3.4.0 (rocshmem_config.h)" in proc.stdout, proc.stdout + proc.stderr
+    lines = {line.split(": ")[0].split()[-1]: line for line in vendor_libs.rocshmem_features("3.4.0")}
+    assert lines["3.0"].startswith("yes") and "rocshmem_get_uniqueid" in lines["3.0"]
+    assert lines["3.3"].startswith("yes") and "rocshmem_quiet_on_stream" in lines["3.3"]
+    assert "ROCSHMEM_TEAM_SHARED" in lines["3.3"]
+    assert lines["3.5"].startswith("no") and "rocshmem_reduce_on_stream" in lines["3.5"]
+    assert all(line.startswith("yes") for line in vendor_libs.rocshmem_features("3.5.0"))
+    old = vendor_libs.rocshmem_features("3.2.1")
+    assert old[-1] == "rocSHMEM 3.2.1 is older than 3.3: unishmem's rocshmem backend is not built against it"
+    with pytest.raises(ValueError, match="'unknown'"):
+        vendor_libs.rocshmem_features("unknown")
