@@ -195,3 +195,9 @@ TEAM_REDUCE_SIGNATURE = {"hbuf": "*bf16", "dbuf": "*fp64", "team": "i64"}
 @triton.jit
 def half_p(hbuf, pe):
     shl.p(hbuf, 1.0, pe)
+
+
+# Calls one rocSHMEM function that touches no team (NOTE [rocSHMEM module globals]).
+@triton.jit
+def pe_only(buf):
+    tl.store(buf, shl.my_pe())

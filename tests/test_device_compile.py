@@ -19,7 +19,8 @@ from unishmem import BackendUnavailable  # noqa: E402
 from unishmem.triton_support import extern_libs  # noqa: E402
 
 CUDA_ARCHS = (80, 90, 100)
-HIP_ARCHS = ("gfx942", "gfx950")
+# scripts/ci_rocm.sh sets the arch of the machine it runs on
+HIP_ARCHS = tuple(os.environ.get("UNISHMEM_TEST_HIP_ARCHS", "gfx942,gfx950").split(","))
 
 
 def _compile(kernel_name: str, backend: str, arch, link: bool, signature=None, constexprs=None, options=None,
@@ -38,8 +39,9 @@ def _compile(kernel_name: str, backend: str, arch, link: bool, signature=None, c
                            target=target, options=options)
     except Exception as e:  # reported to the test, which decides
         return {"error": f"{type(e).__name__}: {e}"[:4000]}
-    return {"ttir": c.asm["ttir"], "ttgir": c.asm["ttgir"], "llir": c.asm["llir"],
-            "binary": len(c.asm.get("cubin", c.asm.get("hsaco", b"")))}
+    binary = c.asm.get("cubin", c.asm.get("hsaco", b""))
+    return {"ttir": c.asm["ttir"], "ttgir": c.asm["ttgir"], "llir": c.asm["llir"], "binary": len(binary),
+            "rocshmem_names": {m.decode() for m in re.findall(rb"ROCSHMEM_\w+", binary)}}
 
 
 def _init_worker(cache_dir):
@@ -290,3 +292,52 @@ def test_every_triton_entry_names_an_implementation_taking_the_rows_parameters()
 
 def test_what_rocshmem_lacks_fails_at_compile_time_with_the_reason(builds):
     assert re.search(r"p: rocshmem has no form for fp16", builds["half_p"].get("error", "")), builds["half_p"]
+
+
+ROCSHMEM_GLOBALS = {"ROCSHMEM_CTX_DEFAULT", "ROCSHMEM_TEAM_WORLD", "ROCSHMEM_TEAM_SHARED"}
+
+
+def _defined_globals(llir: str) -> set[str]:
+    return {name for name, rest in re.findall(r"^@(\w+) = (.*)$", llir, re.M) if not rest.startswith("external")}
+
+
+def test_every_rocshmem_kernel_keeps_the_globals_module_init_needs(tmp_path, monkeypatch):
+    """NOTE [rocSHMEM module globals]: rocshmem_hipmodule_init fails on a module lacking any of the three
+    (rocSHMEM src/rocshmem_gpu.cpp, rocm-systems fe14a430). Against a stand-in bitcode shaped like rocSHMEM's
+    (tests/fixtures/standin_rocshmem_device.ll), Triton's LinkOnlyNeeded alone drops them; with the
+    extern_libs that unishmem passes, every kernel that calls rocSHMEM defines all three."""
+    standin = os.path.join(os.path.dirname(__file__), "fixtures", "standin_rocshmem_device.ll")
+    (tmp_path / "librocshmem_device_gfx942.bc").write_bytes(open(standin, "rb").read())  # IR text parses too
+    monkeypatch.setenv("ROCSHMEM_LIB_DIR", str(tmp_path))
+    libs = extern_libs("hip", "gfx942")
+    only_bitcode = {"rocshmem": libs["rocshmem"]}
+    pe_only = {"buf": "*i32"}
+    jobs = {"alone": ("pe_only", only_bitcode, pe_only), "teams alone": ("queries", only_bitcode, None),
+            "unishmem": ("pe_only", libs, pe_only), "unishmem teams": ("queries", libs, None)}
+    with tempfile.TemporaryDirectory() as cache:
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker,
+                                                    initargs=(cache,)) as pool:
+            futures = {k: pool.submit(_compile, kernel, "hip", "gfx942", False, sig or "HIP_SIGNATURE",
+                                      None if sig is None else {}, {"extern_libs": tuple(l.items())})
+                       for k, (kernel, l, sig) in jobs.items()}
+            out = {k: f.result() for k, f in futures.items()}
+    for k, o in out.items():
+        assert "error" not in o, f"{k}: {o.get('error')}"
+        assert o["binary"] > 0
+    # the hazard, with rocSHMEM's bitcode alone: a kernel keeps only the globals its calls read
+    assert not _defined_globals(out["alone"]["llir"]) & ROCSHMEM_GLOBALS
+    assert _defined_globals(out["teams alone"]["llir"]) & ROCSHMEM_GLOBALS == ROCSHMEM_GLOBALS - {"ROCSHMEM_TEAM_SHARED"}
+    # unishmem's libraries: all three defined in either kernel, and nothing left to resolve at load
+    for k in ("unishmem", "unishmem teams"):
+        assert ROCSHMEM_GLOBALS <= _defined_globals(out[k]["llir"]), out[k]["llir"][:3000]
+        assert not re.findall(r"^@(ROCSHMEM_\w+) = external", out[k]["llir"], re.M)
+        assert ROCSHMEM_GLOBALS <= out[k]["rocshmem_names"]  # in the code object, where hipModuleGetGlobal looks
+
+
+def test_a_rocshmem_team_handle_crosses_as_64_bits():
+    # rocshmem_team_t is `uint64_t *` (include/rocshmem/rocshmem_common.hpp, rocm-systems 48cce340): on
+    # rocSHMEM a team argument is an i64 (today the descriptor's address: every team row there is Triton).
+    from unishmem.language._vendor import TEAM_TYPE
+
+    assert TEAM_TYPE["rocshmem"].primitive_bitwidth == 64

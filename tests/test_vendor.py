@@ -262,3 +262,67 @@ def test_rocshmem_module_is_one_hip_toolchain_without_lto(standin_configure):
         assert re.search(r"\s-x hip\s", cmd) and "--offload-arch=gfx90a" in cmd and "-fgpu-rdc" in cmd, cmd
         assert "-DUNISHMEM_ROCSHMEM" in cmd and "-fPIC" in cmd and "-flto" not in cmd, cmd
     assert link.startswith(clang) and "--hip-link" in link and "-fgpu-rdc" in link and "-flto" not in link, link
+
+
+AMO_BY_COMPARE_SWAP = r"""
+#include "vendor/amo_table.hpp"
+#include <cstdio>
+using namespace unishmem;
+int main() {
+  for (AtomicOp op : {AtomicOp::set, AtomicOp::swap, AtomicOp::fetch_and, AtomicOp::and_, AtomicOp::fetch_or,
+                      AtomicOp::or_, AtomicOp::fetch_xor, AtomicOp::xor_}) {
+    std::uint64_t word = 0xF0F0, tries = 0;
+    // another PE writes 0x0FF0 right after this PE's first reading: the first compare-swap must fail
+    auto cas = [&](std::uint64_t cond, std::uint64_t value) {
+      if (tries++ == 0) word = 0x0FF0;
+      const std::uint64_t was = word;
+      if (was == cond) word = value;
+      return was;
+    };
+    const std::uint64_t old = vendor::lib::amo_by_compare_swap<std::uint64_t>(op, 0x3C3C, word, cas);
+    std::printf("%d %llu %llu %llu\n", int(op), (unsigned long long)old, (unsigned long long)word,
+                (unsigned long long)tries);
+  }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++")
+def test_host_atomics_rocshmem_lacks_are_compare_swap_loops_with_openshmem_results(tmp_path):
+    """NOTE [rocSHMEM host atomics]: set, swap and and/or/xor (and their fetch forms) are built from
+    compare-swap on rocSHMEM. Each must leave what OpenSHMEM 1.5 (sec. 9.8) says and return the value it
+    replaced, also when another write lands between the reading and the first compare-swap."""
+    src = tmp_path / "amo.cpp"
+    src.write_text(AMO_BY_COMPARE_SWAP)
+    subprocess.run(["g++", "-std=c++20", "-I", os.path.join(ROOT, "csrc"), str(src), "-o", str(tmp_path / "amo")],
+                   check=True, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([str(tmp_path / "amo")], capture_output=True, text=True, check=True).stdout.split("\n")
+    x, other = 0x3C3C, 0x0FF0
+    expected = {1: x, 2: x, 8: other & x, 9: other & x, 10: other | x, 11: other | x, 12: other ^ x, 13: other ^ x}
+    got = {int(op): (int(old), int(word), int(tries)) for op, old, word, tries in (line.split() for line in out if line)}
+    assert got == {op: (other, result, 2) for op, result in expected.items()}
+
+
+def test_info_says_which_rocshmem_release_enables_what(tmp_path):
+    """NOTE [rocSHMEM features], against rocSHMEM's CHANGELOG.md (rocm-systems projects/rocshmem): unique-id
+    init came in 3.0.0, quiet/sync_all on a stream and ROCSHMEM_TEAM_SHARED with the ROCm 7.13 release
+    (3.3.0 in early revisions), reduce_on_stream, team_split_2D and the IPC backend's host atomics under
+    non-MPI init in 3.5.0 (ROCm 7.14)."""
+    from unishmem import vendor_libs
+
+    include = tmp_path / "include" / "rocshmem"
+    include.mkdir(parents=True)
+    (include / "rocshmem_config.h").write_text('#define ROCSHMEM_VERSION              "3.4.0"\n')
+    proc = subprocess.run([sys.executable, "-m", "unishmem", "info"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, ROCM_PATH=str(tmp_path)))
+    assert "version  3.4.0 (rocshmem_config.h)" in proc.stdout, proc.stdout + proc.stderr
+    lines = {line.split(": ")[0].split()[-1]: line for line in vendor_libs.rocshmem_features("3.4.0")}
+    assert lines["3.0"].startswith("yes") and "rocshmem_get_uniqueid" in lines["3.0"]
+    assert lines["3.3"].startswith("yes") and "rocshmem_quiet_on_stream" in lines["3.3"]
+    assert "ROCSHMEM_TEAM_SHARED" in lines["3.3"]
+    assert lines["3.5"].startswith("no") and "rocshmem_reduce_on_stream" in lines["3.5"]
+    assert all(line.startswith("yes") for line in vendor_libs.rocshmem_features("3.5.0"))
+    old = vendor_libs.rocshmem_features("3.2.1")
+    assert old[-1] == "rocSHMEM 3.2.1 is older than 3.3: unishmem's rocshmem backend is not built against it"
+    with pytest.raises(ValueError, match="'unknown'"):
+        vendor_libs.rocshmem_features("unknown")

@@ -22,6 +22,28 @@ template <class T> T amo_value(std::uint64_t b) {
   return v;
 }
 
+// What `op` (set, swap, and, or, xor, or a fetch form of one) leaves in a word that held `old`.
+template <class T> T amo_result(AtomicOp op, T old, T x) {
+  switch (op) {
+    case AtomicOp::set: case AtomicOp::swap: return x;
+    case AtomicOp::and_: case AtomicOp::fetch_and: return old & x;
+    case AtomicOp::or_: case AtomicOp::fetch_or: return old | x;
+    case AtomicOp::xor_: case AtomicOp::fetch_xor: return old ^ x;
+    default: break;
+  }
+  throw Error(ErrorKind::value, "atomic op " + std::to_string(int(op)) + " is not made from compare-swap");
+}
+
+// `op` as a compare-swap loop, from a first reading `seen`; cas(cond, value) returns what the word held.
+// Returns the value replaced. Lock-free: a failed try means another PE's write landed in between.
+template <class T, class Cas> T amo_by_compare_swap(AtomicOp op, T x, T seen, Cas&& cas) {
+  for (;;) {
+    const T was = cas(seen, amo_result(op, seen, x));
+    if (was == seen) return was;
+    seen = was;
+  }
+}
+
 }  // namespace unishmem::vendor::lib
 
 // Defines lib::atomic_<name>(op, dest, value, cond, pe); compare_swap sets `value` where dest == cond.
@@ -48,12 +70,13 @@ template <class T> T amo_value(std::uint64_t b) {
     throw Error(ErrorKind::value, "unknown atomic op " + std::to_string(int(op)));                         \
   }
 
-// All four integer types and the dispatcher lib::atomic(op, dtype, dest, value, cond, pe).
-#define UNISHMEM_VENDOR_ATOMICS(PREFIX, LIBNAME)                                                              \
-  UNISHMEM_VENDOR_AMO(PREFIX, std::int32_t, int32)                                                            \
-  UNISHMEM_VENDOR_AMO(PREFIX, std::int64_t, int64)                                                            \
-  UNISHMEM_VENDOR_AMO(PREFIX, std::uint32_t, uint32)                                                          \
-  UNISHMEM_VENDOR_AMO(PREFIX, std::uint64_t, uint64)                                                          \
+// All four integer types (each defined by AMO, UNISHMEM_VENDOR_AMO or a vendor's own) and the
+// dispatcher lib::atomic(op, dtype, dest, value, cond, pe).
+#define UNISHMEM_VENDOR_ATOMICS(PREFIX, LIBNAME, AMO)                                                         \
+  AMO(PREFIX, std::int32_t, int32)                                                                            \
+  AMO(PREFIX, std::int64_t, int64)                                                                            \
+  AMO(PREFIX, std::uint32_t, uint32)                                                                          \
+  AMO(PREFIX, std::uint64_t, uint64)                                                                          \
   inline std::uint64_t atomic(AtomicOp op, DType type, void* dest, std::uint64_t v, std::uint64_t c, int pe) { \
     switch (type) {                                                                                           \
       case DType::i32: return atomic_int32(op, dest, v, c, pe);                                               \

@@ -202,6 +202,6 @@ inline const char* missing_reduction(DType, bool /*scatter*/) { return nullptr; 
 
 // ---- atomics (host-initiated, blocking) ------------------------------------------------------
 
-UNISHMEM_VENDOR_ATOMICS(nvshmem, "NVSHMEM")
+UNISHMEM_VENDOR_ATOMICS(nvshmem, "NVSHMEM", UNISHMEM_VENDOR_AMO)
 
 }  // namespace unishmem::vendor::lib

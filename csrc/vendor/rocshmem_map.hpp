@@ -118,8 +118,28 @@ inline int n_pes() { return rocshmem_n_pes(); }
 inline void* sym_malloc(std::size_t n) { return rocshmem_malloc(n); }
 inline void sym_free(void* p) { rocshmem_free(p); }
 inline void* peer_ptr(const void* p, int pe) { return rocshmem_ptr(p, pe); }
+// NOTE [rocSHMEM module globals] (pysrc/unishmem/language/rocshmem_module_globals.ll): rocshmem_hipmodule_init
+// returns ROCSHMEM_ERROR on the first of these a module lacks. unishmem's extern_libs make every kernel
+// that links rocSHMEM define all three; a kernel that calls no rocSHMEM function holds none and has no
+// rocSHMEM state to initialise. Anything between is a module built some other way: named, not guessed at.
 inline int module_init(std::uintptr_t module, Stream s) {
-  return rocshmem_hipmodule_init(reinterpret_cast<hipModule_t>(module), s);
+  const auto mod = reinterpret_cast<hipModule_t>(module);
+  std::string missing;
+  int held = 0;
+  for (const char* name : {"ROCSHMEM_CTX_DEFAULT", "ROCSHMEM_TEAM_WORLD", "ROCSHMEM_TEAM_SHARED"}) {
+    void* where = nullptr;
+    std::size_t bytes = 0;
+    if (hipModuleGetGlobal(&where, &bytes, mod, name) == hipSuccess)
+      ++held;
+    else
+      missing += std::string(missing.empty() ? "" : ", ") + name;
+  }
+  if (held == 0) return 0;
+  if (!missing.empty())
+    throw Error(ErrorKind::generic, "this module lacks " + missing + ", which rocshmem_hipmodule_init requires: "
+                                    "link rocSHMEM's bitcode through unishmem's extern_libs (NOTE [rocSHMEM "
+                                    "module globals]), which keep all three");
+  return rocshmem_hipmodule_init(mod, s);
 }
 constexpr const char* kModuleInitCall = "rocshmem_hipmodule_init";
 
@@ -221,9 +241,43 @@ inline int reducescatter(DType, ReduceOp, Team, void*, const void*, std::size_t,
 
 // ---- atomics (host-initiated, blocking) ------------------------------------------------------
 
-// Host atomics through rocSHMEM's host context. Issue 11 item 8: under the IPC backend that context
-// may implement only add, fetch_add and compare_swap; unverified without a ROCm machine, so they are
-// issued as they are (signal_op's SET goes through the host set).
-UNISHMEM_VENDOR_ATOMICS(rocshmem, "rocSHMEM")
+// NOTE [rocSHMEM host atomics]: rocSHMEM's IPC host context implements amo_add, amo_fetch_add, amo_cas
+// and amo_fetch_cas only (src/ipc/context_ipc_host.hpp, rocm-systems 64b9a29d; context_ipc_tmpl_host.hpp,
+// 8328b7b8); its host fetch, inc and fetch_inc are fetch_add/add of 0 or 1 (src/rocshmem.cpp). Host set,
+// swap and and/or/xor reach Context::amo_<op> (src/context_tmpl_host.hpp, 97902704), whose dispatch to
+// IPCHostContext finds no override there. So those are compare-swap loops here, and signal_op's SET with
+// them. Under unique-id init (the only init unishmem uses) the IPC backend has host AMOs from rocSHMEM
+// 3.5.0 (CHANGELOG 3.5.0: "host-initiated RMA operations in the IPC backend for the non-MPI bootstrapping
+// path: put, get, fence, quiet, arithmetic AMOs, and P2P sync ops"): older headers get a clear error.
+inline void require_host_amo() {
+  int major = 0, minor = 0, patch = 0;
+  library_version(&major, &minor, &patch);
+  if (major > 3 || (major == 3 && minor >= 5)) return;
+  throw Error(ErrorKind::unavailable, std::string("rocSHMEM ") + kHeaderVersion + " has no host-initiated atomics "
+              "under unique-id init (its IPC backend gained them in 3.5.0): host atomics and signal_op need "
+              "rocSHMEM >= 3.5");
+}
+
+#define UNISHMEM_ROCSHMEM_AMO(PREFIX, T, name)                                                            \
+  inline std::uint64_t atomic_##name(AtomicOp op, void* dest, std::uint64_t v, std::uint64_t c, int pe) { \
+    require_host_amo();                                                                                    \
+    auto* p = static_cast<T*>(dest);                                                                       \
+    const T x = amo_value<T>(v), y = amo_value<T>(c);                                                      \
+    switch (op) {                                                                                          \
+      case AtomicOp::fetch: return amo_bits(PREFIX##_##name##_atomic_fetch(p, pe));                        \
+      case AtomicOp::compare_swap: return amo_bits(PREFIX##_##name##_atomic_compare_swap(p, y, x, pe));    \
+      case AtomicOp::fetch_add: return amo_bits(PREFIX##_##name##_atomic_fetch_add(p, x, pe));             \
+      case AtomicOp::add: PREFIX##_##name##_atomic_add(p, x, pe); return 0;                                \
+      case AtomicOp::fetch_inc: return amo_bits(PREFIX##_##name##_atomic_fetch_inc(p, pe));                \
+      case AtomicOp::inc: PREFIX##_##name##_atomic_inc(p, pe); return 0;                                   \
+      default: break;                                                                                      \
+    }                                                                                                      \
+    const T old = amo_by_compare_swap(op, x, PREFIX##_##name##_atomic_fetch(p, pe), [&](T cond, T value) { \
+      return PREFIX##_##name##_atomic_compare_swap(p, cond, value, pe);                                    \
+    });                                                                                                    \
+    return amo_bits(old);                                                                                  \
+  }
+
+UNISHMEM_VENDOR_ATOMICS(rocshmem, "rocSHMEM", UNISHMEM_ROCSHMEM_AMO)
 
 }  // namespace unishmem::vendor::lib

@@ -54,6 +54,11 @@ def _vendor_info() -> None:
     roc = vendor_libs.find_rocshmem()
     print("rocSHMEM:")
     print(f"  prefix   {roc.prefix} ({roc.origin})")
+    version = vendor_libs.rocshmem_header_version(roc.prefix)
+    if version:
+        print(f"  version  {version} (rocshmem_config.h); what it enables:")
+        for line in vendor_libs.rocshmem_features(version):
+            print(f"    {line}")
     for arch, bc in sorted(roc.bitcode.items()):
         print(f"  bitcode  {arch:7s} {bc}")
     for p in roc.problems:

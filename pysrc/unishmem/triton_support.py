@@ -19,12 +19,18 @@ import inspect
 import math
 import os
 import threading
+from pathlib import Path
 
 import triton
 
 from .errors import UnishmemError
 
 _KERNEL_NAMES: set[str] = set()
+
+# NOTE [rocSHMEM module globals] (in the file). Triton links a library where a declared function's name
+# contains its key: every rocSHMEM symbol is rocshmem_*, so this one and "rocshmem" are linked together.
+ROCSHMEM_MODULE_GLOBALS = Path(__file__).parent / "language" / "rocshmem_module_globals.ll"
+ROCSHMEM_GLOBALS_KEY = "rocshmem_"
 _hook_added = False
 
 
@@ -38,7 +44,10 @@ def extern_libs(backend: str, arch) -> dict[str, str]:
     from .vendor_libs import bitcode
 
     vendor = VENDOR_OF_BACKEND[backend]
-    return {EXTERN_LIB_KEY[vendor]: str(bitcode(vendor, arch))}
+    libs = {EXTERN_LIB_KEY[vendor]: str(bitcode(vendor, arch))}
+    if vendor == "rocshmem":  # NOTE [rocSHMEM module globals]: linked first, whenever rocSHMEM's bitcode is
+        libs = {ROCSHMEM_GLOBALS_KEY: str(ROCSHMEM_MODULE_GLOBALS), **libs}
+    return libs
 
 
 def _runtime_target(rt) -> tuple[str, object]:

@@ -196,6 +196,44 @@ def find_rocshmem() -> Install:
     return inst
 
 
+# NOTE [rocSHMEM features]: the rocSHMEM release that brings each thing unishmem uses, from rocSHMEM's
+# CHANGELOG.md (rocm-systems projects/rocshmem, the revision that lists 3.5.0 for ROCm 7.14). The ROCm 7.13
+# release is "3.3.0" in early revisions of that file and "3.4.0" in later ones; (3, 3) is this project's floor.
+# rocshmem_hipmodule_init is in no CHANGELOG entry: the 3.3 headers that the floor rests on declare it.
+ROCSHMEM_FLOOR = (3, 3)
+ROCSHMEM_FEATURES = (
+    ((3, 0), "unique-id init (rocshmem_get_uniqueid, rocshmem_set_attr_uniqueid_args, rocshmem_init_attr)"),
+    ((3, 2), "device and/or/xor/swap atomics in the IPC backend"),
+    ((3, 3), "rocshmem_quiet_on_stream, rocshmem_sync_all_on_stream, device ROCSHMEM_TEAM_WORLD, "
+             "ROCSHMEM_TEAM_SHARED"),
+    ((3, 5), "rocshmem_reduce_on_stream, rocshmem_team_split_2d, host-initiated atomics in the IPC backend "
+             "under unique-id init (unishmem's host atomics and signal_op)"),
+)
+
+
+def rocshmem_header_version(prefix: Path) -> str | None:
+    """ROCSHMEM_VERSION from the install's generated rocshmem_config.h."""
+    try:
+        text = (prefix / "include" / "rocshmem" / "rocshmem_config.h").read_text()
+    except OSError:
+        return None
+    m = re.search(r'#define\s+ROCSHMEM_VERSION\s+"([^"]+)"', text)
+    return m.group(1) if m else None
+
+
+def rocshmem_features(version: str) -> list[str]:
+    """One line per rocSHMEM feature unishmem uses: the release that brings it, and whether `version` has it."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is None:
+        raise ValueError(f"rocSHMEM version {version!r} is not MAJOR.MINOR[.PATCH]")
+    have = (int(m.group(1)), int(m.group(2)))
+    lines = [f"{'yes' if have >= since else 'no ':3s} {since[0]}.{since[1]}: {what}" for since, what in ROCSHMEM_FEATURES]
+    if have < ROCSHMEM_FLOOR:
+        lines.append(f"rocSHMEM {version} is older than {ROCSHMEM_FLOOR[0]}.{ROCSHMEM_FLOOR[1]}: unishmem's rocshmem "
+                     "backend is not built against it")
+    return lines
+
+
 def gfx_arch(gcn_arch_name: str) -> str:
     """'gfx942:sramecc+:xnack-' -> 'gfx942'."""
     return gcn_arch_name.split(":")[0]
