@@ -205,7 +205,7 @@ def test_kernels_are_timed_beside_torch_distributed(tmp_path):
     assert report["jobs"] == [{"backend": "host", "reference": "torch.distributed gloo", "interpreted": True}]
     rows = report["rows"]
     assert sorted(r["kernel"] for r in rows) == ["ag_gemm", "all_gather", "all_reduce one_shot",
-                                                "all_reduce two_shot", "gemm_rs", "reduce_scatter"]
+                                                "all_reduce two_shot", "gemm_rs", "moe dispatch+combine", "reduce_scatter"]
     for r in rows:
         assert r["pes"] == 2 and r["bytes"] == 64 * 1024
         assert positive(r["seconds"]) and positive(r["reference_seconds"]), r

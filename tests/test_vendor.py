@@ -237,8 +237,8 @@ def test_rocm_branch_leaves_host_and_nvshmem_sources_plain_cxx(standin_configure
     assert "unishmem: rocSHMEM backend: rocSHMEM 3.5.0 (" in out and "architectures gfx90a" in out, out
     host = _commands_of(commands, "_host")
     host_files = sorted(os.path.relpath(c["file"], ROOT) for c in host)
-    assert host_files == sorted(["csrc/bindings.cpp", "csrc/dtype.cpp", "csrc/common/collective.cpp",
-                                 "csrc/host/host_backend.cpp", "csrc/host/allocator.cpp", "csrc/host/segment.cpp",
+    assert host_files == sorted(["csrc/bindings.cpp", "csrc/fast_calls.cpp", "csrc/dtype.cpp",
+                                 "csrc/common/collective.cpp", "csrc/host/host_backend.cpp", "csrc/host/allocator.cpp", "csrc/host/segment.cpp",
                                  "csrc/host/wait.cpp", "csrc/host/reduce.cpp", "csrc/host/bench.cpp"]), host_files
     groups = [host] + ([_commands_of(commands, "_nvshmem")] if WHEEL is not None else [])
     for group in groups:
@@ -254,8 +254,8 @@ def test_rocshmem_module_is_one_hip_toolchain_without_lto(standin_configure):
     roc = _commands_of(commands, "_rocshmem")
     wrapped = sorted(open(c["file"]).read().split('"')[1] for c in roc)
     assert wrapped == sorted(os.path.join(ROOT, f) for f in (
-        "csrc/bindings.cpp", "csrc/dtype.cpp", "csrc/common/collective.cpp", "csrc/vendor/vendor_backend.cpp",
-        "csrc/host/allocator.cpp", "csrc/host/wait.cpp")), wrapped
+        "csrc/bindings.cpp", "csrc/fast_calls.cpp", "csrc/dtype.cpp", "csrc/common/collective.cpp",
+        "csrc/vendor/vendor_backend.cpp", "csrc/host/allocator.cpp", "csrc/host/wait.cpp")), wrapped
     for c in roc:
         cmd = c["command"]
         assert cmd.startswith(clang) and c["file"].endswith(".hip"), cmd

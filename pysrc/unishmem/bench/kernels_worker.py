@@ -40,6 +40,7 @@ def cases(rt, size: int):
         ("all_reduce two_shot", lambda: K.all_reduce(x, algorithm="two_shot", out=reduced),
          lambda: dist.all_reduce(reduced)),
         *gemm_cases(rt, size),
+        *moe_cases(rt, size),
     ]
 
 
@@ -64,6 +65,46 @@ def gemm_cases(rt, size: int):
         ("ag_gemm", lambda: K.ag_gemm(a_shard, b), gathered_matmul),
         ("gemm_rs", lambda: K.gemm_rs(a_rows, b), lambda: dist.reduce_scatter_tensor(partial_out, a_rows @ b)),
     ]
+
+
+def moe_cases(rt, size: int):
+    """dispatch + combine (identity experts) beside what an expert-parallel MoE layer does with
+    torch.distributed: an all_to_all_single of the per-PE counts, the token copies sorted by
+    destination PE and sent with all_to_all_single, and sent back the same way and summed with
+    their weights. T x 512 float32 tokens of `size` bytes, top-2 of 2 experts per PE. Under the
+    interpreter only up to 256 KiB."""
+    import unishmem.kernels as K
+
+    if os.environ.get("TRITON_INTERPRET") == "1" and size > 256 * 1024:
+        return []
+    n, dev, H, k = rt.n_pes, rt.device, 512, 2
+    n_experts = 2 * n
+    T = max(1, size // 4 // H)
+    g = torch.Generator().manual_seed(rt.my_pe)
+    tokens = torch.randn(T, H, generator=g).to(dev)
+    topk_ids = torch.randint(0, n_experts, (T, k), generator=g).to(dev)
+    topk_weights = torch.rand(T, k, generator=g).to(dev)
+
+    def unishmem_moe():
+        expert_tokens, _, handle = K.dispatch(tokens, topk_ids, topk_weights, n_experts)
+        return K.combine(expert_tokens, handle)
+
+    def torch_moe():
+        dest = topk_ids.flatten() // (n_experts // n)
+        order = torch.argsort(dest, stable=True)
+        send = tokens[order // k]
+        send_counts = torch.bincount(dest, minlength=n)
+        recv_counts = torch.empty_like(send_counts)
+        dist.all_to_all_single(recv_counts, send_counts)
+        sends, recvs = send_counts.tolist(), recv_counts.tolist()
+        received = torch.empty(sum(recvs), H, device=dev)
+        dist.all_to_all_single(received, send, recvs, sends)
+        back = torch.empty_like(send)
+        dist.all_to_all_single(back, received, sends, recvs)
+        out = torch.zeros(T, H, device=dev)
+        return out.index_add_(0, order // k, back * topk_weights.flatten()[order, None])
+
+    return [("moe dispatch+combine", unishmem_moe, torch_moe)]
 
 
 def main(spec_path: str, out_path: str) -> int:
