@@ -238,8 +238,9 @@ def test_rocm_branch_leaves_host_and_nvshmem_sources_plain_cxx(standin_configure
     host = _commands_of(commands, "_host")
     host_files = sorted(os.path.relpath(c["file"], ROOT) for c in host)
     assert host_files == sorted(["csrc/bindings.cpp", "csrc/fast_calls.cpp", "csrc/dtype.cpp",
-                                 "csrc/common/collective.cpp", "csrc/host/host_backend.cpp", "csrc/host/allocator.cpp", "csrc/host/segment.cpp",
-                                 "csrc/host/wait.cpp", "csrc/host/reduce.cpp", "csrc/host/bench.cpp"]), host_files
+                                 "csrc/common/collective.cpp", "csrc/host/host_backend.cpp", "csrc/host/allocator.cpp",
+                                 "csrc/host/segment.cpp", "csrc/host/wait.cpp", "csrc/host/reduce.cpp",
+                                 "csrc/host/bench.cpp"]), host_files
     groups = [host] + ([_commands_of(commands, "_nvshmem")] if WHEEL is not None else [])
     for group in groups:
         for c in group:
