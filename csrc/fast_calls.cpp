@@ -225,32 +225,19 @@ PyObject* result(Found f) { return f == Found::error ? nullptr : miss(); }
   HotPath& h = hot_at(args[0]);                                                                   \
   if (h.epoch < 0 || args[nargs - 1] != Py_None) return miss();
 
-// (hot, dest, source, pe, stream)
-PyObject* hot_put(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+// (hot, dest, source, pe, stream): put (dest symmetric) or get (source symmetric).
+template <bool put>
+PyObject* hot_copy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   UNISHMEM_HOT_ARGS(5)
   View d, s;
   const auto pe = small_int(args[3], h.n_pes);
   if (!pe) return miss();
-  if (Found f = view_of(h, args[1], true, d); f != Found::hit) return result(f);
-  if (Found f = view_of(h, args[2], false, s); f != Found::hit) return result(f);
+  if (Found f = view_of(h, args[1], put, d); f != Found::hit) return result(f);
+  if (Found f = view_of(h, args[2], !put, s); f != Found::hit) return result(f);
   if (d.nbytes != s.nbytes || d.dtype != s.dtype) return miss();
   return fast([&] {
-    h.backend->put(d.addr, s.addr, d.nbytes, int(*pe), 0);
-    Py_RETURN_NONE;
-  });
-}
-
-// (hot, dest, source, pe, stream)
-PyObject* hot_get(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  UNISHMEM_HOT_ARGS(5)
-  View d, s;
-  const auto pe = small_int(args[3], h.n_pes);
-  if (!pe) return miss();
-  if (Found f = view_of(h, args[1], false, d); f != Found::hit) return result(f);
-  if (Found f = view_of(h, args[2], true, s); f != Found::hit) return result(f);
-  if (d.nbytes != s.nbytes || d.dtype != s.dtype) return miss();
-  return fast([&] {
-    h.backend->get(d.addr, s.addr, d.nbytes, int(*pe), 0);
+    if constexpr (put) h.backend->put(d.addr, s.addr, d.nbytes, int(*pe), 0);
+    else h.backend->get(d.addr, s.addr, d.nbytes, int(*pe), 0);
     Py_RETURN_NONE;
   });
 }
@@ -332,8 +319,8 @@ PyMethodDef fast_calls[] = {
     method<fast_put_signal>("fast_put_signal"),
     method<fast_signal_op>("fast_signal_op"),
     method<fast_signal_wait_until>("fast_signal_wait_until"),
-    method<hot_put>("hot_put"),
-    method<hot_get>("hot_get"),
+    method<hot_copy<true>>("hot_put"),
+    method<hot_copy<false>>("hot_get"),
     method<hot_put_signal>("hot_put_signal"),
     method<hot_signal_op>("hot_signal_op"),
     method<hot_signal_wait_until>("hot_signal_wait_until"),
