@@ -48,20 +48,14 @@ template <class Fn> PyObject* fast(Fn&& fn) {
   return nullptr;
 }
 
-PyObject* fast_put(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // (backend, dest, source, n, pe, stream)
+// (backend, dest, source, n, pe, stream)
+template <bool put>
+PyObject* fast_copy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   std::array<std::uint64_t, 5> a;
   if (!ints(args, nargs, 6, a)) return nullptr;
   return fast([&] {
-    backend_at(args[0])->put(a[0], a[1], a[2], int(a[3]), a[4]);
-    Py_RETURN_NONE;
-  });
-}
-
-PyObject* fast_get(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // (backend, dest, source, n, pe, stream)
-  std::array<std::uint64_t, 5> a;
-  if (!ints(args, nargs, 6, a)) return nullptr;
-  return fast([&] {
-    backend_at(args[0])->get(a[0], a[1], a[2], int(a[3]), a[4]);
+    if constexpr (put) backend_at(args[0])->put(a[0], a[1], a[2], int(a[3]), a[4]);
+    else backend_at(args[0])->get(a[0], a[1], a[2], int(a[3]), a[4]);
     Py_RETURN_NONE;
   });
 }
@@ -314,8 +308,8 @@ constexpr PyMethodDef method(const char* name) {
 }
 
 PyMethodDef fast_calls[] = {
-    method<fast_put>("fast_put"),
-    method<fast_get>("fast_get"),
+    method<fast_copy<true>>("fast_put"),
+    method<fast_copy<false>>("fast_get"),
     method<fast_put_signal>("fast_put_signal"),
     method<fast_signal_op>("fast_signal_op"),
     method<fast_signal_wait_until>("fast_signal_wait_until"),
