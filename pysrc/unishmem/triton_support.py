@@ -118,8 +118,9 @@ class LaunchAborted(UnishmemError):
 
 
 class _Launch:
-    def __init__(self, resident: int, cooperative: bool = False):
+    def __init__(self, resident: int, cooperative: bool = False, kernel_name: str = ""):
         self.resident = resident
+        self.kernel_name = kernel_name  # for the hang report's call sites
         self.cooperative = cooperative
         self.n_programs = 0
         self.aborted = False
@@ -287,7 +288,7 @@ class Kernel:
         _serialise_rewrites()
         fn = self.jit_function
         launch = _Launch(self.resident if self.resident is not None else interpret_resident(),
-                         bool(kwargs.get("launch_cooperative_grid")))
+                         bool(kwargs.get("launch_cooperative_grid")), self.fn.__name__)
         try:
             # InterpretedFunction.run, with the concurrent programs in place of the kernel
             GridExecutor(launch.programs(fn.rewrite()), fn.arg_names, grid, fn.pre_run_hooks)(*args, **kwargs)

@@ -1,0 +1,266 @@
+"""Hang reports: one format for every way a job can stop making progress.
+
+NOTE [hang report]: three sources describe the waits of a stuck job, and all of them end up as
+`PeReport`s written by `format_report`:
+- the host backend's deadlock check (host API and TRITON_INTERPRET=1), which reads every PE's
+  published waits from shared memory (`from_native`, raised as DeadlockError);
+- the watchdog (`Watchdog`) when a launch has not finished after UNISHMEM_HANG_TIMEOUT seconds:
+  each PE writes its own part (`PeReport.to_json`) and rank 0 gathers them (`gather`);
+- on a GPU the parts come from the debug wait table that kernels compiled with debug waits fill
+  (NOTE [debug waits] in language/_debug.py).
+Each wait names the PE, where it waits (host code, or a program of a kernel and its source line),
+the word (PE, heap offset), the comparison, the value expected and the value it holds; a verdict
+says when it can never be satisfied, from what the other PEs are doing and the signals each PE
+last wrote to each peer.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+
+CMP_TEXT = ("==", "!=", ">", ">=", "<", "<=")
+SIGNAL_OPS = ("set", "add")
+DTYPES = {3: "int32", 4: "int64", 7: "uint32", 8: "uint64"}  # unishmem.enums.DTYPE_CODES, for the word's name
+# what a wait is for (csrc/host/host_backend.hpp WaitKind; the debug table uses the same codes)
+TURN, SIGNAL, VALUE, ANY, BARRIER = range(5)
+_STATES = {1: "is starting", 2: "is running", 3: "has finalized", 4: "has left the job after an error"}
+
+
+@dataclass
+class Word:
+    """The word a wait compares: on PE `pe` at heap offset `offset` (None: not in the heap)."""
+    pe: int
+    offset: int | None
+    cmp: int
+    value: int
+    actual: int | None = None
+    dtype: int = 8
+
+    def holds(self) -> bool:
+        if self.actual is None:
+            return False
+        a, b = self.actual, self.value
+        return (a == b, a != b, a > b, a >= b, a < b, a <= b)[self.cmp]
+
+
+@dataclass
+class Wait:
+    kind: int
+    words: list[Word]
+    label: str = ""      # "program (0, 0, 0)" under the interpreter, "block (3, 0, 0)" on a GPU
+    site: str = ""       # "kernel ring at ring.py:12", or the host call site "prog.py:30"
+    what: str = ""       # for waits without a word (a GPU barrier): what it is
+
+    def pending(self) -> list[Word]:
+        return [w for w in self.words if not w.holds()]
+
+
+@dataclass
+class Signal:
+    """The last signal PE `writer` wrote to PE `peer`: `op` `value` into the word at heap `offset`."""
+    writer: int
+    peer: int
+    offset: int
+    value: int
+    op: int
+    count: int = 1
+
+
+@dataclass
+class PeReport:
+    pe: int
+    status: str                      # "waiting", "running", "finished", or a phrase ("has finalized")
+    waits: list[Wait] = field(default_factory=list)
+    signals: list[Signal] = field(default_factory=list)
+    detail: str = ""                 # e.g. "kernel ring has run for 3.0 s"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @staticmethod
+    def from_json(text: str) -> "PeReport":
+        d = json.loads(text)
+        waits = [Wait(w["kind"], [Word(**x) for x in w["words"]], w["label"], w["site"], w["what"])
+                 for w in d.pop("waits")]
+        return PeReport(waits=waits, signals=[Signal(**s) for s in d.pop("signals")], **d)
+
+
+# ---- where a wait was called ----------------------------------------------------------------
+
+_OWN = tuple(os.path.dirname(p) + os.sep for p in (__file__,))
+
+
+def _skipped(filename: str) -> bool:
+    import threading
+
+    import triton
+
+    return (filename.startswith(_OWN) or filename.startswith(os.path.dirname(triton.__file__) + os.sep)
+            or filename == threading.__file__ or filename.startswith("<"))
+
+
+def wait_site() -> str:
+    """NOTE [wait sites]: the innermost caller outside unishmem, Triton and threading, as
+    'file.py:LINE in function'; under TRITON_INTERPRET=1 'kernel NAME at file.py:LINE' (the
+    kernel's own line, or a helper's). The host backend asks when a wait turns slow."""
+    try:
+        from .triton_support import current_program
+
+        launch, _ = current_program()
+    except ImportError:  # no Triton: host code only
+        launch = None
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if not _skipped(code.co_filename):
+            where = f"{os.path.basename(code.co_filename)}:{frame.f_lineno}"
+            if launch is not None:
+                name = launch.kernel_name
+                return f"kernel {name} at {where}" + ("" if code.co_name == name else f" in {code.co_name}")
+            return f"{where} in {code.co_name}"
+        frame = frame.f_back
+    return ""
+
+
+# ---- from the host backend ------------------------------------------------------------------
+
+def from_native(views: list[dict]) -> list[PeReport]:
+    """The host backend's snapshot (HostBackend.wait_snapshot()) as reports."""
+    reports = []
+    for v in views:
+        control = v["control_bytes"]
+        waits = [Wait(w["conds"][0]["kind"] if w["conds"] else TURN,
+                      [Word(c["pe"], c["offset"] - control if c["heap"] else None, c["cmp"], c["value"],
+                            _signed(c["actual"], c["dtype"]), c["dtype"]) for c in w["conds"] if c["pe"] >= 0],
+                      w["label"], w["site"]) for w in v["waits"]]
+        for w in waits:
+            for word in w.words:
+                word.value = _signed(word.value, word.dtype)
+        status = "waiting" if v["waiting"] else _STATES.get(v["state"], "is running")
+        reports.append(PeReport(v["pe"], "running" if status == "is running" else status, waits,
+                                [Signal(v["pe"], s["peer"], s["offset"], s["value"], s["op"], s["count"])
+                                 for s in v["signals"]]))
+    return reports
+
+
+def _signed(bits: int | None, dtype: int) -> int | None:
+    """A word's bits as its dtype's value (int32/int64 are signed)."""
+    if bits is None:
+        return None
+    width = 32 if dtype in (3, 7) else 64
+    bits &= (1 << width) - 1
+    return bits - (1 << width) if dtype in (3, 4) and bits >> (width - 1) else bits
+
+
+def deadlock_error(views: list[dict], seconds: float):
+    """The DeadlockError the host backend raises (csrc/bindings.cpp calls this)."""
+    from .errors import DeadlockError
+
+    reports = from_native(views)
+    error = DeadlockError(format_report(
+        reports, f"deadlock: every PE has been waiting for {seconds:g} s and none can make progress"))
+    error.report = reports
+    return error
+
+
+# ---- the report -----------------------------------------------------------------------------
+
+def _describe_word(kind: int, w: Word, n_words: int = 1) -> str:
+    cmp = CMP_TEXT[w.cmp]
+    if kind == BARRIER:
+        if w.offset is None and w.actual is not None:  # the host backend's arrival counter of PE w.pe
+            return (f"PE {w.pe} to reach the barrier (PE {w.pe} has arrived {w.actual} times; this barrier "
+                    f"needs {w.value})")
+        return f"PE {w.pe} to reach the barrier"
+    what = "signal" if kind == SIGNAL else f"{DTYPES.get(w.dtype, 'word')}"
+    where = f"at heap offset {w.offset}" + (f" of PE {w.pe}" if kind not in (SIGNAL, VALUE, ANY) else "")
+    seen = "unknown" if w.actual is None else str(w.actual)
+    if n_words > 1:
+        return f"any of {n_words} {what}s from heap offset {w.offset} to become {cmp} {w.value} (the first is {seen})"
+    return f"{what} {where} to become {cmp} {w.value} (it is {seen})"
+
+
+def describe(wait: Wait) -> str:
+    if wait.kind == TURN and not wait.words:
+        return wait.what or "another program of this PE to finish its collective call"
+    if not wait.words:
+        return wait.what
+    pending = wait.pending() or wait.words
+    if wait.kind == ANY:
+        return _describe_word(ANY, wait.words[0], len(wait.words))
+    return "; ".join(_describe_word(wait.kind, w) for w in pending)
+
+
+def _phrase(report: PeReport | None) -> str:
+    if report is None:
+        return "sent no report (it has finished, or died)"
+    if report.status == "finished":
+        return "has finished" + (f" ({report.detail})" if report.detail else "")
+    if report.status == "waiting":
+        return "waits"
+    return report.status if report.status != "running" else "is running"
+
+
+def verdict(wait: Wait, pe: int, reports: dict[int, PeReport], stuck: bool) -> str:
+    """Why `wait` of PE `pe` can never be satisfied, where that can be decided; else ''."""
+    pending = wait.pending()
+    if not pending and wait.words:
+        return "satisfied now: this PE has not run since (stopped, or descheduled)"
+    never = "can never be satisfied" if stuck else "not satisfied yet"
+    if wait.kind == BARRIER and wait.words:
+        m = pending[0].pe
+        other = reports.get(m)
+        if other is None or other.status != "waiting":
+            return f"{never}: PE {m} {_phrase(other)} without reaching this barrier"
+        if not any(w.kind == BARRIER for w in other.waits):
+            waits = "; ".join(describe(w) + (f" [{w.site}]" if w.site else "") for w in other.waits)
+            return f"{never}: PE {m} is not in a barrier; it waits for {waits or 'something this report cannot see'}"
+        return f"{never}: PE {m} waits in a barrier too, a different one" if stuck else ""
+    if wait.kind not in (SIGNAL, VALUE, ANY) or not pending:
+        return ""
+    word = pending[0]
+    signals = [s for r in reports.values() for s in r.signals]
+    here = [s for s in signals if s.peer == word.pe and s.offset == word.offset]
+    if here:
+        return "; ".join(f"{never}: PE {s.writer} last {'set it to' if s.op == 0 else 'added'} {s.value}, "
+                         f"and the wait expects {CMP_TEXT[word.cmp]} {word.value} (a wrong expected value, or a "
+                         f"signal missing after it?)" for s in here)
+    elsewhere = [s for s in signals if s.offset == word.offset and s.peer != word.pe]
+    if elsewhere:
+        return "; ".join(f"{never}: no PE signalled this word, but PE {s.writer} signalled heap offset {s.offset} "
+                         f"on PE {s.peer} (a wait on the wrong PE's buffer, or a signal to the wrong PE?)"
+                         for s in elsewhere)
+    nearby = [s for s in signals if s.peer == word.pe]
+    if nearby:
+        return "; ".join(f"{never}: no PE signalled this word; PE {s.writer}'s last signal to PE {s.peer} went to "
+                         f"heap offset {s.offset} (the wrong word?)" for s in nearby)
+    return f"{never}: no PE has signalled this word (a missing signal?)" if wait.kind == SIGNAL else \
+        f"{never}: nothing recorded wrote this word" if stuck else ""
+
+
+def format_report(reports: list[PeReport], headline: str, n_pes: int | None = None) -> str:
+    """The report: a headline, then each PE's waits, each with its verdict, then the signals
+    each PE last wrote to each peer."""
+    by_pe = {r.pe: r for r in reports}
+    n = n_pes if n_pes is not None else max(by_pe, default=-1) + 1
+    stuck = all(r.status != "running" for r in reports) and len(reports) == n
+    lines = [headline]
+    for pe in range(n):
+        r = by_pe.get(pe)
+        if r is None or r.status != "waiting" or not r.waits:
+            lines.append(f"PE {pe} {_phrase(r) if r is None or r.status != 'waiting' else 'waits (nothing recorded)'}")
+            continue
+        for w in r.waits:
+            where = ", ".join(x for x in (w.label, w.site) if x)
+            lines.append(f"PE {pe} waits for {describe(w)}" + (f" [{where}]" if where else ""))
+            v = verdict(w, pe, by_pe, stuck)
+            if v:
+                lines.append(f"  {v}")
+    signals = [s for r in reports for s in r.signals]
+    if signals:
+        lines.append("signals last written: " + "; ".join(
+            f"PE {s.writer} -> PE {s.peer}: {SIGNAL_OPS[s.op] if s.op < 2 else s.op} {s.value} at heap offset "
+            f"{s.offset}" for s in signals))
+    return "\n".join(lines)
