@@ -314,7 +314,8 @@ std::vector<PeView> HostBackend::snapshot(bool deadlock) const {
       }
       v.waits.push_back(std::move(w));
     }
-    v.signals.assign(c->last_signal, c->last_signal + std::min(n_pes_, kMaxSignalPeers));
+    const SignalRecord* signals = deadlock && v.waiting ? c->published_signals : c->last_signal;
+    v.signals.assign(signals, signals + std::min(n_pes_, kMaxSignalPeers));
     out.push_back(std::move(v));
   }
   return out;
@@ -338,6 +339,9 @@ void HostBackend::publish_waits() {
     for (std::size_t j = 0; j < waiting_[i]->n_conds; ++j) c->wait_conds[n++] = waiting_[i]->conds[j];
   }
   store_release(c->n_published, std::uint32_t(waiting_.size()));
+  // A deadlock report shows what each PE had signalled when it began to wait, not what a PE that
+  // has raised since sends next.
+  std::memcpy(c->published_signals, c->last_signal, sizeof c->last_signal);
   store_release(c->published_at, w + 1);
   store_release(c->n_wait_conds, std::uint32_t(n));
   store_release(c->waits.value, w + 1);

@@ -101,6 +101,7 @@ struct ControlArea {
   std::uint64_t published_at;       // end, until the next publication: our `waits` value when published
   PublishedWait published[kMaxWaiters];
   SignalRecord last_signal[kMaxSignalPeers];
+  SignalRecord published_signals[kMaxSignalPeers];  // last_signal as it was when the waits were published
   Padded deadlock_verdict;          // written by the PE that found a deadlock: our `waits` value then
   Padded blamed;                    // 1 + the PE this PE's PeerFailure named; 0 if none
   Doorbell inbox;                   // rung by every write into this PE's heap (put, signals, atomics)

@@ -215,7 +215,7 @@ def verdict(wait: Wait, pe: int, reports: dict[int, PeReport], stuck: bool) -> s
         if other is None or other.status != "waiting":
             return f"{never}: PE {m} {_phrase(other)} without reaching this barrier"
         if not any(w.kind == BARRIER for w in other.waits):
-            waits = "; ".join(describe(w) + (f" [{w.site}]" if w.site else "") for w in other.waits)
+            waits = "; ".join(describe(w) + _where(w) for w in other.waits)
             return f"{never}: PE {m} is not in a barrier; it waits for {waits or 'something this report cannot see'}"
         return f"{never}: PE {m} waits in a barrier too, a different one" if stuck else ""
     if wait.kind not in (SIGNAL, VALUE, ANY) or not pending:
@@ -232,12 +232,16 @@ def verdict(wait: Wait, pe: int, reports: dict[int, PeReport], stuck: bool) -> s
         return "; ".join(f"{never}: no PE signalled this word, but PE {s.writer} signalled heap offset {s.offset} "
                          f"on PE {s.peer} (a wait on the wrong PE's buffer, or a signal to the wrong PE?)"
                          for s in elsewhere)
-    nearby = [s for s in signals if s.peer == word.pe]
-    if nearby:
-        return "; ".join(f"{never}: no PE signalled this word; PE {s.writer}'s last signal to PE {s.peer} went to "
-                         f"heap offset {s.offset} (the wrong word?)" for s in nearby)
-    return f"{never}: no PE has signalled this word (a missing signal?)" if wait.kind == SIGNAL else \
-        f"{never}: nothing recorded wrote this word" if stuck else ""
+    nearby = "".join(f"; PE {s.writer}'s last signal to PE {s.peer} went to heap offset {s.offset}"
+                     for s in signals if s.peer == word.pe)
+    if wait.kind == SIGNAL:
+        return f"{never}: no PE has signalled this word (a missing signal?){nearby}"
+    return f"{never}: nothing recorded wrote this word{nearby}" if stuck else ""
+
+
+def _where(wait: Wait) -> str:
+    where = ", ".join(x for x in (wait.label, wait.site) if x)
+    return f" [{where}]" if where else ""
 
 
 def format_report(reports: list[PeReport], headline: str, n_pes: int | None = None) -> str:
@@ -253,8 +257,7 @@ def format_report(reports: list[PeReport], headline: str, n_pes: int | None = No
             lines.append(f"PE {pe} {_phrase(r) if r is None or r.status != 'waiting' else 'waits (nothing recorded)'}")
             continue
         for w in r.waits:
-            where = ", ".join(x for x in (w.label, w.site) if x)
-            lines.append(f"PE {pe} waits for {describe(w)}" + (f" [{where}]" if where else ""))
+            lines.append(f"PE {pe} waits for {describe(w)}{_where(w)}")
             v = verdict(w, pe, by_pe, stuck)
             if v:
                 lines.append(f"  {v}")

@@ -265,11 +265,13 @@ def _explain_deadlock(e):
     launch, idx = current_program()
     if launch is None or launch.n_programs <= launch.resident:
         return e
-    return DeadlockError(
+    explained = DeadlockError(
         f"{e}\nUnder TRITON_INTERPRET=1 at most {launch.resident} of the {launch.n_programs} programs of a launch "
         f"are resident at once on a PE (this wait is in program {idx}): a wait on work that a program not yet "
         "started would do cannot finish. Raise @unishmem.jit(resident=...) or UNISHMEM_INTERPRET_RESIDENT, "
         "or launch no more programs than stay resident (on a GPU too).")
+    explained.report = getattr(e, "report", None)
+    return explained
 
 
 def _interpreted(row: DeviceFn, host, args: dict):
