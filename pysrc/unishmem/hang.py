@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 CMP_TEXT = ("==", "!=", ">", ">=", "<", "<=")
 SIGNAL_OPS = ("set", "add")
-DTYPES = {3: "int32", 4: "int64", 7: "uint32", 8: "uint64"}  # unishmem.enums.DTYPE_CODES, for the word's name
+DTYPES = {6: "int32", 7: "int64", 10: "uint32", 11: "uint64"}  # unishmem.enums.DTYPE_CODES of waitable words
 # what a wait is for (csrc/host/host_backend.hpp WaitKind; the debug table uses the same codes)
 TURN, SIGNAL, VALUE, ANY, BARRIER = range(5)
 _STATES = {1: "is starting", 2: "is running", 3: "has finalized", 4: "has left the job after an error"}
@@ -36,7 +36,7 @@ class Word:
     cmp: int
     value: int
     actual: int | None = None
-    dtype: int = 8
+    dtype: int = 11
 
     def holds(self) -> bool:
         if self.actual is None:
@@ -149,9 +149,9 @@ def _signed(bits: int | None, dtype: int) -> int | None:
     """A word's bits as its dtype's value (int32/int64 are signed)."""
     if bits is None:
         return None
-    width = 32 if dtype in (3, 7) else 64
+    width = 32 if dtype in (6, 10) else 64
     bits &= (1 << width) - 1
-    return bits - (1 << width) if dtype in (3, 4) and bits >> (width - 1) else bits
+    return bits - (1 << width) if dtype in (6, 7) and bits >> (width - 1) else bits
 
 
 def deadlock_error(views: list[dict], seconds: float):
