@@ -267,3 +267,182 @@ def format_report(reports: list[PeReport], headline: str, n_pes: int | None = No
             f"PE {s.writer} -> PE {s.peer}: {SIGNAL_OPS[s.op] if s.op < 2 else s.op} {s.value} at heap offset "
             f"{s.offset}" for s in signals))
     return "\n".join(lines)
+
+
+# ---- the watchdog ---------------------------------------------------------------------------
+
+HANG_EXIT = 124  # the exit status of a PE that the watchdog ends (as timeout(1)'s)
+GATHER_S = 5.0   # how long rank 0 waits for the other PEs' parts
+
+
+def _jit_functions():
+    """Every @triton.jit function of the imported modules, by NOTE [debug waits]'s site key."""
+    from triton.runtime.jit import JITFunction
+
+    from .language._debug import site_key
+
+    found = {}
+    for module in list(sys.modules.values()):
+        for value in list(getattr(module, "__dict__", {}).values()):
+            fn = getattr(value, "jit_function", value)
+            if isinstance(fn, JITFunction):
+                found[site_key(fn.fn.__module__, fn.fn.__qualname__)] = fn.fn.__name__
+    return found
+
+
+def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
+    """The waits and signals a debug-waits kernel recorded in `table` (NOTE [debug waits])."""
+    from .language import _debug
+    from .language._table import ROWS
+
+    words = table.tolist()
+    names = None
+    waits = []
+    for s in range(_debug.SLOTS):
+        slot = words[s * _debug.SLOT_WORDS:(s + 1) * _debug.SLOT_WORDS]
+        if not slot[_debug.STATE]:
+            continue
+        if names is None:
+            names = _jit_functions()
+        kind, info, site, pid = slot[_debug.STATE], slot[_debug.INFO], slot[_debug.SITE], slot[_debug.PID]
+        fn, line = names.get((site >> 32) & 0xFFFFFFFF, "?"), site & 0xFFFFFFFF
+        where = f"kernel {kernel} at line {line}" + ("" if fn == kernel else f" of {fn}")
+        label = f"block ({pid & 0xFFFFF}, {(pid >> 20) & 0xFFFFF}, {pid >> 40})"
+        row = ROWS[slot[_debug.ROW]].name if 0 <= slot[_debug.ROW] < len(ROWS) else "?"
+        if kind == BARRIER:
+            waits.append(Wait(kind, [], label, where, f"every PE to reach {row}"))
+            continue
+        offset = slot[_debug.ADDR] - rt._base
+        dtype = info >> 8 & 0xFF
+        words_read = [_signed(_read_word(rt, offset + i * (4 if dtype in (6, 10) else 8), dtype), dtype)
+                      for i in range(max(1, min(slot[_debug.NELEMS], 8)))]
+        cmp, value = info & 0xFF, _signed(slot[_debug.VALUE], dtype)
+        waits.append(Wait(kind, [Word(rt.my_pe, offset + i * (4 if dtype in (6, 10) else 8), cmp, value, a, dtype)
+                                 for i, a in enumerate(words_read)], label, where, row))
+    signals = []
+    for peer in range(min(rt.n_pes, _debug.PEERS)):
+        base = _debug.SIGNAL_RECORDS + peer * _debug.PEER_WORDS
+        if words[base + _debug.COUNT]:
+            signals.append(Signal(rt.my_pe, peer, words[base + _debug.S_ADDR] - rt._base, words[base + _debug.S_VALUE],
+                                  words[base + _debug.S_OP], words[base + _debug.COUNT]))
+    return waits, signals
+
+
+def _read_word(rt, offset: int, dtype: int) -> int | None:
+    """The word's bits, read while the kernel may still spin on it: on a GPU through a copy on a
+    stream of its own (the kernel's stream is stuck)."""
+    import torch
+
+    size = 4 if dtype in (6, 10) else 8
+    if not 0 <= offset <= rt._native.heap_size - size:
+        return None
+    heap = rt._heap_of(rt.my_pe)
+    if heap.device.type == "cpu":
+        return int.from_bytes(heap[offset:offset + size].numpy().tobytes(), "little")
+    with torch.cuda.stream(torch.cuda.Stream(rt.device)):
+        return int.from_bytes(heap[offset:offset + size].cpu().numpy().tobytes(), "little")
+
+
+class Watchdog:
+    """NOTE [hang report]: when a launch of this PE has not finished after `timeout` seconds, or
+    another PE has found one, write this PE's part into the job's hang directory; rank 0 gathers
+    the parts into one report on stderr; then the PE exits with HANG_EXIT."""
+
+    def __init__(self, rt, timeout: float, directory: str):
+        import threading
+
+        self.rt, self.timeout, self.dir = rt, timeout, directory
+        self.launches: dict[int, tuple[str, float, object]] = {}  # id -> (kernel, start, done())
+        self.table = None  # the debug wait table, once a debug-waits kernel runs (NOTE [debug waits])
+        self._lock = threading.Lock()
+        self._next = 0
+        threading.Thread(target=self._watch, name="unishmem hang watchdog", daemon=True).start()
+
+    def launched(self, kernel: str, done) -> int:
+        import time
+
+        with self._lock:
+            self._next += 1
+            self.launches[self._next] = (kernel, time.monotonic(), done)
+            return self._next
+
+    def finished(self, token: int) -> None:
+        with self._lock:
+            self.launches.pop(token, None)
+
+    def _watch(self) -> None:
+        import time
+
+        marker = os.path.join(self.dir, "hang")
+        while not self.rt._finalized:
+            time.sleep(0.05)
+            with self._lock:
+                for token, (_, _, done) in list(self.launches.items()):
+                    if done is not None and done():
+                        del self.launches[token]
+                oldest = min(self.launches.values(), key=lambda l: l[1], default=None)
+            if oldest is not None and time.monotonic() - oldest[1] > self.timeout:
+                try:
+                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                except FileExistsError:
+                    pass
+            if os.path.exists(marker):
+                self._report(oldest)
+
+    def _part(self, oldest) -> PeReport:
+        import time
+
+        rt = self.rt
+        detail = "no launch of it was running" if oldest is None else \
+            f"kernel {oldest[0]} has run for {time.monotonic() - oldest[1]:.1f} s"
+        if rt.backend == "host":  # the interpreter and host code: the host backend knows this PE's waits
+            mine = next(r for r in from_native(rt._native.wait_snapshot()) if r.pe == rt.my_pe)
+            mine.detail = detail
+            return mine
+        if oldest is None:
+            return PeReport(rt.my_pe, "finished", detail=detail)
+        kernel = oldest[0]
+        if self.table is None:
+            return PeReport(rt.my_pe, "running", detail=detail + "; no waits recorded (run with "
+                                                               "UNISHMEM_DEBUG_WAITS=1 to record them)")
+        waits, signals = table_waits(rt, self.table, kernel)
+        return PeReport(rt.my_pe, "waiting" if waits else "running", waits, signals, detail)
+
+    def _report(self, oldest) -> None:
+        import time
+
+        part = os.path.join(self.dir, f"pe{self.rt.my_pe}.json")
+        with open(part + ".tmp", "w") as f:
+            f.write(self._part(oldest).to_json())
+        os.replace(part + ".tmp", part)  # whole parts only
+        if self.rt.my_pe == 0:
+            n = self.rt.n_pes
+            end = time.monotonic() + GATHER_S
+            while time.monotonic() < end and not all(os.path.exists(os.path.join(self.dir, f"pe{p}.json"))
+                                                     for p in range(n)):
+                time.sleep(0.05)
+            parts = [PeReport.from_json(open(os.path.join(self.dir, f"pe{p}.json")).read())
+                     for p in range(n) if os.path.exists(os.path.join(self.dir, f"pe{p}.json"))]
+            text = format_report(parts, f"hang: a launch has not finished after {self.timeout:g} s "
+                                        "(UNISHMEM_HANG_TIMEOUT); what each PE waits for:", n)
+            with open(os.path.join(self.dir, "report.txt"), "w") as f:
+                f.write(text + "\n")
+            sys.stderr.write(f"[unishmem] {text}\n")
+            sys.stderr.flush()
+            time.sleep(0.2)  # the others leave once they see the report; none is told rank 0 died first
+        else:  # leave only once rank 0 has read every part (else its waits end with PeerFailure first)
+            end = time.monotonic() + GATHER_S + 1
+            while time.monotonic() < end and not os.path.exists(os.path.join(self.dir, "report.txt")):
+                time.sleep(0.005)
+        os._exit(HANG_EXIT)
+
+
+def watchdog(rt) -> Watchdog | None:
+    """This runtime's watchdog, started on first use where UNISHMEM_HANG_TIMEOUT is set."""
+    if rt._hang_dir is None:
+        return None
+    if rt._watchdog is None:
+        from ._config import seconds
+
+        rt._watchdog = Watchdog(rt, seconds("UNISHMEM_HANG_TIMEOUT"), rt._hang_dir)
+    return rt._watchdog

@@ -151,3 +151,38 @@ def after_signal(row, args: dict, semantic, vendor: str) -> None:
         tl.atomic_add(_word(semantic, base, COUNT), _i64(semantic, 1), sem="release", scope="sys", _semantic=semantic)
 
     _guarded(semantic, vendor, record)
+
+
+def table(rt):
+    """This runtime's debug wait table, made on first use: pinned host memory that the GPU writes."""
+    import torch
+
+    from ..hang import watchdog
+
+    if rt._wait_table is None:
+        rt._wait_table = torch.zeros(TABLE_WORDS, dtype=torch.int64, pin_memory=True)
+        dog = watchdog(rt)
+        if dog is not None:
+            dog.table = rt._wait_table
+    return rt._wait_table
+
+
+def set_module_global(backend: str, module: int, address: int) -> None:
+    """Write `address` into the module's unishmem_wait_table; modules built without debug waits
+    have no such global and are left alone."""
+    import ctypes
+
+    from ._vendor import MODULE_GLOBAL
+
+    library, get_global, copy = MODULE_GLOBAL[backend]
+    lib = ctypes.CDLL(library)
+    dptr, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
+    if getattr(lib, get_global)(ctypes.byref(dptr), ctypes.byref(size), ctypes.c_void_p(module),
+                                GLOBAL.encode()) != 0:
+        return  # not found: a module compiled without debug waits
+    value = ctypes.c_int64(address)
+    status = getattr(lib, copy)(dptr, ctypes.byref(value), ctypes.c_size_t(8))
+    if status != 0:
+        from ..errors import UnishmemError
+
+        raise UnishmemError(f"{copy} could not set {GLOBAL} in a loaded module (status {status})")
