@@ -9,6 +9,7 @@ true by then ends as a wait, not as a deadlock). Buffers stay allocated to the e
 scenario's word reuses the heap offset of another's signals (the report shows the last signal to
 each peer)."""
 import inspect
+import os
 import re
 import time
 
@@ -17,7 +18,7 @@ import triton.language as tl
 
 import unishmem
 import unishmem.language as shl
-from spmd import spmd
+from spmd import launch, spmd
 from unishmem import CMP, SIGNAL, DeadlockError
 
 DEADLOCK_S = 1.0
@@ -139,3 +140,35 @@ def test_classic_hangs_in_kernels(rt):
     rt.barrier_all()
     for t in KEPT:
         rt.free(t)
+
+
+HUNG = os.path.join(os.path.dirname(__file__), "programs", "hung_kernel.py")
+
+
+def test_the_watchdog_reports_a_hung_kernel_and_ends_the_job():
+    # The deadlock check is off: only the watchdog can end this job (NOTE [hang report])
+    for n in SIZES:
+        before = set(os.listdir("/dev/shm"))
+        start = time.monotonic()
+        proc = launch(["--hang-timeout", "2", HUNG], n, timeout=120,
+                      env={"UNISHMEM_DEADLOCK_TIMEOUT": "0", "UNISHMEM_SYMMETRIC_SIZE": "16M"})
+        took = time.monotonic() - start
+        assert proc.returncode == 124, proc.stdout + proc.stderr
+        assert "NOT HUNG" not in proc.stdout
+        offset = re.search(r"READY pe=0 offset=(\d+)", proc.stdout).group(1)
+        report = proc.stderr[proc.stderr.index("[unishmem] hang:"):]
+        assert report.startswith("[unishmem] hang: a launch has not finished after 2 s (UNISHMEM_HANG_TIMEOUT)")
+        wait_line = _line_of(HUNG, "HUNG WAIT")
+        assert (f"PE 0 waits for signal at heap offset {offset} to become == 1 (it is 0) [program (0, 0, 0), "
+                f"kernel never_signalled at hung_kernel.py:{wait_line}]\n  can never be satisfied: no PE has "
+                "signalled this word") in report, report
+        for pe in range(1, n):
+            assert re.search(rf"^PE {pe} waits for PE 0 to reach the barrier .*hung_kernel.py:"
+                             rf"{_line_of(HUNG, 'HUNG BARRIER')}\]\n  can never be satisfied: PE 0 is not in a "
+                             "barrier", report, re.M), report
+        assert took < 2 + 30, f"the job took {took:.0f} s"
+        assert not {f for f in set(os.listdir("/dev/shm")) - before if f.startswith("unishmem-")}
+
+
+def _line_of(path: str, mark: str) -> int:
+    return next(i for i, text in enumerate(open(path), 1) if mark in text)
