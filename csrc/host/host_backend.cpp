@@ -411,12 +411,7 @@ void HostBackend::wait(Done&& done, Describe&& describe, const WaitCond* conds, 
     if (!marked) {
       me.what = t_program.empty() ? describe() : t_program + ": " + describe();
       me.label = t_program;
-      if (site_) {
-        try {
-          me.site = site_();
-        } catch (...) {  // a site is a courtesy of the report; the wait goes on without one
-        }
-      }
+      if (site_) me.site = site_();  // may raise KeyboardInterrupt, which ends the wait as the checks do
       set_waiting(&me, true);
       marked = true;
     }

@@ -95,32 +95,32 @@ _OWN = tuple(os.path.dirname(p) + os.sep for p in (__file__,))
 def _skipped(filename: str) -> bool:
     import threading
 
-    import triton
-
-    return (filename.startswith(_OWN) or filename.startswith(os.path.dirname(triton.__file__) + os.sep)
-            or filename == threading.__file__ or filename.startswith("<"))
+    triton = sys.modules.get("triton")
+    return (filename.startswith(_OWN) or filename == threading.__file__ or filename.startswith("<")
+            or (triton is not None and filename.startswith(os.path.dirname(triton.__file__) + os.sep)))
 
 
 def wait_site() -> str:
     """NOTE [wait sites]: the innermost caller outside unishmem, Triton and threading, as
     'file.py:LINE in function'; under TRITON_INTERPRET=1 'kernel NAME at file.py:LINE' (the
-    kernel's own line, or a helper's). The host backend asks when a wait turns slow."""
+    kernel's own line, or a helper's). The host backend asks when a wait turns slow, holding the
+    GIL: nothing is imported here (an import would take long, and a Ctrl-C meanwhile is the
+    caller's to see)."""
     try:
-        from .triton_support import current_program
-
-        launch, _ = current_program()
-    except ImportError:  # no Triton: host code only
-        launch = None
-    frame = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if not _skipped(code.co_filename):
-            where = f"{os.path.basename(code.co_filename)}:{frame.f_lineno}"
-            if launch is not None:
-                name = launch.kernel_name
-                return f"kernel {name} at {where}" + ("" if code.co_name == name else f" in {code.co_name}")
-            return f"{where} in {code.co_name}"
-        frame = frame.f_back
+        support = sys.modules.get("unishmem.triton_support")
+        launch = support.current_program()[0] if support is not None else None
+        frame = sys._getframe(1)
+        while frame is not None:
+            code = frame.f_code
+            if not _skipped(code.co_filename):
+                where = f"{os.path.basename(code.co_filename)}:{frame.f_lineno}"
+                if launch is not None:
+                    name = launch.kernel_name
+                    return f"kernel {name} at {where}" + ("" if code.co_name == name else f" in {code.co_name}")
+                return f"{where} in {code.co_name}"
+            frame = frame.f_back
+    except Exception:  # noqa: BLE001 - a site is a courtesy of the report, never a reason for a wait to fail
+        pass
     return ""
 
 
