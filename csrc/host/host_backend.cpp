@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <thread>
 #include <type_traits>
 #include <signal.h>
 #include <unistd.h>
@@ -282,7 +283,27 @@ void HostBackend::check_deadlock() {
 
 // The C++ text is what() of the error; bindings replace it with the shared report (hang.py).
 void HostBackend::raise_deadlock() {
-  std::vector<PeView> pes = snapshot(true);
+  const std::uint64_t verdict = load_acquire(ctl(pe_)->deadlock_verdict.value);
+  std::vector<PeView> pes;
+  {
+    std::lock_guard lock(report_mu_);
+    if (report_verdict_ != verdict) {  // the first of this PE's threads to raise reads everyone's waits
+      report_ = snapshot(true);
+      report_verdict_ = verdict;
+      // No PE leaves its wait (and publishes others) before every PE has read them, or the reports
+      // would differ; a PE that does not answer (stopped) is waited for at most a second.
+      store_release(ctl(pe_)->deadlock_seen.value, verdict);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      for (int p = 0; p < n_pes_ && std::chrono::steady_clock::now() < until;) {
+        if (!maps_[p].data() ||
+            load_acquire(ctl(p)->deadlock_seen.value) == load_acquire(ctl(p)->deadlock_verdict.value))
+          ++p;
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    pes = report_;
+  }
   std::string what = "deadlock: every PE has been waiting for " + std::to_string(int(policy_.deadlock_s)) +
                      " s and none can make progress:";
   for (const PeView& v : pes)

@@ -103,6 +103,7 @@ struct ControlArea {
   SignalRecord last_signal[kMaxSignalPeers];
   SignalRecord published_signals[kMaxSignalPeers];  // last_signal as it was when the waits were published
   Padded deadlock_verdict;          // written by the PE that found a deadlock: our `waits` value then
+  Padded deadlock_seen;             // the verdict once this PE has read everyone's waits for its report
   Padded blamed;                    // 1 + the PE this PE's PeerFailure named; 0 if none
   Doorbell inbox;                   // rung by every write into this PE's heap (put, signals, atomics)
   Doorbell arrived;                 // rung by this PE when it arrives at a barrier
@@ -271,6 +272,9 @@ class HostBackend final : public Backend {
   Allocator allocator_;
   std::array<std::optional<Team>, kMaxTeams> teams_;
   std::vector<std::uint64_t> deadlock_snapshot_;  // every PE's `waits` when all were first seen waiting
+  std::mutex report_mu_;                           // the report of the last deadlock, shared by this PE's threads
+  std::uint64_t report_verdict_ = 0;
+  std::vector<PeView> report_;
   std::chrono::steady_clock::time_point deadlock_since_;
   bool unlinked_ = false;
   bool finalized_ = false;

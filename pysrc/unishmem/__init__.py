@@ -93,7 +93,8 @@ def _hang_dir(boot) -> str | None:
 
     if not seconds("UNISHMEM_HANG_TIMEOUT"):
         return None
-    path = os.environ.get("UNISHMEM_HANG_DIR") or os.path.join(private_dir(), f"hang-{boot.broadcast(secrets.token_hex(8))}")
+    path = os.environ.get("UNISHMEM_HANG_DIR") or os.path.join(private_dir(),
+                                                               f"hang-{boot.broadcast(secrets.token_hex(8))}")
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
 
