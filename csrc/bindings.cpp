@@ -38,9 +38,26 @@ const char* error_class(ErrorKind k) {
   return "UnishmemError";
 }
 
+#ifdef UNISHMEM_HOST
+py::list pe_views(const std::vector<host::PeView>& pes);
+#endif
+
 }  // namespace
 
 void unishmem::set_error(const Error& e) {
+#ifdef UNISHMEM_HOST
+  if (const auto* deadlock = dynamic_cast<const host::DeadlockFailure*>(&e)) {
+    // One report format for every hang (host API, interpreter, GPU watchdog): hang.py writes it.
+    try {
+      py::object error = py::module_::import("unishmem.hang").attr("deadlock_error")(pe_views(deadlock->pes),
+                                                                                    deadlock->seconds);
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+    } catch (py::error_already_set& formatting) {
+      formatting.restore();  // a broken formatter shows itself
+    }
+    return;
+  }
+#endif
   if (e.kind == ErrorKind::value) {
     PyErr_SetString(PyExc_ValueError, e.what());
     return;
@@ -50,6 +67,37 @@ void unishmem::set_error(const Error& e) {
 }
 
 namespace {
+
+#ifdef UNISHMEM_HOST
+// Every PE's waits as plain Python values, for the report formatter (pysrc/unishmem/hang.py).
+py::list pe_views(const std::vector<host::PeView>& pes) {
+  py::list out;
+  for (const host::PeView& v : pes) {
+    py::list waits, signals;
+    for (const host::WaitView& w : v.waits) {
+      py::list conds;
+      for (std::size_t i = 0; i < w.conds.size(); ++i) {
+        const host::WaitCond& c = w.conds[i];
+        conds.append(py::dict(py::arg("kind") = c.kind, py::arg("pe") = c.pe, py::arg("offset") = c.offset,
+                              py::arg("dtype") = c.dtype, py::arg("cmp") = c.cmp, py::arg("value") = c.value,
+                              py::arg("actual") = w.actual[i] ? py::object(py::int_(*w.actual[i])) : py::none(),
+                              py::arg("heap") = c.offset >= host::kControlBytes));
+      }
+      waits.append(py::dict(py::arg("label") = w.label, py::arg("site") = w.site, py::arg("conds") = conds));
+    }
+    for (std::size_t peer = 0; peer < v.signals.size(); ++peer) {
+      const host::SignalRecord& r = v.signals[peer];
+      if (r.count)
+        signals.append(py::dict(py::arg("peer") = peer, py::arg("offset") = r.offset, py::arg("value") = r.value,
+                                py::arg("op") = r.op, py::arg("count") = r.count));
+    }
+    out.append(py::dict(py::arg("pe") = v.pe, py::arg("state") = v.state, py::arg("waiting") = v.waiting,
+                        py::arg("waits") = waits, py::arg("signals") = signals,
+                        py::arg("control_bytes") = host::kControlBytes));
+  }
+  return out;
+}
+#endif
 
 void translate_errors() {
   py::register_exception_translator([](std::exception_ptr p) {
@@ -154,6 +202,10 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
              auto b = std::make_unique<HostBackend>(std::move(token), pe, n_pes, heap_size,
                                                     host::WaitPolicy{stall_warn_s, timeout_s, deadlock_s});
              b->set_wait_check(check_python_signals);
+             b->set_site_provider([] {
+               py::gil_scoped_acquire gil;
+               return py::module_::import("unishmem.hang").attr("wait_site")().cast<std::string>();
+             });
              return b;
            }),
            py::arg("token"), py::arg("pe"), py::arg("n_pes"), py::arg("heap_size"), py::arg("stall_warn_s"),
@@ -166,6 +218,8 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
       .def("program_begin", &HostBackend::program_begin)
       .def("program_end", &HostBackend::program_end)
       .def("abort_programs", &HostBackend::abort_programs)
+      .def("wait_snapshot", [](const HostBackend& b) { return pe_views(b.snapshot()); },
+           "Every PE's waits now, with the current value of each word (for the hang report)")
       .def("unlink_own_segment", &HostBackend::unlink_own_segment)
       .def("peer_heap_base", &HostBackend::peer_heap_base)
       .def("heap_view", [](HostBackend& b, int pe) {

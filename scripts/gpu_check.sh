@@ -9,7 +9,8 @@
 # this checkout into that python, prints `unishmem info`, then runs 2 PEs on the one GPU (NVSHMEM's limited
 # multi-PE-per-GPU mode, unique id on loopback): init, allocation, peer views, on-stream put/get, put_signal
 # and signal_wait_until, barrier_all, put bandwidth beside torch's device-to-device copy, the Triton kernel
-# check, and the device-library examples (ring all-gather, signal ping-pong) compiled for the GPU. Every phase has a time limit; the whole stays under 8 minutes.
+# check, the device-library examples (ring all-gather, signal ping-pong) compiled for the GPU, and a
+# deliberately hung kernel under the hang watchdog. Every phase has a time limit; the whole stays under 9 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-check-out}"
@@ -57,6 +58,19 @@ for example in ring_allgather ping_pong tutorials/01_notify_wait; do
   [ $erc -ne 0 ] && status=1
   { echo "$example: exit status $erc"; tail -n 3 "$log"; } | tee -a "$OUT/summary.txt"
 done
+
+# ---- hang diagnostics (issue 13): a deliberately hung kernel, compiled with debug waits -------------
+# PE 0 waits for a signal nobody sends, PE 1 for PE 0 in barrier_all; the watchdog must print one report
+# (PE 0's wait: signal, heap offset, == 1, it is 0) and end the job with status 124 within the timeout.
+phase "hung kernel with the watchdog, 2 PEs (log: hung_kernel.log)"
+UNISHMEM_DEBUG_WAITS=1 timeout 120 "$PY" -m unishmem run -n 2 --hang-timeout 10 tests/programs/hung_kernel.py \
+  >"$OUT/hung_kernel.log" 2>&1
+hrc=$?
+{ echo "hung kernel: exit status $hrc (expected 124)"; sed -n '/\[unishmem\] hang:/,/^signals last/p' "$OUT/hung_kernel.log" | head -n 20
+} | tee -a "$OUT/summary.txt"
+if [ $hrc -ne 124 ] || ! grep -q "PE 0 waits for signal at heap offset" "$OUT/hung_kernel.log"; then
+  status=1; tail -n 30 "$OUT/hung_kernel.log" | tee -a "$OUT/summary.txt"
+fi
 
 phase "done, exit status $status"
 exit $status

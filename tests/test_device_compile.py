@@ -24,12 +24,16 @@ HIP_ARCHS = tuple(os.environ.get("UNISHMEM_TEST_HIP_ARCHS", "gfx942,gfx950").spl
 
 
 def _compile(kernel_name: str, backend: str, arch, link: bool, signature=None, constexprs=None, options=None,
-             attrs=None):
+             attrs=None, debug_waits=False):
     """Compile one kernel of device_kernels; returns its IR texts, or the error text."""
+    from unishmem.language import _debug
+
     kernel = getattr(device_kernels, kernel_name)
     if isinstance(signature, str):  # the name of one in device_kernels (a job must be hashable)
         signature = getattr(device_kernels, signature)
-    options = dict(options or {}, **({"extern_libs": tuple(extern_libs(backend, arch).items())} if link else {}))
+    libs = tuple(extern_libs(backend, arch).items()) if link else ()
+    libs += ((_debug.LIB_KEY, _debug.LIBRARY),) if debug_waits else ()  # as @unishmem.jit(debug_waits=True) does
+    options = dict(options or {}, **({"extern_libs": libs} if libs else {}))
     target = GPUTarget(backend, arch, 32 if backend == "cuda" else 64)
     default = device_kernels.SIGNATURE if backend == "cuda" else device_kernels.HIP_SIGNATURE
     try:
@@ -75,6 +79,9 @@ def builds():
                                         dict(device_kernels.GEMM_CONSTANTS, GUARD=guard), {"num_stages": 3}, aligned)
                      for guard in (False, True)}
             results["gemm"] = {guard: f.result() for guard, f in gemms.items()}
+            debug = {(backend, arch): pool.submit(_compile, "signals", backend, arch, backend == "cuda", debug_waits=True)
+                     for backend, arch in (("cuda", 90), ("hip", "gfx942"))}
+            results["debug_waits"] = {key: f.result() for key, f in debug.items()}
     return results
 
 
@@ -341,3 +348,57 @@ def test_a_rocshmem_team_handle_crosses_as_64_bits():
     from unishmem.language._vendor import TEAM_TYPE
 
     assert TEAM_TYPE["rocshmem"].primitive_bitwidth == 64
+
+
+def _normalised(ir: str) -> list[str]:
+    """IR lines with SSA names and locations made anonymous, so two builds' lines can be compared."""
+    return [re.sub(r"#loc\d*|%[\w.]+", "_", line.strip()) for line in ir.splitlines()]
+
+
+def _exchanges(ttir: str) -> list[tuple[int, str]]:
+    """(line, kind written) of every system-scope release exchange: the debug table's STATE writes."""
+    return [(i, m.group(1)) for i, line in enumerate(ttir.splitlines())
+            if (m := re.search(r"tt\.atomic_rmw exch, release, sys, %\S+, %c(\d+)_i64", line))]
+
+
+def test_debug_waits_record_and_clear_around_each_wait(builds):
+    # NOTE [debug waits]: `signals` has two waits, signal_wait_until (kind 1) and wait_until (kind 2)
+    waits = {"nvshmem_signal_wait_until": "1", "nvshmem_int64_wait_until": "2"}
+    out = builds["debug_waits"][("cuda", 90)]
+    assert "error" not in out, out.get("error")
+    assert out["binary"] > 0 and not re.findall(r"^declare .*@(nvshmemx?_\w+)", out["llir"], re.M)
+    lines = out["ttir"].splitlines()
+    exchanges = _exchanges(out["ttir"])
+    for symbol, kind in waits.items():
+        at = next(i for i, line in enumerate(lines) if f'symbol = "{symbol}"' in line)
+        before = [k for i, k in exchanges if i < at][-1]
+        after = [k for i, k in exchanges if i > at][0]
+        assert (before, after) == (kind, "0"), (symbol, exchanges, at)
+    assert len(exchanges) == 2 * len(waits)
+    # the table's address comes from the module global that the launch hook sets
+    assert re.search(r"^@unishmem_wait_table = .*externally_initialized global i64 0", out["llir"], re.M)
+    # every signal the kernel sends is recorded too: one count per putmem_signal*/signal_op
+    assert len(re.findall(r"tt\.atomic_rmw add, release, sys", out["ttir"])) == 7
+    # gfx942: the same, around rocSHMEM's waits, in the LLVM IR
+    hip = builds["debug_waits"][("hip", "gfx942")]
+    assert "error" not in hip, hip.get("error")
+    llir = hip["llir"].splitlines()
+    for symbol, kind in (("rocshmem_uint64_wait_until", "1"), ("rocshmem_long_wait_until", "2")):
+        at = next(i for i, line in enumerate(llir) if f"call i32 @{symbol}(" in line)
+        xchg = [(i, m.group(1)) for i, line in enumerate(llir)
+                if (m := re.search(r"atomicrmw xchg ptr addrspace\(1\) %\S+, i64 (\d+) release", line))]
+        assert [k for i, k in xchg if i < at][-1] == kind and [k for i, k in xchg if i > at][0] == "0", symbol
+
+
+def test_debug_waits_off_leaves_the_generated_code_as_it_was(builds):
+    off, on = builds[("signals", "cuda", 90)], builds["debug_waits"][("cuda", 90)]
+    for ir in ("ttir", "llir"):
+        assert "unishmem_wait_table" not in off[ir]
+    assert not _exchanges(off["ttir"])
+    # every line of the plain build is in the debug build, which only adds the records around the
+    # waits and signals: the same extern calls in the same order, plus the table reader
+    from collections import Counter
+
+    assert not Counter(_normalised(off["ttir"])) - Counter(_normalised(on["ttir"]))
+    calls = lambda ttir: [s for s in re.findall(r'symbol = "(\w+)"', ttir) if s != "unishmem_wait_table_address"]  # noqa: E731
+    assert calls(off["ttir"]) == calls(on["ttir"])

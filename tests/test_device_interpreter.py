@@ -591,8 +591,9 @@ def test_one_resident_program_shows_a_residency_bug(rt):
     sig.zero_()
     rt.barrier_all()
     # Producers last: every PE's program 0 waits for a producer that cannot start before it ends.
-    with pytest.raises(DeadlockError, match=r"PE 0 waits for program \(0, 0, 0\): signal at heap offset \d+ to "
-                                            r"become == 1(.|\n)*at most 1 of the 4 programs of a launch are resident"):
+    with pytest.raises(DeadlockError, match=r"PE 0 waits for signal at heap offset \d+ to become == 1 \(it is 0\) "
+                                            r"\[program \(0, 0, 0\), kernel exchange_kernel at test_device_interpreter.py:"
+                                            r"\d+\](.|\n)*at most 1 of the 4 programs of a launch are resident"):
         exchange_one_resident[(2 * p,)](data, src, sig, out, PRODUCERS_FIRST=False, P=p, N=n)
     rt.barrier_all()
     for t in (src, data, sig):

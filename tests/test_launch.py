@@ -163,13 +163,20 @@ def test_stalled_wait_warns_then_times_out():
 
 def test_deadlock_is_reported_by_every_pe():
     proc = launch([FAILURES, "deadlock"], 3, timeout=60, env={"UNISHMEM_DEADLOCK_TIMEOUT": "1"})
-    lines = re.findall(r"^DEADLOCK pe=(\d) after=([\d.]+)s: (.*)$", proc.stdout, re.M)
+    # each report runs from its DEADLOCK line to the next such line (NOTE [hang report])
+    lines = re.findall(r"^DEADLOCK pe=(\d) after=([\d.]+)s: (.*?)(?=^DEADLOCK|^unishmem run:|\Z)", proc.stdout,
+                       re.M | re.S)
     assert sorted(pe for pe, _, _ in lines) == ["0", "1", "2"], proc.stdout + proc.stderr
     for _, after, msg in lines:
         assert float(after) < 10
         assert "every PE has been waiting" in msg
-        assert "PE 0 waits for PE 1 to reach barrier" in msg or "PE 0 waits for PE 2 to reach barrier" in msg, msg
-        assert re.search(r"PE 1 waits for signal at heap offset \d+ to become == 1", msg), msg
+        # PE 0 in barrier_all, the others on a signal nobody sends: each wait with its verdict
+        assert re.search(r"^PE 0 waits for PE [12] to reach the barrier .*\[failures.py:\d+ in <module>\]\n"
+                         r"  can never be satisfied: PE [12] is not in a barrier; it waits for signal at heap offset "
+                         r"\d+ to become == 1 \(it is 0\)", msg, re.M), msg
+        for pe in (1, 2):
+            assert re.search(rf"^PE {pe} waits for signal at heap offset \d+ to become == 1 \(it is 0\) "
+                             r".*\n  can never be satisfied: no PE has signalled this word", msg, re.M), msg
     assert proc.returncode == 5
 
 

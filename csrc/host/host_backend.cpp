@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <thread>
 #include <type_traits>
 #include <signal.h>
 #include <unistd.h>
@@ -205,17 +206,26 @@ void HostBackend::check_peers(const std::string& waiting_for, int awaited) {
   }
 }
 
-bool HostBackend::holds(const WaitCond& c) const {
+std::optional<std::uint64_t> HostBackend::word_bits(const WaitCond& c) const {
   const DType type = DType(c.dtype);
+  if (c.pe < 0 || c.pe >= n_pes_ || !maps_[c.pe].data() ||
+      !(type == DType::i32 || type == DType::i64 || type == DType::u32 || type == DType::u64))
+    return std::nullopt;
   const std::size_t size = dtype_size(type);
-  if (c.pe < 0 || c.pe >= n_pes_ || !maps_[c.pe].data() || c.cmp < 0 || c.cmp > int(Cmp::le) ||
-      !(type == DType::i32 || type == DType::i64 || type == DType::u32 || type == DType::u64) || c.offset % size ||
-      c.offset + size > maps_[c.pe].size())
-    return false;
+  if (c.offset % size || c.offset + size > maps_[c.pe].size()) return std::nullopt;
   const char* word = maps_[c.pe].data() + c.offset;
   return with_int_type(type, [&](auto zero) {
     using T = decltype(zero);
-    return compare(load_acquire(*reinterpret_cast<const T*>(word)), Cmp(c.cmp), from_bits<T>(c.value));
+    return to_bits(load_acquire(*reinterpret_cast<const T*>(word)));
+  });
+}
+
+bool HostBackend::holds(const WaitCond& c) const {
+  const auto bits = word_bits(c);
+  if (!bits || c.cmp < 0 || c.cmp > int(Cmp::le)) return false;
+  return with_int_type(DType(c.dtype), [&](auto zero) {
+    using T = decltype(zero);
+    return compare(from_bits<T>(*bits), Cmp(c.cmp), from_bits<T>(c.value));
   });
 }
 
@@ -271,16 +281,65 @@ void HostBackend::check_deadlock() {
   raise_deadlock();
 }
 
+// The C++ text is what() of the error; bindings replace it with the shared report (hang.py).
 void HostBackend::raise_deadlock() {
+  const std::uint64_t verdict = load_acquire(ctl(pe_)->deadlock_verdict.value);
+  std::vector<PeView> pes;
+  {
+    std::lock_guard lock(report_mu_);
+    if (report_verdict_ != verdict) {  // the first of this PE's threads to raise reads everyone's waits
+      report_ = snapshot(true);
+      report_verdict_ = verdict;
+      // No PE leaves its wait (and publishes others) before every PE has read them, or the reports
+      // would differ; a PE that does not answer (stopped) is waited for at most a second.
+      store_release(ctl(pe_)->deadlock_seen.value, verdict);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      for (int p = 0; p < n_pes_ && std::chrono::steady_clock::now() < until;) {
+        if (!maps_[p].data() ||
+            load_acquire(ctl(p)->deadlock_seen.value) == load_acquire(ctl(p)->deadlock_verdict.value))
+          ++p;
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    pes = report_;
+  }
   std::string what = "deadlock: every PE has been waiting for " + std::to_string(int(policy_.deadlock_s)) +
                      " s and none can make progress:";
+  for (const PeView& v : pes)
+    for (const WaitView& w : v.waits)
+      what += " PE " + std::to_string(v.pe) + " waits (" + w.label + (w.label.empty() ? "" : ", ") + w.site + ");";
+  throw DeadlockFailure(what, std::move(pes), policy_.deadlock_s);
+}
+
+std::vector<PeView> HostBackend::snapshot(bool deadlock) const {
+  std::vector<PeView> out;
   for (int p = 0; p < n_pes_; ++p) {
-    char buf[sizeof(ControlArea::waiting_for)];
-    std::memcpy(buf, ctl(p)->waiting_for, sizeof buf);
-    buf[sizeof buf - 1] = 0;
-    what += " PE " + std::to_string(p) + " waits for " + buf + (p + 1 < n_pes_ ? ";" : "");
+    if (!maps_[p].data()) continue;
+    const ControlArea* c = ctl(p);
+    PeView v;
+    v.pe = p;
+    v.state = load_acquire(c->state);
+    const std::uint64_t waits = load_acquire(c->waits.value), at = load_acquire(c->published_at);
+    v.waiting = deadlock ? at == load_acquire(c->deadlock_verdict.value) : (waits & 1) && at == waits;
+    const std::uint32_t n_conds = std::min<std::uint32_t>(load_acquire(c->n_wait_conds), kMaxWaiters);
+    const std::uint32_t n = v.waiting ? std::min<std::uint32_t>(load_acquire(c->n_published), kMaxWaiters) : 0;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const PublishedWait& pw = c->published[i];
+      WaitView w;
+      w.label.assign(pw.label, strnlen(pw.label, sizeof pw.label));
+      w.site.assign(pw.site, strnlen(pw.site, sizeof pw.site));
+      for (std::uint32_t j = pw.first; j < std::min(pw.first + pw.count, n_conds); ++j) {
+        w.conds.push_back(c->wait_conds[j]);
+        w.actual.push_back(word_bits(c->wait_conds[j]));
+      }
+      v.waits.push_back(std::move(w));
+    }
+    const SignalRecord* signals = deadlock && v.waiting ? c->published_signals : c->last_signal;
+    v.signals.assign(signals, signals + std::min(n_pes_, kMaxSignalPeers));
+    out.push_back(std::move(v));
   }
-  throw Error(ErrorKind::deadlock, what);
+  return out;
 }
 
 void HostBackend::publish_waits() {
@@ -291,15 +350,20 @@ void HostBackend::publish_waits() {
   for (const Waiter* w : waiting_) n += w->n_conds;
   // With more conditions than slots no verdict is possible: the waits' own timeouts still end them.
   if (waiting_.empty() || int(waiting_.size()) < live_ || n > std::size_t(kMaxWaiters)) return;
-  std::string what;
   n = 0;
   for (std::size_t i = 0; i < waiting_.size(); ++i) {
+    PublishedWait& pw = c->published[i];
+    std::snprintf(pw.label, sizeof pw.label, "%s", waiting_[i]->label.c_str());
+    std::snprintf(pw.site, sizeof pw.site, "%s", waiting_[i]->site.c_str());
+    pw.first = std::uint32_t(n);
+    pw.count = std::uint32_t(waiting_[i]->n_conds);
     for (std::size_t j = 0; j < waiting_[i]->n_conds; ++j) c->wait_conds[n++] = waiting_[i]->conds[j];
-    what += (i ? " and " : "") + waiting_[i]->what;
   }
-  constexpr std::size_t room = sizeof(ControlArea::waiting_for);
-  if (what.size() >= room) what.replace(room - 4, what.npos, "...");
-  std::snprintf(c->waiting_for, room, "%s", what.c_str());
+  store_release(c->n_published, std::uint32_t(waiting_.size()));
+  // A deadlock report shows what each PE had signalled when it began to wait, not what a PE that
+  // has raised since sends next.
+  std::memcpy(c->published_signals, c->last_signal, sizeof c->last_signal);
+  store_release(c->published_at, w + 1);
   store_release(c->n_wait_conds, std::uint32_t(n));
   store_release(c->waits.value, w + 1);
 }
@@ -348,7 +412,7 @@ void HostBackend::abort_programs() { aborted_ = true; }
 
 template <class Done, class Describe>
 void HostBackend::wait(Done&& done, Describe&& describe, const WaitCond* conds, std::size_t n_conds, int awaited) {
-  Waiter me{conds, n_conds, {}};
+  Waiter me{conds, n_conds, {}, {}, {}};
   bool marked = false;
   struct Unmark {  // stop counting as waiting however the wait ends
     HostBackend& b;
@@ -367,6 +431,8 @@ void HostBackend::wait(Done&& done, Describe&& describe, const WaitCond* conds, 
   wait_for(done, describe, policy, (*t_spin)[awaited >= 0], bell_for(awaited), [&] {
     if (!marked) {
       me.what = t_program.empty() ? describe() : t_program + ": " + describe();
+      me.label = t_program;
+      if (site_) me.site = site_();  // may raise KeyboardInterrupt, which ends the wait as the checks do
       set_waiting(&me, true);
       marked = true;
     }
@@ -382,7 +448,7 @@ HostBackend::Turn HostBackend::collective_turn() {
   std::unique_lock lock(collective_mu_, std::try_to_lock);
   if (!lock)  // a sibling program's collective: it ends through its own waits, so this one never holds alone
     wait([&] { return lock.try_lock(); },
-         [] { return std::string("another program of this PE to finish its collective call"); }, WaitCond{.pe = -1});
+         [] { return std::string("another program of this PE to finish its collective call"); }, WaitCond{.pe = -1, .kind = kWaitTurn});
   return Turn{std::move(lock), *this};
 }
 
@@ -408,7 +474,8 @@ void HostBackend::team_barrier(int team) {
     const int m = t.members[i];
     const std::uint64_t target = t.base[i] + e;
     const std::uint64_t& word = ctl(m)->arrive[c].value;
-    const WaitCond cond{offsetof(ControlArea, arrive) + c * sizeof(Padded), target, m, int(DType::u64), int(Cmp::ge)};
+    const WaitCond cond{offsetof(ControlArea, arrive) + c * sizeof(Padded), target, m, int(DType::u64), int(Cmp::ge),
+                        kWaitBarrier};
     wait([&] { return load_acquire(word) >= target; },
          [&] { return "PE " + std::to_string(m) + " to reach barrier #" + std::to_string(e) + " of team " +
                       std::to_string(team); },
@@ -560,6 +627,13 @@ void HostBackend::signal_op(Addr sig, std::uint64_t value, SignalOp op, int pe, 
   else
     s.store(value, std::memory_order_release);
   ring(ctl(pe)->inbox);
+  if (pe < kMaxSignalPeers) {  // for the hang report: relaxed, a report may read a torn record
+    SignalRecord& r = ctl(pe_)->last_signal[pe];
+    std::atomic_ref<std::uint64_t>(r.offset).store(sig - heap_base(), std::memory_order_relaxed);
+    std::atomic_ref<std::uint64_t>(r.value).store(value, std::memory_order_relaxed);
+    std::atomic_ref<std::uint32_t>(r.op).store(std::uint32_t(op), std::memory_order_relaxed);
+    std::atomic_ref<std::uint32_t>(r.count).fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void HostBackend::put_signal(Addr dest, Addr source, std::size_t bytes, Addr sig, std::uint64_t value, SignalOp op,
@@ -580,7 +654,7 @@ std::optional<std::uint64_t> HostBackend::signal_ready(Addr sig, Cmp cmp, std::u
 std::uint64_t HostBackend::signal_wait_until(Addr sig, Cmp cmp, std::uint64_t value, Stream) {
   auto& word = *reinterpret_cast<std::uint64_t*>(sig);
   std::uint64_t seen = 0;
-  const WaitCond cond{kControlBytes + (sig - heap_base()), value, pe_, int(DType::u64), int(cmp)};
+  const WaitCond cond{kControlBytes + (sig - heap_base()), value, pe_, int(DType::u64), int(cmp), kWaitSignal};
   wait([&] { return compare(seen = load_acquire(word), cmp, value); },
        [&] { return "signal at heap offset " + std::to_string(sig - heap_base()) + " to become " + cmp_name(cmp) + " " +
                     std::to_string(value) + " (it is " + std::to_string(load_acquire(word)) + ")"; },
@@ -600,7 +674,7 @@ void HostBackend::wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value)
     using T = decltype(zero);
     T& word = *reinterpret_cast<T*>(ptr);
     const T target = from_bits<T>(value);
-    const WaitCond cond{kControlBytes + (ptr - heap_base()), value, pe_, int(type), int(cmp)};
+    const WaitCond cond{kControlBytes + (ptr - heap_base()), value, pe_, int(type), int(cmp), kWaitValue};
     wait([&] { return compare(load_acquire(word), cmp, target); },
          [&] { return "value at heap offset " + std::to_string(ptr - heap_base()) + " to become " + cmp_name(cmp) +
                       " " + std::to_string(target) + " (it is " + std::to_string(load_acquire(word)) + ")"; },
@@ -613,7 +687,8 @@ std::size_t HostBackend::wait_until_any(Addr ptr, std::size_t stride, DType type
                                        const std::vector<std::uint64_t>& values) {
   std::vector<WaitCond> conds(values.size());
   for (std::size_t i = 0; i < values.size(); ++i)
-    conds[i] = WaitCond{kControlBytes + (ptr + i * stride - heap_base()), values[i], pe_, int(type), int(cmp)};
+    conds[i] = WaitCond{kControlBytes + (ptr + i * stride - heap_base()), values[i], pe_, int(type), int(cmp),
+                        kWaitAny};
   std::size_t found = 0;
   wait([&] {
          for (std::size_t i = 0; i < values.size(); ++i)

@@ -23,8 +23,12 @@ constexpr int kMaxTeams = 64;   // team slots; a team's handle is its slot
 constexpr int kRecordWords = kCallWords + 1;  // a Call, then a word not compared (a split's slots in use)
 constexpr std::size_t kControlBytes = 64 * 1024;
 constexpr int kMaxWaiters = 256;  // threads of one PE whose waits the deadlock check can judge
+constexpr int kMaxSignalPeers = 128;  // peers whose last signal from this PE the hang report shows
 
 enum PeState : std::uint32_t { kCreated = 1, kRunning = 2, kFinalized = 3, kAbandoned = 4 };
+
+// What a wait is for, so that the hang report (pysrc/unishmem/hang.py) can name it.
+enum WaitKind : std::int32_t { kWaitTurn = 0, kWaitSignal = 1, kWaitValue = 2, kWaitAny = 3, kWaitBarrier = 4 };
 
 // What a PE in a slow wait waits for: the word at `offset` of PE `pe`'s segment to compare
 // `cmp` against `value` (as `dtype`). The deadlock check tests it (NOTE [deadlock]).
@@ -33,6 +37,47 @@ struct WaitCond {
   std::uint64_t value = 0;
   std::int32_t pe = 0;
   std::int32_t dtype = 0, cmp = 0;
+  std::int32_t kind = kWaitTurn;
+};
+
+// One waiting thread as its PE publishes it: a program label (interpreter), the call site (from
+// Python, NOTE [wait sites]) and its conditions wait_conds[first, first + count).
+struct PublishedWait {
+  char label[24];
+  char site[96];
+  std::uint32_t first, count;
+};
+
+// The last signal a PE wrote to one peer (signal_op, put_signal): for the hang report.
+struct SignalRecord {
+  std::uint64_t offset;  // heap offset of the signal word
+  std::uint64_t value;
+  std::uint32_t op;      // SignalOp
+  std::uint32_t count;   // signals written to that peer so far; 0: none
+};
+
+// A PE's waits as another PE reads them from its control area, with the current value of each
+// word (bits; nullopt where the word cannot be read).
+struct WaitView {
+  std::string label, site;
+  std::vector<WaitCond> conds;
+  std::vector<std::optional<std::uint64_t>> actual;
+};
+struct PeView {
+  int pe = 0;
+  std::uint32_t state = 0;  // PeState
+  bool waiting = false;     // every live thread of it is in a slow wait
+  std::vector<WaitView> waits;
+  std::vector<SignalRecord> signals;  // per peer (up to kMaxSignalPeers)
+};
+
+// The deadlock, with every PE's waits when it was found (bindings turn it into DeadlockError
+// through the shared report formatter).
+struct DeadlockFailure : Error {
+  std::vector<PeView> pes;
+  double seconds;
+  DeadlockFailure(const std::string& what, std::vector<PeView> p, double s)
+      : Error(ErrorKind::deadlock, what), pes(std::move(p)), seconds(s) {}
 };
 
 // NOTE [control area]: every word is written only by the PE that owns the segment and read
@@ -50,10 +95,15 @@ struct ControlArea {
   Padded arrive[kMaxTeams];         // barrier arrivals per channel, monotonic
   Padded teams_in_use;              // bitmap of slots this PE belongs to
   Padded waits;                     // odd while every live thread of this PE is in a slow wait (NOTE [deadlock])
-  char waiting_for[2048];           // what those waits are for, for the deadlock report
-  std::uint32_t n_wait_conds;       // and their conditions
+  std::uint32_t n_wait_conds;       // their conditions
   WaitCond wait_conds[kMaxWaiters];
+  std::uint32_t n_published;        // and who waits for them, for the hang report; kept after the waits
+  std::uint64_t published_at;       // end, until the next publication: our `waits` value when published
+  PublishedWait published[kMaxWaiters];
+  SignalRecord last_signal[kMaxSignalPeers];
+  SignalRecord published_signals[kMaxSignalPeers];  // last_signal as it was when the waits were published
   Padded deadlock_verdict;          // written by the PE that found a deadlock: our `waits` value then
+  Padded deadlock_seen;             // the verdict once this PE has read everyone's waits for its report
   Padded blamed;                    // 1 + the PE this PE's PeerFailure named; 0 if none
   Doorbell inbox;                   // rung by every write into this PE's heap (put, signals, atomics)
   Doorbell arrived;                 // rung by this PE when it arrives at a barrier
@@ -85,6 +135,12 @@ class HostBackend final : public Backend {
   void attach_peers();
   void unlink_own_segment();
   void set_wait_check(WaitCheck check) { external_check_ = std::move(check); }
+  // NOTE [wait sites]: called on a waiting thread when its wait turns slow; says where it was called
+  // (the Python caller, or the kernel line under the interpreter).
+  void set_site_provider(std::function<std::string()> site) { site_ = std::move(site); }
+  // Every PE's waits now (read from their control areas), for the hang watchdog; with `deadlock`,
+  // those that the deadlock check judged (NOTE [deadlock]), even from a PE that has raised since.
+  std::vector<PeView> snapshot(bool deadlock = false) const;
 
   // NOTE [programs]: the interpreter runs a launch's programs on threads of this process. The
   // deadlock check counts this PE as waiting only when every live thread is in a slow wait, so
@@ -168,7 +224,7 @@ class HostBackend final : public Backend {
   struct Waiter {
     const WaitCond* conds;
     std::size_t n_conds;
-    std::string what;
+    std::string what, label, site;
   };
   void set_waiting(Waiter* w, bool waiting);
   void publish_waits();  // with waiters_mu_ held
@@ -188,6 +244,7 @@ class HostBackend final : public Backend {
   std::string failure_of(int pe, int awaited) const;
   void check_peers(const std::string& waiting_for, int awaited);
   bool holds(const WaitCond& cond) const;
+  std::optional<std::uint64_t> word_bits(const WaitCond& cond) const;  // the word's current value
   void check_deadlock();
   [[noreturn]] void raise_deadlock();
   void team_barrier(int team);
@@ -203,6 +260,7 @@ class HostBackend final : public Backend {
   std::size_t heap_size_;
   WaitPolicy policy_;
   WaitCheck external_check_;
+  std::function<std::string()> site_;
   std::mutex waiters_mu_;            // guards waiting_, live_ and what this PE publishes of them
   std::vector<Waiter*> waiting_;     // this process's threads in a slow wait
   int live_ = 1;                     // threads that may wait: the launching one, or a launch's programs
@@ -214,6 +272,9 @@ class HostBackend final : public Backend {
   Allocator allocator_;
   std::array<std::optional<Team>, kMaxTeams> teams_;
   std::vector<std::uint64_t> deadlock_snapshot_;  // every PE's `waits` when all were first seen waiting
+  std::mutex report_mu_;                           // the report of the last deadlock, shared by this PE's threads
+  std::uint64_t report_verdict_ = 0;
+  std::vector<PeView> report_;
   std::chrono::steady_clock::time_point deadlock_since_;
   bool unlinked_ = false;
   bool finalized_ = false;

@@ -79,7 +79,24 @@ def init(backend: str = "auto", heap_size=None, device=None, group=None) -> Runt
         # The runtime keeps the bootstrap until finalize: rank 0 may be serving its store to slower peers.
         _current = Runtime(opened.native, name, opened.device, opened.heap_of, opened.stream_of, args, boot, version,
                            opened.module_init)
+        _current._hang_dir = _hang_dir(boot)
         return _current
+
+
+def _hang_dir(boot) -> str | None:
+    """Where the PEs of this job leave their hang reports (NOTE [hang report]), if the watchdog is on:
+    `unishmem run`'s private directory, else one that every rank agrees on in this user's own."""
+    import secrets
+
+    from ._config import seconds
+    from .rendezvous import private_dir
+
+    if not seconds("UNISHMEM_HANG_TIMEOUT"):
+        return None
+    path = os.environ.get("UNISHMEM_HANG_DIR") or os.path.join(private_dir(),
+                                                               f"hang-{boot.broadcast(secrets.token_hex(8))}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
 
 
 def runtime() -> Runtime:

@@ -9,6 +9,7 @@ SECONDS = {
     "UNISHMEM_STALL_WARN": (30.0, True),           # before a wait says what it waits for
     "UNISHMEM_DEADLOCK_TIMEOUT": (5.0, True),      # of every PE waiting before a deadlock is declared
     "UNISHMEM_BOOTSTRAP_TIMEOUT": (120.0, False),  # one step of init's rendezvous waits for a rank
+    "UNISHMEM_HANG_TIMEOUT": (0.0, True),          # a launch runs before the hang watchdog reports; 0: off
 }
 
 

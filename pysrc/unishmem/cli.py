@@ -84,6 +84,17 @@ def _scale_list(text: str) -> list[int]:
     return [] if text in ("", "none") else _pe_list(text)
 
 
+def _hang_timeout(text: str) -> float:
+    """argparse type: seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def _load(text: str) -> int:
     """argparse type: how many busy processes run beside the benchmark's jobs, 0 to 64."""
     try:
@@ -143,9 +154,9 @@ def _split_program(argv: list[str]) -> list[str]:
     i = 1
     while i < len(argv):
         word = argv[i]
-        if word in ("-n", "--npes", "-np"):
+        if word in ("-n", "--npes", "-np", "--hang-timeout"):
             i += 2
-        elif word.startswith("--npes=") or word in ("-h", "--help"):
+        elif word.startswith(("--npes=", "--hang-timeout=")) or word in ("-h", "--help"):
             i += 1
         else:
             return argv[:i] + (["--"] if word != "--" else []) + argv[i:]
@@ -157,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a program as N PEs on this host")
     run.add_argument("-n", "--npes", "-np", type=int, required=True, help="number of PEs")
+    run.add_argument("--hang-timeout", type=_hang_timeout, metavar="S",
+                     help="report what every PE waits for and fail the job when a kernel launch has not finished "
+                          "after S seconds (sets UNISHMEM_HANG_TIMEOUT)")
     run.add_argument("program", nargs=argparse.REMAINDER, help="prog.py [args], -m module [args], or a command")
     sub.add_parser("info", help="backends built, libraries found, devices")
     bench = sub.add_parser("bench", help="measure the host backend beside memcpy, raw atomics, Open MPI and gloo",
@@ -207,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
 
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     try:
-        return run_job(args.npes, program)
+        extra = {} if args.hang_timeout is None else {"UNISHMEM_HANG_TIMEOUT": str(args.hang_timeout)}
+        return run_job(args.npes, program, extra)
     except ValueError as e:
         print(f"unishmem run: {e}", file=sys.stderr)
         return 2

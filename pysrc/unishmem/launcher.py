@@ -144,7 +144,8 @@ def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int
         shutil.rmtree(private, ignore_errors=True)
         raise
     base_env.update(UNISHMEM_RENDEZVOUS=server.address, UNISHMEM_SECRET=secret, UNISHMEM_JOB_TOKEN=token,
-                    UNISHMEM_WORLD_SIZE=str(n), UNISHMEM_LOCAL_WORLD_SIZE=str(n))
+                    UNISHMEM_WORLD_SIZE=str(n), UNISHMEM_LOCAL_WORLD_SIZE=str(n),
+                    UNISHMEM_HANG_DIR=private)  # NOTE [hang report]: the PEs' parts, gone with the directory
     procs: list[subprocess.Popen] = []
     copiers: list[list[threading.Thread]] = []
 

@@ -223,6 +223,9 @@ class Runtime:
         # Vendor device state for a freshly loaded GPU module (handle as int); None on host.
         # The device library calls it from its kernel-load hook.
         self._module_init = module_init
+        self._hang_dir = None   # NOTE [hang report]: set by init when UNISHMEM_HANG_TIMEOUT is
+        self._watchdog = None
+        self._wait_table = None  # NOTE [debug waits]
         self._init_args = init_args
         self._base = native.heap_base
         self._heap_size = native.heap_size

@@ -73,6 +73,11 @@ def _on_kernel_load(module, function, name, metadata_group, hash, **_):
         raise UnishmemError(f"kernel {name} uses unishmem device functions but no GPU runtime is active to "
                             "initialise its module: call unishmem.init() first")
     init(module)
+    table = getattr(_current, "_wait_table", None)
+    if table is not None:  # NOTE [debug waits]: a debug build finds its table through this global
+        from .language._debug import set_module_global
+
+        set_module_global(_current.backend, module, table.data_ptr())
 
 
 def _add_hook() -> None:
@@ -127,8 +132,9 @@ class LaunchAborted(UnishmemError):
 
 
 class _Launch:
-    def __init__(self, resident: int, cooperative: bool = False):
+    def __init__(self, resident: int, cooperative: bool = False, kernel_name: str = ""):
         self.resident = resident
+        self.kernel_name = kernel_name  # for the hang report's call sites
         self.cooperative = cooperative
         self.n_programs = 0
         self.aborted = False
@@ -261,9 +267,10 @@ def _innermost(e: BaseException) -> BaseException:
 class Kernel:
     """A Triton kernel that uses unishmem.language. Launch it as kernel[grid](args...)."""
 
-    def __init__(self, jit_function, resident: int | None = None):
+    def __init__(self, jit_function, resident: int | None = None, debug_waits: bool | None = None):
         self.jit_function = jit_function
         self.resident = resident
+        self.debug_waits = debug_waits  # None: UNISHMEM_DEBUG_WAITS decides (NOTE [debug waits])
         self.fn = jit_function.fn
         functools.update_wrapper(self, self.fn)
         _KERNEL_NAMES.add(self.fn.__name__)
@@ -281,22 +288,50 @@ class Kernel:
             return self._run_interpreted(args, grid, kwargs)
         from . import runtime
 
-        libs = extern_libs(*_runtime_target(runtime()))
+        from . import hang
+        from .language import _debug
+
+        rt = runtime()
+        libs = extern_libs(*_runtime_target(rt))
+        if self.debug_waits or (self.debug_waits is None and _debug.env_enabled()):
+            libs[_debug.LIB_KEY] = _debug.LIBRARY
+            _debug.table(rt)
         kwargs["extern_libs"] = {**libs, **dict(kwargs.get("extern_libs") or {})}
         _add_hook()
-        return self.jit_function.run(*args, grid=grid, warmup=False, **kwargs)
+        result = self.jit_function.run(*args, grid=grid, warmup=False, **kwargs)
+        watchdog = hang.watchdog(rt)
+        if watchdog is not None:  # NOTE [hang report]: an event after the launch says when it has finished
+            import torch
+
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(rt.device))
+            watchdog.launched(self.fn.__name__, done.query)
+        return result
 
     def _run_interpreted(self, args, grid, kwargs):
-        from triton.runtime.interpreter import GridExecutor, InterpreterError, interpreter_builder
-
-        from ._config import interpret_resident
+        from triton.runtime.interpreter import interpreter_builder
 
         if not isinstance(type(interpreter_builder).__dict__.get("grid_idx"), _ThreadGridIdx):
             type(interpreter_builder).grid_idx = _ThreadGridIdx()
         _serialise_rewrites()
+        from . import hang, runtime
+
+        watchdog = hang.watchdog(runtime())
+        token = watchdog.launched(self.fn.__name__, None) if watchdog is not None else None
+        try:
+            self._run_programs(args, grid, kwargs)
+        finally:
+            if token is not None:
+                watchdog.finished(token)
+
+    def _run_programs(self, args, grid, kwargs):
+        from triton.runtime.interpreter import GridExecutor, InterpreterError
+
+        from ._config import interpret_resident
+
         fn = self.jit_function
         launch = _Launch(self.resident if self.resident is not None else interpret_resident(),
-                         bool(kwargs.get("launch_cooperative_grid")))
+                         bool(kwargs.get("launch_cooperative_grid")), self.fn.__name__)
         try:
             # InterpretedFunction.run, with the concurrent programs in place of the kernel
             GridExecutor(launch.programs(fn.rewrite()), fn.arg_names, grid, fn.pre_run_hooks)(*args, **kwargs)
@@ -309,14 +344,16 @@ class Kernel:
             raise
 
 
-def jit(fn=None, *, resident: int | None = None, **kwargs):
+def jit(fn=None, *, resident: int | None = None, debug_waits: bool | None = None, **kwargs):
     """triton.jit for kernels that call unishmem.language: links the vendor bitcode of the active
     runtime's device and initialises each loaded module. Under TRITON_INTERPRET=1 the programs of a
-    launch run concurrently, at most `resident` at once (default UNISHMEM_INTERPRET_RESIDENT, else 64)."""
+    launch run concurrently, at most `resident` at once (default UNISHMEM_INTERPRET_RESIDENT, else 64).
+    debug_waits=True compiles every device wait to record itself for the hang report (NOTE [debug
+    waits]); None leaves it to UNISHMEM_DEBUG_WAITS."""
     if resident is not None:
         from ._config import resident as check_resident
 
         resident = check_resident(resident, "resident")
     if fn is None:
-        return functools.partial(jit, resident=resident, **kwargs)
-    return Kernel(triton.jit(fn, **kwargs), resident)
+        return functools.partial(jit, resident=resident, debug_waits=debug_waits, **kwargs)
+    return Kernel(triton.jit(fn, **kwargs), resident, debug_waits)

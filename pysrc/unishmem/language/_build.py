@@ -14,12 +14,13 @@ import numpy as np
 import triton.language as tl
 
 from ..errors import NotAvailableError
-from . import _host
-from ._table import ATOMICS, NULL, DeviceFn, Missing, Sym, Triton
+from . import _debug, _host
+from ._table import ATOMICS, NULL, ROWS, DeviceFn, Missing, Sym, Triton
 from ._vendor import (AMO_TYPES, CMP_VALUES, CONSUME_TOKEN_CONSTRAINTS, SCOPES, SIGNAL_VALUES, TEAM_TYPE,
                       THREAD_ID, TYPE_TABLES, VENDOR_OF_BACKEND, WARP_SIZE)
 
 REDUCE_OPS = ("sum", "min", "max", "prod")
+_ROW_INDEX = {row.name: i for i, row in enumerate(ROWS)}  # a wait's function in the debug table
 SIGNAL_NAMES = {0: "set", 1: "add"}
 _BUILTIN = tl.core.TRITON_BUILTIN
 
@@ -209,7 +210,13 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator):
         return value if sym.then is None else call(sym.then)  # `then` gives the result (rocSHMEM waits)
 
     ty = None if fn.result is None else _result_type(fn.result, elem)
-    value = _issue(semantic, vendor, fn.issue, emit, ty, generator)
+    if _debug.enabled(semantic) and fn.name in _debug.WAIT_KINDS:  # NOTE [debug waits]
+        value = _debug.around_wait(fn, _ROW_INDEX[fn.name], args, semantic, generator, vendor,
+                                   lambda: _issue(semantic, vendor, fn.issue, emit, ty, generator))
+    else:
+        value = _issue(semantic, vendor, fn.issue, emit, ty, generator)
+    if fn.name in _debug.SIGNALS and _debug.enabled(semantic):
+        _debug.after_signal(fn, args, semantic, vendor)
     if fn.result == "ptr":
         value = semantic.cast(value, args[fn.params[0][0]].type.scalar)
     return value
@@ -265,11 +272,13 @@ def _explain_deadlock(e):
     launch, idx = current_program()
     if launch is None or launch.n_programs <= launch.resident:
         return e
-    return DeadlockError(
+    explained = DeadlockError(
         f"{e}\nUnder TRITON_INTERPRET=1 at most {launch.resident} of the {launch.n_programs} programs of a launch "
         f"are resident at once on a PE (this wait is in program {idx}): a wait on work that a program not yet "
         "started would do cannot finish. Raise @unishmem.jit(resident=...) or UNISHMEM_INTERPRET_RESIDENT, "
         "or launch no more programs than stay resident (on a GPU too).")
+    explained.report = getattr(e, "report", None)
+    return explained
 
 
 def _interpreted(row: DeviceFn, host, args: dict):

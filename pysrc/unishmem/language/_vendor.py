@@ -62,3 +62,8 @@ CONSUME_TOKEN_CONSTRAINTS = {"nvshmem": "=l,0,l", "rocshmem": "=v,0,v"}
 # Key under which Triton's extern_libs names the bitcode. Triton's AMD backend links a library
 # only when an undefined function's name contains the key, hence "rocshmem".
 EXTERN_LIB_KEY = {"nvshmem": "libnvshmem_device", "rocshmem": "rocshmem"}
+
+# NOTE [debug waits]: the driver calls that set a loaded module's global, per runtime backend:
+# (library, get the global's device address and size, copy host bytes there).
+MODULE_GLOBAL = {"nvshmem": ("libcuda.so.1", "cuModuleGetGlobal_v2", "cuMemcpyHtoD_v2"),
+                 "rocshmem": ("libamdhip64.so", "hipModuleGetGlobal", "hipMemcpyHtoD")}

@@ -1,0 +1,34 @@
+"""A kernel that hangs: PE 0 waits for a signal nobody sends, the others wait for PE 0 in barrier_all.
+Run with `unishmem run --hang-timeout S`: the watchdog must report it and end the job (NOTE [hang report]).
+Compiled on a GPU (scripts/gpu_check.sh) with UNISHMEM_DEBUG_WAITS=1; under TRITON_INTERPRET=1 elsewhere."""
+import os
+import sys
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton.language as tl  # noqa: E402
+
+import unishmem  # noqa: E402
+import unishmem.language as shl  # noqa: E402
+
+
+@unishmem.jit
+def never_signalled(sig, waiter):
+    if shl.my_pe() == waiter:
+        shl.signal_wait_until(sig, shl.CMP_EQ, 1)  # HUNG WAIT
+    else:
+        shl.barrier_all()  # HUNG BARRIER
+    tl.store(sig + 1, 1)
+
+
+rt = unishmem.init()
+sig = rt.signals(2)
+print(f"READY pe={rt.my_pe} offset={sig.data_ptr() - rt._base}", flush=True)
+never_signalled[(1,)](sig, 0)
+if torch.cuda.is_available():
+    torch.cuda.synchronize()
+print(f"NOT HUNG pe={rt.my_pe}", flush=True)
+sys.exit(1)
