@@ -107,7 +107,8 @@ def test_mismatches_raise_on_every_pe_and_the_job_goes_on(rt):
 @spmd(sizes=(4,))
 def test_both_gemms_on_two_halves_at_once(rt):
     # the strided halves {0, 2} and {1, 3}: operands rebuilt from the half's members' world PEs
-    half = rt.team_world.split_strided(0, 2, 2) or rt.team_world.split_strided(1, 2, 2)
+    even, odd = rt.team_world.split_strided(0, 2, 2), rt.team_world.split_strided(1, 2, 2)  # both: collective
+    half = even or odd
     pes = [half.translate_pe(i, rt.team_world) for i in range(half.n_pes)]
     b = ints(90 + pes[0], (20, 33), torch.float32)  # differs between the halves
     for overlap in (True, False):

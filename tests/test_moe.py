@@ -126,7 +126,8 @@ def test_bad_arguments_raise_on_every_pe_and_the_job_goes_on(rt):
 @spmd(sizes=(4,))
 def test_dispatch_combine_on_two_halves_at_once(rt):
     # the strided halves {0, 2} (T = 5 and 7) and {1, 3} (T = 0 and 3), each with its own experts
-    half = rt.team_world.split_strided(0, 2, 2) or rt.team_world.split_strided(1, 2, 2)
+    even, odd = rt.team_world.split_strided(0, 2, 2), rt.team_world.split_strided(1, 2, 2)  # both: collective
+    half = even or odd
     for dtype, seed in ((torch.float32, 12), (torch.float16, 13)):
         check_round_trip(rt, dtype, seed, team=half, combines=2)
     tokens, ids, weights = inputs(rt.my_pe, 2, 14, torch.float32, T=4)

@@ -152,7 +152,8 @@ class Team:
 
     def split_strided(self, start: int, stride: int, size: int) -> Team | None:
         """Collective over this team: members start, start+stride, ... (size of them).
-        Returns None on PEs that are not members."""
+        Returns None on PEs that are not members. A new team smaller than the world gets a team
+        arena for unishmem.kernels (NOTE [workspaces]), which every PE of this team allocates."""
         h = self._check()
 
         def check():
@@ -174,7 +175,7 @@ class Team:
 
     def split_2d(self, xrange: int) -> tuple[Team, Team]:
         """Collective over this team: (the row of `xrange` consecutive PEs, the column of PEs
-        `xrange` apart) that this PE belongs to."""
+        `xrange` apart) that this PE belongs to; team arenas as for split_strided."""
         h = self._check()
 
         def check():
@@ -186,7 +187,8 @@ class Team:
         width = min(xrange, self.n_pes)  # a wider row is the whole team
         x, y = self._rt._native.team_split_2d(h, width)
         x, y = Team(self._rt, x, f"{self.name}.x{xrange}"), Team(self._rt, y, f"{self.name}.y{xrange}")
-        # the same on every PE: a row is the world only where it is all of a world-sized team; a column where rows are 1 wide
+        # known alike on every PE: a row is the world only if it is all of a world-sized team, a
+        # column only if the rows of a world-sized team are 1 wide
         split_arenas(self._rt, self, [(x, width < self._rt.n_pes), (y, self.n_pes < self._rt.n_pes or width > 1)],
                      arena_bytes)
         return x, y
