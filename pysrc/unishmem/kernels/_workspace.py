@@ -22,7 +22,8 @@ any member may write into it (an old workspace's signals may have held any epoch
 A team destroy is collective over its members only, so it cannot free a world allocation: the world
 allocation of an arena goes back at the next world-collective point that finds every team using it
 destroyed (a split of a world-sized team, rt.free_workspaces()), and at finalize.
-rt.free_workspaces() also resets every arena's bump pointer (arenas carved for nested teams stay).
+rt.free_workspaces() also resets every arena's bump pointer; what was carved off the top for nested
+teams stays carved until the world allocation it lies in goes.
 """
 from __future__ import annotations
 

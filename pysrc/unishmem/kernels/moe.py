@@ -2,7 +2,8 @@
 outputs back, as Triton kernels in unishmem.language over any team (default: the world; combine
 must be given dispatch's team).
 
-Semantics (every PE calls both, in the same order):
+Semantics (every PE of the team calls both, in the same order; on a team, "PE d" below is its
+member d and n its size):
 
 - `n_experts` experts split evenly over the n PEs: PE d owns experts d*L .. d*L+L-1, with
   L = n_experts // n local experts (n_experts % n != 0 is an error on every PE).
@@ -260,7 +261,8 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
 
 def combine(expert_out, handle, *, team=None):
     """Send each row of expert_out (expert_tokens' layout) back to its (t, k) and return this PE's
-    tokens [T, H]: out[t] = sum_k topk_weights[t, k] * row of (t, k), in float32, in k order."""
+    tokens [T, H]: out[t] = sum_k topk_weights[t, k] * row of (t, k), in float32, in k order.
+    team: the team the handle's dispatch ran on (default: the world)."""
     from .. import runtime
 
     rt = runtime()
