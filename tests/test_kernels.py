@@ -172,6 +172,11 @@ def test_sub_team_errors_raise_on_every_member_and_the_job_goes_on(rt):
         raises(lambda: K.all_reduce(x, team=half), f"{half.name} (2 of 4 PEs) has no team arena for its workspaces "
                "(NOTE [workspaces]): UNISHMEM_TEAM_ARENA=0")
         half.destroy()
+        os.environ["UNISHMEM_TEAM_ARENA"] = "1G"  # more than the heap: the split works, the kernels say why not
+        half = halves(rt)
+        raises(lambda: K.all_gather(x, team=half), "the heap had no room for its UNISHMEM_TEAM_ARENA=1073741824 "
+               "bytes when it was split")
+        half.destroy()
         os.environ["UNISHMEM_TEAM_ARENA"] = "lots"
         raises(lambda: rt.team_world.split_strided(0, 2, 2), "UNISHMEM_TEAM_ARENA='lots' is not a byte count")
     finally:
