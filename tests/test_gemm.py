@@ -102,3 +102,21 @@ def test_mismatches_raise_on_every_pe_and_the_job_goes_on(rt):
     # and the next good call works
     c = K.ag_gemm(torch.full((4, 8), float(me)), b)
     assert torch.equal(c, torch.cat([torch.full((4, 16), 8.0 * pe) for pe in range(n)]))
+
+
+@spmd(sizes=(4,))
+def test_both_gemms_on_two_halves_at_once(rt):
+    # the strided halves {0, 2} and {1, 3}: operands rebuilt from the half's members' world PEs
+    even, odd = rt.team_world.split_strided(0, 2, 2), rt.team_world.split_strided(1, 2, 2)  # both: collective
+    half = even or odd
+    pes = [half.translate_pe(i, rt.team_world) for i in range(half.n_pes)]
+    b = ints(90 + pes[0], (20, 33), torch.float32)  # differs between the halves
+    for overlap in (True, False):
+        c = K.ag_gemm(ints(rt.my_pe, (6, 20), torch.float32, 1), b, overlap=overlap, team=half)
+        assert torch.equal(c, torch.cat([ints(pe, (6, 20), torch.float32, 1) for pe in pes]) @ b), overlap
+    a = [ints(pe, (2 * 5, 9 + pe), torch.float32, 2) for pe in pes]
+    bs = [ints(pe, (9 + pe, 18), torch.float32, 3) for pe in pes]
+    c = K.gemm_rs(a[half.my_pe], bs[half.my_pe], team=half)
+    full = sum(x @ y for x, y in zip(a, bs))
+    assert torch.equal(c, full[half.my_pe * 5:(half.my_pe + 1) * 5])
+    half.destroy()

@@ -2,6 +2,9 @@
 references built from what every PE passed (torch.distributed's all_gather_into_tensor,
 reduce_scatter_tensor and all_reduce semantics). Values are small integers, so float sums are exact
 in any order."""
+import os
+import re
+
 import torch
 
 import unishmem
@@ -33,16 +36,6 @@ def test_all_gather_sizes_dtypes_and_teams(rt):
         x = data(rt.my_pe, shape, dtype)
         out = K.all_gather(x, team=team)
         assert torch.equal(out, torch.cat([data(pe, shape, dtype) for pe in members(team)])), (dtype, shape)
-    if rt.n_pes == 4:
-        odd = rt.team_world.split_strided(1, 2, 2)
-        if odd is not None:
-            try:
-                K.all_gather(torch.zeros(2), team=odd)
-            except ValueError as e:
-                assert "unishmem.kernels run on teams of every PE for now" in str(e), e
-            else:
-                raise AssertionError("a sub-team was accepted")
-            odd.destroy()
     given = torch.empty(rt.n_pes * 4, dtype=torch.float32)
     assert K.all_gather(data(rt.my_pe, (4,), torch.float32), out=given) is given
     assert torch.equal(given, torch.cat([data(pe, (4,), torch.float32) for pe in range(rt.n_pes)]))
@@ -102,3 +95,90 @@ def test_workspaces_are_reused_and_freed(rt):
     rt.free_workspaces()
     assert rt._native.heap_free_bytes() > free and not rt._workspaces
     assert torch.equal(K.all_reduce(x), x * rt.n_pes)  # made again on the next call
+
+
+def halves(rt):
+    """The strided halves {0, 2} and {1, 3} of 4 PEs: this PE's."""
+    even = rt.team_world.split_strided(0, 2, 2)
+    odd = rt.team_world.split_strided(1, 2, 2)
+    return even or odd
+
+
+@spmd(sizes=(4,))
+def test_sub_teams_run_every_collective_at_once(rt):
+    rt.free_workspaces()
+    free = rt._native.heap_free_bytes()
+    half = halves(rt)
+    pes = members(half)
+    assert pes == [rt.my_pe % 2, rt.my_pe % 2 + 2]
+    x = data(rt.my_pe, (5, 3), torch.float32, seed=4)
+    xs = torch.stack([data(pe, (5, 3), torch.float32, seed=4) for pe in pes])
+    assert torch.equal(K.all_gather(x, team=half), torch.cat(list(xs)))
+    for algorithm in ("one_shot", "two_shot"):
+        for op in ("sum", "max"):
+            out = K.all_reduce(x, op=op, algorithm=algorithm, team=half)
+            assert torch.equal(out, REFERENCE[op](xs)), (algorithm, op)
+    y = data(rt.my_pe, (4, 3), torch.float16, seed=5)
+    full = torch.stack([data(pe, (4, 3), torch.float16, seed=5) for pe in pes]).sum(0)
+    assert torch.equal(K.reduce_scatter(y, team=half), full[half.my_pe * 2:half.my_pe * 2 + 2])
+    # nested: a team of one and a team of both, split from the half (arenas carved from its arena)
+    single = half.split_strided(1, 1, 1)
+    both = half.split_strided(0, 1, 2)
+    if single is not None:
+        assert torch.equal(K.all_reduce(x, team=single), x)
+        single.destroy()
+    assert torch.equal(K.all_reduce(x, algorithm="two_shot", team=both), xs.sum(0))
+    assert torch.equal(K.all_gather(x[0], team=both), xs[:, 0].reshape(-1))
+    both.destroy()
+    # split_2d: rows {0, 1}, {2, 3} and columns {0, 2}, {1, 3}, an arena each
+    row, column = rt.team_world.split_2d(2)
+    for team in (row, column):
+        ref = torch.stack([data(pe, (5, 3), torch.float32, seed=4) for pe in members(team)]).sum(0)
+        assert torch.equal(K.all_reduce(x, team=team), ref), team
+        team.destroy()
+    half.destroy()
+    rt.free_workspaces()  # every team destroyed: their arenas go back to the heap
+    assert rt._native.heap_free_bytes() == free
+
+
+@spmd(sizes=(4,))
+def test_sub_team_errors_raise_on_every_member_and_the_job_goes_on(rt):
+    half = halves(rt)
+    me = half.my_pe
+    raises(lambda: K.all_gather(torch.zeros(4 if me else 5), team=half),
+           f"all_gather: the PEs of {half.name} disagree: member 0 passes torch.float32 of shape [5], member 1 "
+           "torch.float32 of shape [4]")
+    raises(lambda: K.all_reduce(torch.zeros(3), algorithm="two_shot" if me else "one_shot", team=half),
+           "member 0 passes torch.float32 of shape [3] (one_shot), member 1 torch.float32 of shape [3] (two_shot)")
+    # a workspace larger than the arena (the default: a sixteenth of the job's 64 MiB heap)
+    big = torch.zeros(300_000)  # src + two parities of 2 slots: 5 * 1.2 MB
+    try:
+        K.all_gather(big, team=half)
+    except ValueError as e:
+        text = str(e)
+        need = int(re.search(r"needs (\d+) bytes", text).group(1))
+        assert need >= 5 * big.nbytes and f"of its {(64 << 20) // 16} bytes free" in text, text
+        assert "UNISHMEM_TEAM_ARENA" in text and half.name in text, text
+    else:
+        raise AssertionError("a workspace larger than the team arena was accepted")
+    x = data(rt.my_pe, (6,), torch.float32)
+    ref = torch.stack([data(pe, (6,), torch.float32) for pe in members(half)]).sum(0)
+    assert torch.equal(K.all_reduce(x, team=half), ref)
+    half.destroy()
+    # UNISHMEM_TEAM_ARENA (read at each split of the world): none, or a bad value refused at the split
+    os.environ["UNISHMEM_TEAM_ARENA"] = "0"
+    try:
+        half = halves(rt)
+        raises(lambda: K.all_reduce(x, team=half), f"{half.name} (2 of 4 PEs) has no team arena for its workspaces "
+               "(NOTE [workspaces]): UNISHMEM_TEAM_ARENA=0")
+        half.destroy()
+        os.environ["UNISHMEM_TEAM_ARENA"] = "1G"  # more than the heap: the split works, the kernels say why not
+        half = halves(rt)
+        raises(lambda: K.all_gather(x, team=half), "the heap had no room for its UNISHMEM_TEAM_ARENA=1073741824 "
+               "bytes when it was split")
+        half.destroy()
+        os.environ["UNISHMEM_TEAM_ARENA"] = "lots"
+        raises(lambda: rt.team_world.split_strided(0, 2, 2), "UNISHMEM_TEAM_ARENA='lots' is not a byte count")
+    finally:
+        del os.environ["UNISHMEM_TEAM_ARENA"]
+    assert torch.equal(K.all_reduce(x), torch.stack([data(pe, (6,), torch.float32) for pe in range(4)]).sum(0))

@@ -52,20 +52,22 @@ def reference_combine(tokens, ids, weights):
     return (acc if acc is not None else torch.zeros(tokens.shape, dtype=torch.float32)).to(tokens.dtype)
 
 
-def check_round_trip(rt, dtype, seed, T=None, combine=True, combines=1, **kw):
-    n, me = rt.n_pes, rt.my_pe
+def check_round_trip(rt, dtype, seed, T=None, combine=True, combines=1, team=None, **kw):
+    """On `team` (default the world): inputs are rebuilt from its members' world PEs."""
+    team = team or rt.team_world
+    n, me = team.n_pes, team.my_pe
     E = n_experts(n)
     L = E // n
-    everyone = [inputs(pe, n, seed, dtype, T) for pe in range(n)]
+    everyone = [inputs(team.translate_pe(i, rt.team_world), n, seed, dtype, T) for i in range(n)]
     tokens, ids, weights = everyone[me]
     expert_tokens, counts, handle = K.dispatch(tokens, ids.to(torch.int32 if seed % 2 else torch.int64), weights,
-                                               E, **kw)
+                                               E, team=team, **kw)
     rows, ref_counts, experts = reference_dispatch(everyone, me, L)
     assert counts.dtype == torch.int64 and torch.equal(counts, ref_counts), (counts, ref_counts)
     assert expert_tokens.dtype == dtype and torch.equal(expert_tokens, rows), (dtype, seed)
     ref = reference_combine(tokens, ids, weights) if combine else None
     for _ in range(combines if combine else 0):  # a handle may be combined more than once
-        out = K.combine(expert(expert_tokens, experts), handle)
+        out = K.combine(expert(expert_tokens, experts), handle, team=team)
         assert out.dtype == dtype and out.shape == tokens.shape
         assert torch.equal(out, ref), (dtype, seed, (out - ref).abs().max())
     return counts
@@ -119,3 +121,18 @@ def test_bad_arguments_raise_on_every_pe_and_the_job_goes_on(rt):
     raises(lambda: K.combine(expert_tokens, second if me == 1 else handle),
            "combine: the PEs disagree on the dispatch call of the handle")
     check_round_trip(rt, torch.float32, seed=11)  # and the job goes on
+
+
+@spmd(sizes=(4,))
+def test_dispatch_combine_on_two_halves_at_once(rt):
+    # the strided halves {0, 2} (T = 5 and 7) and {1, 3} (T = 0 and 3), each with its own experts
+    even, odd = rt.team_world.split_strided(0, 2, 2), rt.team_world.split_strided(1, 2, 2)  # both: collective
+    half = even or odd
+    for dtype, seed in ((torch.float32, 12), (torch.float16, 13)):
+        check_round_trip(rt, dtype, seed, team=half, combines=2)
+    tokens, ids, weights = inputs(rt.my_pe, 2, 14, torch.float32, T=4)
+    expert_tokens, _, handle = K.dispatch(tokens, ids, weights, 4, team=half)
+    raises(lambda: K.combine(expert_tokens, handle), f"the handle is from dispatch on {half.name}, not on world")
+    raises(lambda: K.dispatch(tokens[:, :4] if half.my_pe else tokens, ids, weights, 4, team=half),
+           "dispatch: the PEs disagree on H: PE 0 passes 6, PE 1 passes 4")
+    half.destroy()

@@ -105,3 +105,19 @@ def test_device_args_give_the_members_as_world_pes(rt):
         x.destroy()
         y.destroy()
     mine.destroy()
+
+
+@spmd(sizes=(2, 4))
+def test_team_arenas_go_back_to_the_heap(rt):
+    # a team smaller than the world reserves UNISHMEM_TEAM_ARENA (default: a sixteenth of the job's
+    # 64 MiB heap) on every PE at its split; its destroy cannot free that (collective over the
+    # members only), the next split of the world or rt.free_workspaces() does
+    rt.free_workspaces()
+    before = rt._native.heap_free_bytes()
+    for i in range(40):
+        solo = rt.team_world.split_strided(0, 1, 1)
+        assert before - rt._native.heap_free_bytes() == (64 << 20) // 16, i
+        if solo is not None:
+            solo.destroy()
+    rt.free_workspaces()
+    assert rt._native.heap_free_bytes() == before

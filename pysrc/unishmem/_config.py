@@ -54,3 +54,23 @@ def resident(value, what: str) -> int:
 def interpret_resident() -> int:
     text = os.environ.get("UNISHMEM_INTERPRET_RESIDENT")
     return RESIDENT_DEFAULT if text is None else resident(text, "UNISHMEM_INTERPRET_RESIDENT")
+
+
+# UNISHMEM_TEAM_ARENA: bytes of symmetric memory reserved for the kernel workspaces of each team
+# smaller than the world, when a world-sized team is split (NOTE [workspaces] in
+# unishmem/kernels/_workspace.py); 0 reserves none. Default: a sixteenth of the heap, at most 64 MiB.
+TEAM_ARENA_MAX_DEFAULT = 64 << 20
+
+
+def team_arena(heap_size: int) -> int:
+    text = os.environ.get("UNISHMEM_TEAM_ARENA")
+    if text is None:
+        return min(TEAM_ARENA_MAX_DEFAULT, heap_size // 16)
+    if text.strip() == "0":
+        return 0
+    from . import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError:
+        raise ValueError(f"UNISHMEM_TEAM_ARENA={text!r} is not a byte count such as 0, 16777216 or '64M'") from None

@@ -14,8 +14,10 @@ from typing import Callable
 
 import torch
 
+from . import _config
 from .enums import ATOMIC_DTYPES, ATOMIC_OPS, CMP, DTYPE_CODES, REDUCE_DTYPES, REDUCE_OPS, SIGNAL, WAIT_DTYPES
 from .errors import NotInitializedError, NotSymmetricError
+from ._arena import forget_team, free_arenas, split_arenas
 
 
 # Enum value -> code, for the enum's members and plain ints. NOTE [hot paths]: put, get, the
@@ -28,6 +30,7 @@ _SET = int(SIGNAL.SET)
 _U64 = 2**64
 _MAX_BYTES = 2**63 - 1  # the most bytes a tensor can have (torch counts them in int64)
 _HOT_EPOCHS = itertools.count()  # NOTE [hot calls] (fast_calls.cpp): unique in the process
+_TEAM_IDS = itertools.count()  # a Team's key for its kernel workspaces: backend slots are reused
 
 
 def _index(value, what: str) -> int:
@@ -115,6 +118,10 @@ class Team:
         self.my_pe = rt._native.team_my_pe(slot)
         self.n_pes = rt._native.team_n_pes(slot)
         self._destroyed = False
+        self._id = next(_TEAM_IDS)
+        # unishmem.kernels' memory on a team smaller than the world, or why it has none (NOTE [workspaces])
+        self._arena = None
+        self._no_arena = "only teams made by a split get a team arena"
 
     def __repr__(self):
         state = " destroyed" if self._destroyed else ""
@@ -145,7 +152,8 @@ class Team:
 
     def split_strided(self, start: int, stride: int, size: int) -> Team | None:
         """Collective over this team: members start, start+stride, ... (size of them).
-        Returns None on PEs that are not members."""
+        Returns None on PEs that are not members. A new team smaller than the world gets a team
+        arena for unishmem.kernels (NOTE [workspaces]), which every PE of this team allocates."""
         h = self._check()
 
         def check():
@@ -158,24 +166,36 @@ class Team:
             if last >= self.n_pes:
                 raise ValueError(f"split_strided(start={args[0]}, stride={args[1]}, size={args[2]}) reaches PE "
                                  f"{last} of {self.name}, which has {self.n_pes} PEs")
-            return args
-        start, stride, size = self._rt._checked(h, check)
+            return *args, self._arena_bytes()
+        start, stride, size, arena_bytes = self._rt._checked(h, check)
         handle = self._rt._native.team_split_strided(h, start, stride, size)
-        return None if handle < 0 else Team(self._rt, handle, f"{self.name}[{start}::{stride}x{size}]")
+        team = None if handle < 0 else Team(self._rt, handle, f"{self.name}[{start}::{stride}x{size}]")
+        split_arenas(self._rt, self, [(team, size < self._rt.n_pes)], arena_bytes)
+        return team
 
     def split_2d(self, xrange: int) -> tuple[Team, Team]:
         """Collective over this team: (the row of `xrange` consecutive PEs, the column of PEs
-        `xrange` apart) that this PE belongs to."""
+        `xrange` apart) that this PE belongs to; team arenas as for split_strided."""
         h = self._check()
 
         def check():
             x = _index(xrange, "split_2d: xrange")
             if x < 1:
                 raise ValueError(f"split_2d: xrange={x} must be >= 1")
-            return x
-        xrange = self._rt._checked(h, check)
-        x, y = self._rt._native.team_split_2d(h, min(xrange, self.n_pes))  # a wider row is the whole team
-        return Team(self._rt, x, f"{self.name}.x{xrange}"), Team(self._rt, y, f"{self.name}.y{xrange}")
+            return x, self._arena_bytes()
+        xrange, arena_bytes = self._rt._checked(h, check)
+        width = min(xrange, self.n_pes)  # a wider row is the whole team
+        x, y = self._rt._native.team_split_2d(h, width)
+        x, y = Team(self._rt, x, f"{self.name}.x{xrange}"), Team(self._rt, y, f"{self.name}.y{xrange}")
+        # known alike on every PE: a row is the world only if it is all of a world-sized team, a
+        # column only if the rows of a world-sized team are 1 wide
+        split_arenas(self._rt, self, [(x, width < self._rt.n_pes), (y, self.n_pes < self._rt.n_pes or width > 1)],
+                     arena_bytes)
+        return x, y
+
+    def _arena_bytes(self) -> int | None:
+        """UNISHMEM_TEAM_ARENA where a split of this team is collective over the world, else None."""
+        return _config.team_arena(self._rt._heap_size) if self.n_pes == self._rt.n_pes else None
 
     def destroy(self) -> None:
         """Collective over the team (every member destroys it, or none does)."""
@@ -186,6 +206,7 @@ class Team:
             raise ValueError(f"{self.name} team cannot be destroyed")
         self._rt._native.team_destroy(self._slot)
         self._destroyed = True
+        forget_team(self._rt, self)
 
     def __enter__(self):
         return self
@@ -249,6 +270,7 @@ class Runtime:
         self._offsets: list[int] = []  # sorted keys of _allocs
         self._finalized = False
         self._workspaces: dict = {}  # unishmem.kernels' symmetric buffers (NOTE [workspaces])
+        self._arenas: list = []  # (world allocation, this PE's teams using it) per team arena, in split order
         self.team_world = Team(self, 0, "world")
         self.team_node = Team(self, 1, "node")
 
@@ -272,10 +294,12 @@ class Runtime:
         if self._finalized:
             return
         self.free_workspaces()
+        free_arenas(self)
         self._teardown(collective=True)
 
     def free_workspaces(self) -> None:
-        """Collective: frees the symmetric workspaces unishmem.kernels made (NOTE [workspaces])."""
+        """Collective: frees the symmetric workspaces unishmem.kernels made, empties the team
+        arenas and frees those of teams destroyed everywhere (NOTE [workspaces])."""
         from .kernels._workspace import free_workspaces
 
         self._check_active()

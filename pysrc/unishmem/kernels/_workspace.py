@@ -7,6 +7,23 @@ Each call numbers itself (`epoch`, from 1): signals are SET to the epoch and wai
 so nothing is ever reset between calls. Receive buffers come in two parities, alternating by
 epoch: a peer may start call k+1 while this PE still reads call k's data, but not call k+2 (that
 needs this PE's data of call k+1, sent after it finished reading call k).
+
+Where they come from. A team of every PE allocates them with rt.zeros (collective over the world,
+checked across PEs on the host backend). A smaller team cannot: the PEs outside it never call. So
+each team smaller than the world gets a team arena when it is split, while every PE that must take
+part is calling anyway: a split of a world-sized team is collective over the world, so the arena is
+a world allocation made inside the split (UNISHMEM_TEAM_ARENA bytes; PEs outside the new team
+allocate it too, keeping the heap symmetric); a split of a smaller team carves its children's arenas
+off the top of the parent's (every parent member calls that split), half of what the parent has free.
+In an arena, the agreement buffers of `exchange` come first, then workspaces are bump-allocated by the
+team's members only, after `exchange` has shown that every member asks for the same one: same order
+on every member, hence the same offsets. A new workspace is zeroed and the team synchronised before
+any member may write into it (an old workspace's signals may have held any epoch).
+A team destroy is collective over its members only, so it cannot free a world allocation: the world
+allocation of an arena goes back at the next world-collective point that finds every team using it
+destroyed (a split of a world-sized team, rt.free_workspaces()), and at finalize.
+rt.free_workspaces() also resets every arena's bump pointer; what was carved off the top for nested
+teams stays carved until the world allocation it lies in goes.
 """
 from __future__ import annotations
 
@@ -14,9 +31,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .._arena import AGREE_WIDTH, Arena, reclaim_arenas
 from ..enums import DTYPE_CODES
 
-DESC_DIMS = 6  # the numbers every PE's call is described by (a shape), compared across PEs
+# the numbers every PE's call is described by (a shape), compared across PEs, in a desc of
+# (kind, dtype, ndim, *dims, variant): the longest any kernel exchanges, which a team arena has room for
+DESC_DIMS = AGREE_WIDTH - 4
 
 
 @dataclass
@@ -24,6 +44,7 @@ class Workspace:
     buffers: dict[str, torch.Tensor]  # symmetric
     members: torch.Tensor             # the team's world PE numbers, int32 on the runtime's device
     my_index: int
+    arena: Arena | None = None        # where the buffers lie; None: world allocations (rt.zeros)
     epoch: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -37,48 +58,65 @@ def _members(rt, team) -> list[int]:
     return [team.translate_pe(i, rt.team_world) for i in range(team.n_pes)]
 
 
-def _describe(desc: list[int], label: str = "shape") -> str:
-    kind, dtype_code, ndim, *dims = desc
+def new_workspace(rt, team, what: str, buffers: dict, **extra) -> Workspace:
+    """A workspace of zeroed `buffers` (name -> (shape, dtype)) on `team`: from its arena if it has
+    one, else world allocations. Every member calls it alike, after `exchange`."""
+    arena = team._arena
+    tensors = (arena.take(rt, team, what, buffers) if arena is not None else
+               {name: rt.zeros(shape, dtype=dtype) for name, (shape, dtype) in buffers.items()})
+    return Workspace(tensors, torch.tensor(_members(rt, team), dtype=torch.int32, device=rt.device), team.my_pe,
+                     arena, extra=extra)
+
+
+def _describe(desc: list[int], label: str = "shape", variants: tuple = ()) -> str:
+    kind, dtype_code, ndim, *dims, variant = desc
     dtype = next((d for d, c in DTYPE_CODES.items() if c == dtype_code), dtype_code)
-    return f"{dtype} of {label} {list(dims[:ndim])}"
+    return f"{dtype} of {label} {list(dims[:ndim])}" + (f" ({variants[variant]})" if variants else "")
 
 
 def exchange(rt, team, what: str, desc: list[int], problem: Exception | None) -> list[list[int]]:
     """Every member's `desc` (a host fcollect), after which this PE raises its own `problem`, or a
     ValueError naming the members that found one (their desc starts with a negative number)."""
-    key = ("agree", team._slot, len(desc))
-    if key not in rt._workspaces:
-        rt._workspaces[key] = (rt.zeros(len(desc), dtype=torch.int64),
-                               rt.zeros(team.n_pes * len(desc), dtype=torch.int64))
-    mine, everyone = rt._workspaces[key]
+    width = len(desc)
+    if team._arena is not None:
+        mine, everyone = team._arena.mine[:width], team._arena.everyone[:team.n_pes * width]
+    else:
+        key = ("agree", team._id, width)
+        if key not in rt._workspaces:
+            rt._workspaces[key] = new_workspace(rt, team, what, {"mine": ((width,), torch.int64),
+                                                                 "everyone": ((team.n_pes * width,), torch.int64)})
+        mine, everyone = rt._workspaces[key].buffers.values()
     mine.copy_(torch.tensor(desc, dtype=torch.int64))
     rt.fcollect(everyone, mine, team=team)
     if problem is not None:
         raise problem
-    rows = everyone.view(team.n_pes, len(desc)).tolist()
+    rows = everyone.view(team.n_pes, width).tolist()
     rejected = [i for i, row in enumerate(rows) if row[0] < 0]
     if rejected:
         raise ValueError(f"{what}: member(s) {rejected} of {team.name} rejected their arguments (see their error)")
     return rows
 
 
-def _agree(rt, team, what: str, desc: list[int], problem: Exception | None, label: str = "shape") -> None:
+def _agree(rt, team, what: str, desc: list[int], problem: Exception | None, label: str = "shape",
+           variants: tuple = ()) -> None:
     """Every member of `team` calls `what` with the same `desc` and no local `problem`, or every
     one raises (a mismatch would otherwise leave some PEs waiting for data that never comes)."""
     rows = exchange(rt, team, what, desc, problem)
     differ = [i for i, row in enumerate(rows) if row != rows[0]]
     if differ:
-        raise ValueError(f"{what}: the PEs of {team.name} disagree: member 0 passes {_describe(rows[0], label)}, "
-                         + ", ".join(f"member {i} {_describe(rows[i], label)}" for i in differ))
+        raise ValueError(f"{what}: the PEs of {team.name} disagree: member 0 passes "
+                         f"{_describe(rows[0], label, variants)}, "
+                         + ", ".join(f"member {i} {_describe(rows[i], label, variants)}" for i in differ))
 
 
 def workspace(rt, team, what: str, x: torch.Tensor, buffers, problem: Exception | None = None,
-              key: tuple = (), shape: tuple | None = None, label: str = "shape") -> Workspace:
+              key: tuple = (), shape: tuple | None = None, label: str = "shape", variants: tuple = ()) -> Workspace:
     """The workspace of kernel `what` for input `x` on `team` (made on first use), after checking
     that every member passes the same dtype and shape and that none found a `problem` with its
     arguments. `buffers`: name -> (shape, dtype), called only on first use. `shape` (at most
     DESC_DIMS numbers, named `label` in errors) replaces x's shape where a kernel's call is described by more
-    than one tensor."""
+    than one tensor. `variants`: the kernel's forms with buffers of their own, key[0] one of them
+    (every member must pick the same)."""
     if problem:  # (x may not even be a tensor)
         shape = ()
     elif shape is None:
@@ -86,23 +124,27 @@ def workspace(rt, team, what: str, x: torch.Tensor, buffers, problem: Exception 
     if problem is None and (len(shape) > DESC_DIMS or x.dtype not in DTYPE_CODES):
         problem = ValueError(f"{what}: x must have at most {DESC_DIMS} dimensions and a dtype of the symmetric "
                              f"heap; got {x.dtype} of shape {list(shape)}")
-    desc = ([-1] * (3 + DESC_DIMS) if problem else
-            [0, DTYPE_CODES[x.dtype], len(shape), *shape, *[0] * (DESC_DIMS - len(shape))])
-    full_key = (what, getattr(x, "dtype", None), shape, team._slot, *key)
+    desc = ([-1] * AGREE_WIDTH if problem else
+            [0, DTYPE_CODES[x.dtype], len(shape), *shape, *[0] * (DESC_DIMS - len(shape)),
+             variants.index(key[0]) if variants else 0])
+    full_key = (what, getattr(x, "dtype", None), shape, team._id, *key)
     ws = rt._workspaces.get(full_key)
     if ws is None or problem or rt.backend == "host":  # GPU backends check once per shape: a host collective
-        _agree(rt, team, what, desc, problem, label)
+        _agree(rt, team, what, desc, problem, label, variants)
     if ws is None:
-        ws = rt._workspaces[full_key] = Workspace(
-            {name: rt.zeros(shape, dtype=dtype) for name, (shape, dtype) in buffers().items()},
-            torch.tensor(_members(rt, team), dtype=torch.int32, device=rt.device), team.my_pe)
+        ws = rt._workspaces[full_key] = new_workspace(rt, team, what, buffers())
     return ws
 
 
 def free_workspaces(rt) -> None:
-    """Collective: frees every kernel workspace of this runtime."""
-    for value in rt._workspaces.values():
-        tensors = value.buffers.values() if isinstance(value, Workspace) else value
-        for t in tensors:
-            rt.free(t)
+    """Collective over the world: frees every kernel workspace of this runtime, empties every team
+    arena and frees the world allocations of arenas whose teams were all destroyed."""
+    for ws in rt._workspaces.values():
+        if ws.arena is None:
+            for t in ws.buffers.values():
+                rt.free(t)
     rt._workspaces.clear()
+    for _, users in rt._arenas:
+        for team in users:
+            team._arena.low = team._arena.base
+    reclaim_arenas(rt)

@@ -70,10 +70,9 @@ def _reduce(src, recv, sig, red, gathered, sig2, members, epoch, my_index, n, ch
 
 def _team(rt, team):
     team = rt._team(team)
-    if team.n_pes != rt.n_pes:  # every PE would raise alike: no PE is left waiting
-        raise ValueError(f"unishmem.kernels run on teams of every PE for now, not {team.name} ({team.n_pes} of "
-                         f"{rt.n_pes}): their symmetric workspaces are allocated by every PE of the world, and "
-                         "the PEs outside the team do not call")
+    if team.n_pes != rt.n_pes and team._arena is None:  # every member raises alike: none is left waiting
+        raise ValueError(f"unishmem.kernels: {team.name} ({team.n_pes} of {rt.n_pes} PEs) has no team arena for "
+                         f"its workspaces (NOTE [workspaces]): {team._no_arena}")
     return team
 
 
@@ -178,7 +177,7 @@ def all_reduce(x, op: str = "sum", algorithm: str = "auto", out=None, team=None)
     two_shot = algorithm == "two_shot"
     chunk = 0 if problem else -(-x.numel() // n) if two_shot else x.numel()
     ws = workspace(rt, team, "all_reduce", x, lambda: _reduce_buffers(x, n, chunk, gather=two_shot), problem,
-                   key=(algorithm,))
+                   key=(algorithm,), variants=ALGORITHMS[1:])
     return _run_reduce(ws, x, op, out, shape, n, chunk, scatter=two_shot, gather=two_shot)
 
 

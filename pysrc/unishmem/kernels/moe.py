@@ -1,7 +1,9 @@
 """MoE all-to-all: dispatch token copies to the PEs owning their experts, combine the experts'
-outputs back, as Triton kernels in unishmem.language over the world team.
+outputs back, as Triton kernels in unishmem.language over any team (default: the world; combine
+must be given dispatch's team).
 
-Semantics (every PE calls both, in the same order):
+Semantics (every PE of the team calls both, in the same order; on a team, "PE d" below is its
+member d and n its size):
 
 - `n_experts` experts split evenly over the n PEs: PE d owns experts d*L .. d*L+L-1, with
   L = n_experts // n local experts (n_experts % n != 0 is an error on every PE).
@@ -51,7 +53,7 @@ from .. import jit
 from .. import language as shl
 from ..triton_support import interpreting
 from ..enums import DTYPE_CODES
-from ._workspace import Workspace, _members, exchange
+from ._workspace import Workspace, exchange, new_workspace
 from .collectives import _check_tensor, _team
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -146,6 +148,7 @@ COMPILE = {
 class MoEHandle:
     """What combine needs from one dispatch call of this PE (see the module's docstring)."""
     ws: Workspace
+    team: object          # the dispatch call's Team: combine runs on it
     call: int             # the dispatch call's epoch: every PE must combine the same call
     C: torch.Tensor       # [n, n_experts] int64: rows PE s sent to expert e, this call
     pos: torch.Tensor     # [T, K] int64: where copy (t, k) sits among this PE's rows sorted by expert
@@ -226,7 +229,7 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     T, H, K = tokens.shape[0], tokens.shape[1], topk_ids.shape[1]
     cap = max_tokens or _blocks(max(row[6] for row in rows))
     L = n_experts // n
-    key = ("moe", tokens.dtype, H, K, n_experts, cap, team._slot)
+    key = ("moe", tokens.dtype, H, K, n_experts, cap, team._id)
     ws = rt._workspaces.get(key)
     if ws is None:
         buffers = {"stage": ((cap * K, H), tokens.dtype), "my_counts": ((n_experts,), torch.int64),
@@ -234,10 +237,7 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
                    "recv": ((n * cap * K, H), tokens.dtype), "recv_sig": ((n * L,), torch.uint64),
                    "cstage": ((n * cap * K, H), tokens.dtype), "ret": ((2, cap * K, H), tokens.dtype),
                    "ret_sig": ((2, n_experts), torch.uint64)}
-        ws = rt._workspaces[key] = Workspace(
-            {name: rt.zeros(shape, dtype=dtype) for name, (shape, dtype) in buffers.items()},
-            torch.tensor(_members(rt, team), dtype=torch.int32, device=rt.device), team.my_pe,
-            extra={"combine_epoch": 0})
+        ws = rt._workspaces[key] = new_workspace(rt, team, "dispatch", buffers, combine_epoch=0)
     epoch, parity = ws.next_epoch()
     b = ws.buffers
     ids = topk_ids.reshape(-1).to(torch.int64)
@@ -254,13 +254,15 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     expert_tokens = b["recv"][:R].clone()
     pos = torch.empty_like(order)
     pos[order] = torch.arange(T * K, device=rt.device)
-    handle = MoEHandle(ws, epoch, C, pos.view(T, K), topk_weights.contiguous().clone(), R, tokens.dtype, H, L, cap)
+    handle = MoEHandle(ws, team, epoch, C, pos.view(T, K), topk_weights.contiguous().clone(), R, tokens.dtype, H, L,
+                       cap)
     return expert_tokens, counts, handle
 
 
 def combine(expert_out, handle, *, team=None):
     """Send each row of expert_out (expert_tokens' layout) back to its (t, k) and return this PE's
-    tokens [T, H]: out[t] = sum_k topk_weights[t, k] * row of (t, k), in float32, in k order."""
+    tokens [T, H]: out[t] = sum_k topk_weights[t, k] * row of (t, k), in float32, in k order.
+    team: the team the handle's dispatch ran on (default: the world)."""
     from .. import runtime
 
     rt = runtime()
@@ -269,6 +271,9 @@ def combine(expert_out, handle, *, team=None):
     problem = _check_tensor(rt, expert_out, "expert_out", "combine")
     if problem is None and not isinstance(handle, MoEHandle):
         problem = TypeError(f"combine: handle must be what dispatch returned, got {type(handle).__name__}")
+    if problem is None and handle.team is not team:
+        problem = ValueError(f"combine: the handle is from dispatch on {handle.team.name}, not on {team.name}: pass "
+                             "dispatch's team")
     if problem is None and not any(v is handle.ws for v in rt._workspaces.values()):
         problem = ValueError("combine: the handle's workspace was freed (rt.free_workspaces()) after its dispatch")
     if problem is None and (tuple(expert_out.shape) != (handle.rows, handle.H) or expert_out.dtype != handle.dtype):
