@@ -269,6 +269,8 @@ PyObject* hot_signal_op(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   });
 }
 
+constexpr int kPollsHoldingGil = 1024;  // a few microseconds
+
 // (hot, signal, cmp, value, stream) -> the value seen. Releases the GIL only to wait.
 PyObject* hot_signal_wait_until(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   UNISHMEM_HOT_ARGS(5)
@@ -278,7 +280,10 @@ PyObject* hot_signal_wait_until(PyObject*, PyObject* const* args, Py_ssize_t nar
   if (!cmp || !value) return miss();
   if (Found f = signal_of(h, args[1], sig); f != Found::hit) return result(f);
   return fast([&] {
-    std::optional<std::uint64_t> seen = h.backend->signal_ready(sig.addr, Cmp(*cmp), *value);
+    // An answer on its way (a ping-pong's) comes within a few hundred polls: catching it with the
+    // GIL held saves releasing and taking back the GIL, which costs more than such a wait.
+    std::optional<std::uint64_t> seen;
+    for (int i = 0; i < kPollsHoldingGil && !seen; ++i) seen = h.backend->signal_ready(sig.addr, Cmp(*cmp), *value);
     if (!seen) {
       py::gil_scoped_release nogil;
       seen = h.backend->signal_wait_until(sig.addr, Cmp(*cmp), *value, 0);
