@@ -112,6 +112,7 @@ HostBackend::HostBackend(std::string token, int pe, int n_pes, std::size_t heap_
   // NOTE [wait phases] (wait.hpp): spin before sleeping only where every PE can have a core;
   // with more PEs than cores a spinning PE holds the core that the awaited one needs.
   policy_.max_spin_s = n_pes <= available_cpus() ? kMaxSpin : 0.0;
+  policy_.yield = n_pes > available_cpus();
   if (n_pes < 1 || pe < 0 || pe >= n_pes)
     throw Error(ErrorKind::value, "PE " + std::to_string(pe) + " of " + std::to_string(n_pes) + " is out of range");
   // Every PE of the job is on this host and maps every segment, so the segments must fit

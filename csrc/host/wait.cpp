@@ -16,6 +16,8 @@
 
 namespace unishmem::host {
 
+void yield_cpu() { sched_yield(); }
+
 int available_cpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);

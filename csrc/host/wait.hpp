@@ -12,6 +12,10 @@
 //    that turned spinning off for good after one slow yield. When the answer came is when the
 //    writer rang (`rung_ns`), not when the sleeper woke: on a busy machine a wake-up alone can
 //    take longer than kMaxSpin, and counting it would turn spinning off for good again.
+// 2b. Where PEs outnumber cores (no spin), yield (sched_yield) between polls for up to kYieldFor:
+//    the awaited PE is often runnable on this very core, and a yield hands it the core at once,
+//    where a futex sleep and wake-up costs tens of microseconds a hand-over on a VM (a 4-PE
+//    barrier on 2 cores took 100 us sleeping, against 10 us for Open MPI, which yields).
 // 3. Sleep in FUTEX_WAIT on a Doorbell: the writer whose store can end the wait rings it
 //    (ring(): one load when nobody sleeps, a FUTEX_WAKE when somebody does), so a sleeping
 //    PE gives its core away and still wakes within a scheduler wake-up. The sleep has a
@@ -37,6 +41,7 @@ struct WaitPolicy {
   double timeout_s = 300.0;    // then raise; <= 0 waits forever
   double deadlock_s = 5.0;     // every PE waiting this long with no progress is a deadlock; <= 0: never
   double max_spin_s = 0.0;     // the most a wait spins before sleeping (HostBackend sets it)
+  bool yield = false;          // yield before sleeping (HostBackend sets it where PEs outnumber cores)
 };
 
 // A futex word in shared memory, rung by writers whose store can end a sleeper's wait.
@@ -53,6 +58,7 @@ struct SpinState {
 
 constexpr int kMinSpinPolls = 128;                               // always, before the clock is read
 constexpr double kMaxSpin = 50e-6;                               // about what a sleep and wake-up cost here
+constexpr auto kYieldFor = std::chrono::microseconds(500);       // then sleep: a long wait burns no core
 constexpr auto kMinSleep = std::chrono::microseconds(50);        // first futex timeout
 constexpr auto kMaxSleep = std::chrono::milliseconds(1);         // longest: bounds an unrung write's delay
 constexpr auto kCheckEvery = std::chrono::milliseconds(10);      // dead peers, Ctrl-C, stalls
@@ -67,6 +73,7 @@ void report_stall(const std::string& what, double seconds);
 // interrupted it. Works across processes: the doorbell lives in a shared mapping.
 bool futex_sleep(Doorbell& bell, std::uint32_t seen, std::chrono::nanoseconds timeout);
 void futex_wake_all(Doorbell& bell);
+void yield_cpu();
 
 // The writer's side: call after a store that may end a wait on this doorbell.
 inline void ring(Doorbell& bell) {
@@ -116,6 +123,13 @@ void wait_for(Done&& done, Describe&& describe, const WaitPolicy& policy, SpinSt
       cpu_relax();
       if (i % 16 == 0 && clock::now() >= until) break;
     }
+  }
+  if (policy.yield) {
+    const auto until = start + kYieldFor;
+    do {
+      yield_cpu();
+      if (done()) return;
+    } while (clock::now() < until);
   }
   std::atomic_ref<std::uint32_t> sleepers(bell.sleepers), seq(bell.seq);
   auto next_check = start + kCheckEvery;  // a check reads /proc: not on every short wait
