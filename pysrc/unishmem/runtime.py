@@ -561,16 +561,21 @@ class Runtime:
         if n != m or dest.dtype is not source.dtype:
             self._same_kind(dest, source, "put_signal")
         sig = self._signal(signal)
-        if type(value) is not int or not 0 <= value < _U64:
-            value = _bits(value, torch.uint64, "value")
-        code = _SET if op is SIGNAL.SET else _signal_code(op)
-        if type(pe) is not int or not 0 <= pe < self.n_pes:
-            pe = _check_pe(pe, self.n_pes)
+        value, code, pe = self._signal_args(value, op, pe)
         self._fast_put_signal(self._address, d, s, n, sig, value, code, pe,
                               0 if self._on_cpu else self._stream_of(stream))
         self._remember(dest, d, n, True)
         self._remember(source, s, n, False)
         self._remember(signal, sig, 8, True)
+
+    def _signal_args(self, value, op, pe) -> tuple[int, int, int]:
+        """A signal update's value bits, op code and target PE, checked."""
+        if type(value) is not int or not 0 <= value < _U64:
+            value = _bits(value, torch.uint64, "value")
+        code = _SET if op is SIGNAL.SET else _signal_code(op)
+        if type(pe) is not int or not 0 <= pe < self.n_pes:
+            pe = _check_pe(pe, self.n_pes)
+        return value, code, pe
 
     def signal_op(self, signal, value: int, pe: int, op=SIGNAL.SET, stream=None) -> None:
         if self._hot_signal_op(self._hot_address, signal, value, pe, op, stream) is None:
@@ -578,11 +583,7 @@ class Runtime:
         if self._finalized:
             self._check_active()
         sig = self._signal(signal)
-        if type(value) is not int or not 0 <= value < _U64:
-            value = _bits(value, torch.uint64, "value")
-        code = _SET if op is SIGNAL.SET else _signal_code(op)
-        if type(pe) is not int or not 0 <= pe < self.n_pes:
-            pe = _check_pe(pe, self.n_pes)
+        value, code, pe = self._signal_args(value, op, pe)
         self._fast_signal_op(self._address, sig, value, code, pe, 0 if self._on_cpu else self._stream_of(stream))
         self._remember(signal, sig, 8, True)
 

@@ -165,27 +165,27 @@ def broadcast_impl(team, dest, source, nelems, root):
 
 
 @triton.jit
-def fcollect_impl(team, dest, source, nelems):
+def _put_to_every_member(team, dest, source, nelems, SOURCE_PER_MEMBER: tl.constexpr):
+    """Block `me` of every member's dest from this PE's source: all of it (fcollect), or its
+    block j for member j (alltoall)."""
     d = _desc(team)
     size = tl.load(d + SIZE)
     me = _my_index(d)
     nbytes = nelems * (dest.dtype.element_ty.primitive_bitwidth // 8)
     sync_impl(team)
     for j in range(0, size):
-        shl.putmem_block(dest + me * nelems, source, nbytes, _world_pe(d, j))
+        shl.putmem_block(dest + me * nelems, source + j * nelems * SOURCE_PER_MEMBER, nbytes, _world_pe(d, j))
     barrier_impl(team)
 
 
 @triton.jit
+def fcollect_impl(team, dest, source, nelems):
+    _put_to_every_member(team, dest, source, nelems, 0)
+
+
+@triton.jit
 def alltoall_impl(team, dest, source, nelems):
-    d = _desc(team)
-    size = tl.load(d + SIZE)
-    me = _my_index(d)
-    nbytes = nelems * (dest.dtype.element_ty.primitive_bitwidth // 8)
-    sync_impl(team)
-    for j in range(0, size):
-        shl.putmem_block(dest + me * nelems, source + j * nelems, nbytes, _world_pe(d, j))
-    barrier_impl(team)
+    _put_to_every_member(team, dest, source, nelems, 1)
 
 
 @triton.jit
