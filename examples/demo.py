@@ -4,6 +4,7 @@ Each PE owns a block of a vector. A ring of put_signal calls gathers every block
 an atomic ticket counter on PE 0 hands out turns, and reduce / reducescatter finish the job.
 Runs on the host backend when no GPU is present (the same code runs on NVSHMEM and rocSHMEM).
 """
+
 import sys
 
 import torch
@@ -26,14 +27,14 @@ def main() -> None:
         # 1. Ring all-gather with put_signal: at step s, forward the block received at step s-1.
         gathered = rt.zeros(n * block)
         arrived = rt.signals(n)
-        gathered[me * block:(me + 1) * block] = torch.arange(block) + 10 * me
+        gathered[me * block : (me + 1) * block] = torch.arange(block) + 10 * me
         right = (me + 1) % n
         for step in range(n - 1):
             owner = (me - step) % n
-            chunk = gathered[owner * block:(owner + 1) * block]
-            rt.put_signal(chunk, chunk.clone(), arrived[owner:owner + 1], 1, right, SIGNAL.SET)
+            chunk = gathered[owner * block : (owner + 1) * block]
+            rt.put_signal(chunk, chunk.clone(), arrived[owner : owner + 1], 1, right, SIGNAL.SET)
             incoming = (me - step - 1) % n
-            rt.signal_wait_until(arrived[incoming:incoming + 1], CMP.EQ, 1)
+            rt.signal_wait_until(arrived[incoming : incoming + 1], CMP.EQ, 1)
         expected = torch.cat([torch.arange(block) + 10 * pe for pe in range(n)]).float()
         assert torch.equal(gathered, expected), gathered
         log(rt, f"ring all-gather: {gathered.int().tolist()}")
@@ -51,7 +52,7 @@ def main() -> None:
         assert torch.equal(total, expected * n)
         part = rt.empty(block)
         rt.reducescatter(part, gathered, "max")
-        assert torch.equal(part, expected[me * block:(me + 1) * block])
+        assert torch.equal(part, expected[me * block : (me + 1) * block])
         if me == 0:
             log(rt, f"all-reduce sum: {total.int().tolist()}")
 

@@ -4,6 +4,7 @@ PEs 2k and 2k+1 bounce a ball: each hit puts the ball's value with putmem_signal
 the reply's signal. On a machine without a GPU the kernel runs under Triton's interpreter on the
 host backend (slow per round: the point there is correctness, not speed).
 """
+
 import os
 import sys
 import time
@@ -53,8 +54,10 @@ def main() -> None:
         assert ball[0].item() == expected, ball
         rt.barrier_all()
         if rt.my_pe == 0:
-            sys.stdout.write(f"{rounds} round trips between {rt.n_pes // 2} pair(s): "
-                             f"{elapsed / rounds * 1e6:.0f} us each (backend {rt.backend})\n")
+            sys.stdout.write(
+                f"{rounds} round trips between {rt.n_pes // 2} pair(s): "
+                f"{elapsed / rounds * 1e6:.0f} us each (backend {rt.backend})\n"
+            )
         rt.free(ball)
         rt.free(sig)
 

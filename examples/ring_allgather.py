@@ -4,6 +4,7 @@ Each PE owns one block of `out`. In n-1 steps every PE forwards the block it rec
 right neighbour with putmem_signal_block, then waits for the next block's signal. On a machine
 without a GPU the kernel runs under Triton's interpreter on the host backend.
 """
+
 import os
 import sys
 
@@ -24,10 +25,11 @@ def ring_allgather(out, arrived, BLOCK: tl.constexpr):
     n = shl.n_pes()
     right = (me + 1) % n
     for step in range(n - 1):
-        owner = (me - step + n) % n          # the block to forward this step
-        shl.putmem_signal_block(out + owner * BLOCK, out + owner * BLOCK, BLOCK * 4,
-                                arrived + owner, 1, shl.SIGNAL_SET, right)
-        incoming = (me - step - 1 + n) % n   # the block the left neighbour forwards
+        owner = (me - step + n) % n  # the block to forward this step
+        shl.putmem_signal_block(
+            out + owner * BLOCK, out + owner * BLOCK, BLOCK * 4, arrived + owner, 1, shl.SIGNAL_SET, right
+        )
+        incoming = (me - step - 1 + n) % n  # the block the left neighbour forwards
         shl.signal_wait_until(arrived + incoming, shl.CMP_EQ, 1)
 
 
@@ -41,7 +43,7 @@ def main() -> None:
     with unishmem.init(heap_size="64M") as rt:
         out = rt.zeros(rt.n_pes * block, dtype=torch.float32)
         arrived = rt.signals(rt.n_pes)
-        out[rt.my_pe * block:(rt.my_pe + 1) * block] = torch.arange(block) + 100 * rt.my_pe
+        out[rt.my_pe * block : (rt.my_pe + 1) * block] = torch.arange(block) + 100 * rt.my_pe
         rt.barrier_all()
         ring_allgather[(1,)](out, arrived, BLOCK=block)
         expected = torch.cat([torch.arange(block) + 100 * pe for pe in range(rt.n_pes)]).float()

@@ -4,6 +4,7 @@ OUT/pe<N>.json, written after every check, so a PE that dies still leaves what i
 
     unishmem run -n 2 scripts/gpu_check_pe.py OUTDIR
 """
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,14 @@ def main() -> int:
     peer = (me + 1) % n
     left = (me - 1) % n
     report = Report(me)
-    report.info = {"pe": me, "n_pes": n, "device": str(rt.device), "gpu": torch.cuda.get_device_name(rt.device),
-                   "version": rt.version, "init_seconds": round(time.time() - t0, 2)}
+    report.info = {
+        "pe": me,
+        "n_pes": n,
+        "device": str(rt.device),
+        "gpu": torch.cuda.get_device_name(rt.device),
+        "version": rt.version,
+        "init_seconds": round(time.time() - t0, 2),
+    }
     report.add("init", "ok", f"{rt!r}; mode {rt.version.get('nvshmem_mode')}")
 
     def allocation():
@@ -78,6 +85,7 @@ def main() -> int:
         rt.free(s)
         rt.free(x)
         return f"zeros/signals on {x.device}, freed; {rt._native.heap_free_bytes()} heap bytes free"
+
     check(report, "allocation", allocation)
 
     def peer_views():
@@ -95,6 +103,7 @@ def main() -> int:
         assert mine == 100.0 + left, f"own copy holds {mine} after the left neighbour's store, expected {100 + left}"
         rt.free(x)
         return "load from and store to the peer's copy through rt.peer()"
+
     check(report, "peer_views", peer_views)
 
     def put_get():
@@ -111,6 +120,7 @@ def main() -> int:
         rt.barrier_all()
         rt.free(dst)
         return "4 MiB put to the right neighbour, read back with get, on the current stream"
+
     check(report, "put_get_on_stream", put_get)
 
     def put_signal():
@@ -128,6 +138,7 @@ def main() -> int:
         rt.free(sig)
         rt.free(dst)
         return f"put_signal SET then signal_op ADD; waits saw {seen}"
+
     check(report, "put_signal_and_signal_wait_until", put_signal)
 
     def barrier_all():
@@ -137,6 +148,7 @@ def main() -> int:
             rt.barrier_all()
             times.append(time.perf_counter() - t)
         return f"20 barriers, median {sorted(times)[10] * 1e6:.0f} us each (host-blocking, with the call check)"
+
     check(report, "barrier_all", barrier_all)
 
     def limited_mode_refusals():
@@ -152,6 +164,7 @@ def main() -> int:
         rt.barrier_all()
         rt.free(x)
         return "broadcast refused with an error instead of NVSHMEM ending the process"
+
     check(report, "limited_mode_refusals", limited_mode_refusals)
 
     def bandwidth():
@@ -164,8 +177,11 @@ def main() -> int:
             put_s = timed(lambda: rt.put(b, a, peer))
             c = torch.empty_like(a)
             copy_s = timed(lambda: c.copy_(a))
-            result = {"bytes": BW_BYTES, "host_put_on_stream_GBps": BW_BYTES / put_s / 1e9,
-                      "torch_d2d_copy_GBps": BW_BYTES / copy_s / 1e9}
+            result = {
+                "bytes": BW_BYTES,
+                "host_put_on_stream_GBps": BW_BYTES / put_s / 1e9,
+                "torch_d2d_copy_GBps": BW_BYTES / copy_s / 1e9,
+            }
             del c
         rt.barrier_all()
         rt.free(b)
@@ -173,8 +189,11 @@ def main() -> int:
         report.info["bandwidth"] = result
         if not result:
             return "measured by PE 0"
-        return (f"{BW_BYTES >> 20} MiB: rt.put (nvshmemx_putmem_on_stream) {result['host_put_on_stream_GBps']:.0f} GB/s, "
-                f"torch device-to-device copy {result['torch_d2d_copy_GBps']:.0f} GB/s (bytes copied / time)")
+        return (
+            f"{BW_BYTES >> 20} MiB: rt.put (nvshmemx_putmem_on_stream) {result['host_put_on_stream_GBps']:.0f} GB/s, "
+            f"torch device-to-device copy {result['torch_d2d_copy_GBps']:.0f} GB/s (bytes copied / time)"
+        )
+
     check(report, "put_bandwidth", bandwidth)
 
     # ---- Triton device library: a compiled putmem_signal_block kernel ---------------------------
@@ -187,6 +206,7 @@ def main() -> int:
     except ImportError as e:
         report.add("triton_putmem_signal_block", "SKIPPED", f"device library not available here ({e})")
     else:
+
         def triton_kernel():
             @unishmem.jit
             def ring_put(buf, src, sig, nbytes, peer, BLOCK: tl.constexpr):
@@ -213,6 +233,7 @@ def main() -> int:
             rt.free(sig)
             rt.free(buf)
             return "putmem_signal_block + host signal_wait_until" + result
+
         check(report, "triton_putmem_signal_block", triton_kernel)
 
     # Last, since a vendor failure here could end the process: host atomics over P2P.
@@ -222,6 +243,7 @@ def main() -> int:
         rt.barrier_all()
         assert int(c.item()) == 3, int(c.item())
         return f"atomic_fetch_add on the peer returned {old}"
+
     check(report, "host_atomics", atomics)
 
     report.info["seconds"] = round(time.time() - t0, 2)

@@ -1,5 +1,6 @@
 """Kernels that together call every function of unishmem.language, for the compile-and-link tests.
 They are split into groups because one kernel holding every NVSHMEM call takes ptxas minutes."""
+
 import triton
 import triton.language as tl
 
@@ -155,8 +156,9 @@ V2_GROUPS = [many_waits, typed_signals, strided_and_direct]
 # consume_token: a GEMM whose K loop waits for each A tile; Triton's pipeliner (num_stages=3)
 # hoists the loads of later iterations, and must not hoist a guarded load above its wait.
 @triton.jit
-def pipelined_gemm(a, b, c, sig, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                   GUARD: tl.constexpr):
+def pipelined_gemm(
+    a, b, c, sig, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GUARD: tl.constexpr
+):
     rm = tl.arange(0, BM)
     rn = tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -170,8 +172,17 @@ def pipelined_gemm(a, b, c, sig, K: tl.constexpr, BM: tl.constexpr, BN: tl.const
     tl.store(c + rm[:, None] * BN + rn[None, :], acc)
 
 
-GEMM_SIGNATURE = {"a": "*fp16", "b": "*fp16", "c": "*fp32", "sig": "*u64", "K": "constexpr", "BM": "constexpr",
-                  "BN": "constexpr", "BK": "constexpr", "GUARD": "constexpr"}
+GEMM_SIGNATURE = {
+    "a": "*fp16",
+    "b": "*fp16",
+    "c": "*fp32",
+    "sig": "*u64",
+    "K": "constexpr",
+    "BM": "constexpr",
+    "BN": "constexpr",
+    "BK": "constexpr",
+    "GUARD": "constexpr",
+}
 GEMM_CONSTANTS = {"K": 256, "BM": 64, "BN": 64, "BK": 32}
 
 

@@ -12,6 +12,7 @@ outcome; a function that fails on some PE aborts the job (its peers then stop wi
 PeerFailure) instead of leaving them waiting, and the tests after it report that they did not run.
 Run this file as `spmd.py run MODULE OUTDIR` on each PE (the job does that).
 """
+
 from __future__ import annotations
 
 import functools
@@ -63,19 +64,23 @@ def raises(call, message: str) -> None:
 def launch(args: list[str], n_pes: int, timeout: float = JOB_TIMEOUT_S, env=None) -> subprocess.CompletedProcess:
     """`unishmem run -n n_pes args...` with captured output."""
     cmd = [sys.executable, "-m", "unishmem", "run", "-n", str(n_pes), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
 
 
 def _job(module_file: str, n_pes: int) -> dict:
     """Results of the module's job at n_pes. A module may add variables for its PEs in SPMD_ENV."""
     key = (module_file, n_pes)
     if key not in _JOBS:
-        module_env = next((getattr(m, "SPMD_ENV", {}) for m in list(sys.modules.values())
-                           if getattr(m, "__file__", None) and os.path.abspath(m.__file__) == module_file), {})
+        module_env = next(
+            (
+                getattr(m, "SPMD_ENV", {})
+                for m in list(sys.modules.values())
+                if getattr(m, "__file__", None) and os.path.abspath(m.__file__) == module_file
+            ),
+            {},
+        )
         with tempfile.TemporaryDirectory() as out:
-            proc = launch([os.path.abspath(__file__), "run", module_file, out], n_pes,
-                          env={**JOB_ENV, **module_env})
+            proc = launch([os.path.abspath(__file__), "run", module_file, out], n_pes, env={**JOB_ENV, **module_env})
             results: dict[str, list] = {}
             for pe in range(n_pes):
                 path = os.path.join(out, f"pe{pe}.jsonl")
@@ -83,8 +88,12 @@ def _job(module_file: str, n_pes: int) -> dict:
                     for line in open(path):
                         rec = json.loads(line)
                         results.setdefault(rec["name"], []).append(rec)
-        _JOBS[key] = {"results": results, "returncode": proc.returncode,
-                      "output": (proc.stdout + proc.stderr)[-6000:], "n_pes": n_pes}
+        _JOBS[key] = {
+            "results": results,
+            "returncode": proc.returncode,
+            "output": (proc.stdout + proc.stderr)[-6000:],
+            "n_pes": n_pes,
+        }
     return _JOBS[key]
 
 
@@ -96,8 +105,10 @@ def _report(job: dict, name: str) -> None:
     if recs and all(r["status"] == "skipped" for r in recs):
         pytest.skip(recs[0]["detail"])
     if len([r for r in recs if r["status"] == "passed"]) != job["n_pes"]:
-        pytest.fail(f"{name} did not complete on every PE (job exit status {job['returncode']}); job output:\n"
-                    f"{job['output']}", pytrace=False)
+        pytest.fail(
+            f"{name} did not complete on every PE (job exit status {job['returncode']}); job output:\n{job['output']}",
+            pytrace=False,
+        )
 
 
 def _run_module(module_file: str, outdir: str) -> int:

@@ -1,6 +1,6 @@
 """Remote atomics on int32, int64, uint32, uint64."""
-import torch
 
+import torch
 from spmd import spmd
 
 DTYPES = (torch.int32, torch.int64, torch.uint32, torch.uint64)

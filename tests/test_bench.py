@@ -1,6 +1,7 @@
 """`unishmem bench`: the quick run measures every section, each figure beside its references, and
 bad arguments fail at once with the bad value named. Speed targets are not asserted here: the
 machine is shared and noisy; the bench prints them (ok / MISS) for people to read."""
+
 import json
 import os
 import subprocess
@@ -26,6 +27,7 @@ def quick(tmp_path_factory):
     args = ["--quick", "--json", str(out / "bench.json")]
     try:
         import matplotlib  # noqa: F401
+
         args += ["--plot", str(out / "bench.png")]
     except ImportError:
         pass
@@ -118,8 +120,22 @@ def test_summary_is_the_nearest_rank_median_and_p99():
 
 def test_load_runs_busy_processes_beside_the_jobs_and_stops_them(tmp_path):
     out = tmp_path / "load.json"
-    proc = bench("--quick", "--load", "1", "--pes", "2", "--scale-pes", "none", "--max-size", "1K", "--skip", "gloo",
-                 "--json", str(out), timeout=300)
+    proc = bench(
+        "--quick",
+        "--load",
+        "1",
+        "--pes",
+        "2",
+        "--scale-pes",
+        "none",
+        "--max-size",
+        "1K",
+        "--skip",
+        "gloo",
+        "--json",
+        str(out),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "load: 1 busy process(es) ran beside every job" in proc.stdout
     with open(out) as f:
@@ -148,8 +164,17 @@ def test_targets_are_marked_where_the_issue_sets_them(quick):
 
 def test_table_prints_each_figure_beside_its_references(quick):
     _, out, _ = quick
-    for heading in ("put / get", "signal ping-pong", "barrier", "reduce (", "reducescatter (", "fcollect (",
-                    "alltoall (", "broadcast (", "bound = (R + W) / (2 * B)"):
+    for heading in (
+        "put / get",
+        "signal ping-pong",
+        "barrier",
+        "reduce (",
+        "reducescatter (",
+        "fcollect (",
+        "alltoall (",
+        "broadcast (",
+        "bound = (R + W) / (2 * B)",
+    ):
         assert heading in out, heading
     assert "memcpy GB/s" in out and "raw shm atomic ping-pong" in out and "Open MPI Barrier" in out
     # each latency column says which statistic it is
@@ -165,19 +190,24 @@ def test_plot_is_a_png(quick):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--pes", "1"], "PE count 1 in '1' is out of range"),
-    (["--pes", "2,x"], "'2,x' is not a comma-separated list of PE counts"),
-    (["--scale-pes", "99"], "PE count 99 in '99' is out of range"),
-    (["--max-size", "12Q"], "heap size '12Q' is not a byte count"),
-    (["--max-size", "4"], "--max-size 4 leaves no sizes to measure"),
-    (["--skip", "nccl"], "invalid choice: 'nccl'"),
-    (["--load", "-1"], "'-1' is not a number of busy processes from 0 to 64"),
-    (["--load", "x"], "'x' is not a number of busy processes from 0 to 64"),
-    (["--json", "/nonexistent-folder/b.json"], "--json '/nonexistent-folder/b.json': folder '/nonexistent-folder' "
-                                               "does not exist"),
-    (["--plot", "/"], "--plot '/' is a directory"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--pes", "1"], "PE count 1 in '1' is out of range"),
+        (["--pes", "2,x"], "'2,x' is not a comma-separated list of PE counts"),
+        (["--scale-pes", "99"], "PE count 99 in '99' is out of range"),
+        (["--max-size", "12Q"], "heap size '12Q' is not a byte count"),
+        (["--max-size", "4"], "--max-size 4 leaves no sizes to measure"),
+        (["--skip", "nccl"], "invalid choice: 'nccl'"),
+        (["--load", "-1"], "'-1' is not a number of busy processes from 0 to 64"),
+        (["--load", "x"], "'x' is not a number of busy processes from 0 to 64"),
+        (
+            ["--json", "/nonexistent-folder/b.json"],
+            "--json '/nonexistent-folder/b.json': folder '/nonexistent-folder' does not exist",
+        ),
+        (["--plot", "/"], "--plot '/' is a directory"),
+    ],
+)
 def test_bad_arguments_fail_at_once_naming_the_value(args, message):
     proc = bench("--quick", *args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -187,9 +217,11 @@ def test_bad_arguments_fail_at_once_naming_the_value(args, message):
 
 def test_plot_without_matplotlib_says_how_to_get_it(tmp_path):
     # A None entry in sys.modules is how Python marks a module as unimportable.
-    code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from unishmem.cli import main\n"
-            f"sys.exit(main(['bench', '--quick', '--plot', {str(tmp_path / 'b.png')!r}]))")
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from unishmem.cli import main\n"
+        f"sys.exit(main(['bench', '--quick', '--plot', {str(tmp_path / 'b.png')!r}]))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "--plot needs matplotlib" in proc.stderr and "pip install 'unishmem[bench]'" in proc.stderr
@@ -204,8 +236,15 @@ def test_kernels_are_timed_beside_torch_distributed(tmp_path):
     report = json.loads(path.read_text())
     assert report["jobs"] == [{"backend": "host", "reference": "torch.distributed gloo", "interpreted": True}]
     rows = report["rows"]
-    assert sorted(r["kernel"] for r in rows) == ["ag_gemm", "all_gather", "all_reduce one_shot",
-                                                "all_reduce two_shot", "gemm_rs", "moe dispatch+combine", "reduce_scatter"]
+    assert sorted(r["kernel"] for r in rows) == [
+        "ag_gemm",
+        "all_gather",
+        "all_reduce one_shot",
+        "all_reduce two_shot",
+        "gemm_rs",
+        "moe dispatch+combine",
+        "reduce_scatter",
+    ]
     for r in rows:
         assert r["pes"] == 2 and r["bytes"] == 64 * 1024
         assert positive(r["seconds"]) and positive(r["reference_seconds"]), r

@@ -1,10 +1,19 @@
 """broadcast, fcollect, alltoall, reduce and reducescatter over dtypes and ops."""
-import torch
 
+import torch
 from spmd import spmd
 
-REDUCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
-                 torch.int32, torch.int64, torch.uint8)
+REDUCE_DTYPES = (
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+)
 
 
 def contribution(pe: int, n: int, dtype) -> torch.Tensor:
@@ -36,7 +45,7 @@ def test_fcollect(rt):
         dst = rt.empty((rt.n_pes * 3, 7), dtype=dtype)
         rt.fcollect(dst, src)
         for pe in range(rt.n_pes):
-            assert (dst[pe * 3:(pe + 1) * 3] == pe).all()
+            assert (dst[pe * 3 : (pe + 1) * 3] == pe).all()
         rt.free(src)
         rt.free(dst)
 
@@ -47,11 +56,11 @@ def test_alltoall(rt):
     block = 5
     src = rt.empty(n * block, dtype=torch.int64)
     for j in range(n):  # block j goes to PE j
-        src[j * block:(j + 1) * block] = 100 * rt.my_pe + j
+        src[j * block : (j + 1) * block] = 100 * rt.my_pe + j
     dst = rt.zeros(n * block, dtype=torch.int64)
     rt.alltoall(dst, src)
     for i in range(n):  # block i came from PE i
-        assert (dst[i * block:(i + 1) * block] == 100 * i + rt.my_pe).all(), dst
+        assert (dst[i * block : (i + 1) * block] == 100 * i + rt.my_pe).all(), dst
     rt.free(src)
     rt.free(dst)
 
@@ -94,7 +103,7 @@ def test_reducescatter(rt):
             src.copy_(contribution(rt.my_pe, block * rt.n_pes, dtype))
             dst = rt.empty(block, dtype=dtype)
             rt.reducescatter(dst, src, op)
-            ref = expected(op, rt.n_pes, block * rt.n_pes, dtype)[rt.my_pe * block:(rt.my_pe + 1) * block]
+            ref = expected(op, rt.n_pes, block * rt.n_pes, dtype)[rt.my_pe * block : (rt.my_pe + 1) * block]
             assert torch.equal(dst, ref), (dtype, op)
             rt.free(src)
             rt.free(dst)

@@ -2,6 +2,7 @@
 and on an example, for sm_90 and gfx942 with no GPU. What the report says is checked against the files it
 wrote (the cubin holds NVSHMEM's device state, so the bitcode was linked in) and against the rocSHMEM symbols
 the kernels call, written here by hand from rocSHMEM's rocshmem_wrapper.cc names."""
+
 import json
 import os
 import subprocess
@@ -20,16 +21,31 @@ RING_P_ROCSHMEM = ["rocshmem_int_p", "rocshmem_my_pe", "rocshmem_n_pes"]
 
 
 def _unishmem(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "unishmem", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "unishmem", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out, cache = tmp_path_factory.mktemp("out"), tmp_path_factory.mktemp("cache")
     # --fast: ptxas without optimisation; a user-set cache, which the command must use and keep
-    proc = _unishmem("compile", KERNELS, "--target", "sm_90,gfx942", "--fast", "--json", "--out", str(out),
-                     env={"TRITON_CACHE_DIR": str(cache)})
+    proc = _unishmem(
+        "compile",
+        KERNELS,
+        "--target",
+        "sm_90,gfx942",
+        "--fast",
+        "--json",
+        "--out",
+        str(out),
+        env={"TRITON_CACHE_DIR": str(cache)},
+    )
     assert proc.stdout.strip(), proc.stderr[-3000:]
     return {"proc": proc, "json": json.loads(proc.stdout), "out": out, "cache": cache}
 
@@ -44,7 +60,9 @@ def test_failing_kernels_make_the_exit_status_one(report):
     assert report["proc"].returncode == 1, report["proc"].stderr[-3000:]
     assert not report["json"]["ok"]
     assert {(r["kernel"], r["target"]) for r in report["json"]["results"] if not r["ok"]} == {
-        ("half_p", "gfx942"), ("undeclared", None)}
+        ("half_p", "gfx942"),
+        ("undeclared", None),
+    }
 
 
 def test_cuda_links_nvshmem_into_a_cubin(report):
@@ -76,8 +94,10 @@ def test_what_rocshmem_lacks_is_named_with_the_reason(report):
 
 def test_a_kernel_without_a_signature_says_how_to_declare_one(report):
     error = _row(report, "undeclared", None)["error"]
-    assert 'no signature declared for undeclared: add to compile_kernels a table COMPILE = {undeclared: ' \
-           '{"signature": {"buf": "...", "pe": "..."}, "constexprs": {"BLOCK": ...}}}' in error, error
+    assert (
+        "no signature declared for undeclared: add to compile_kernels a table COMPILE = {undeclared: "
+        '{"signature": {"buf": "...", "pe": "..."}, "constexprs": {"BLOCK": ...}}}' in error
+    ), error
 
 
 def test_the_users_cache_is_used_and_kept(report):
@@ -98,17 +118,27 @@ def test_example_compiles_for_gfx942():
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     (row,) = json.loads(proc.stdout)["results"]
     # putmem_signal_block is rocSHMEM's _wg form; its wait_until returns nothing, so the value is fetched
-    assert row["unresolved"] == ["rocshmem_my_pe", "rocshmem_n_pes", "rocshmem_putmem_signal_wg",
-                                 "rocshmem_signal_fetch", "rocshmem_uint64_wait_until"], row
+    assert row["unresolved"] == [
+        "rocshmem_my_pe",
+        "rocshmem_n_pes",
+        "rocshmem_putmem_signal_wg",
+        "rocshmem_signal_fetch",
+        "rocshmem_uint64_wait_until",
+    ], row
 
 
-@pytest.mark.parametrize("args, message", [
-    (["examples/ring_allgather.py", "--target", "sm_90,sm_91"],
-     "unknown target 'sm_91' in --target 'sm_90,sm_91'; known targets: sm_80, sm_90, sm_100, gfx942, gfx950"),
-    (["no_such_module_here"], "no module named 'no_such_module_here' here: give a dotted module name"),
-    ([".relative"], "no module named '.relative' here"),
-    (["examples/missing.py"], "no such file: examples/missing.py"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["examples/ring_allgather.py", "--target", "sm_90,sm_91"],
+            "unknown target 'sm_91' in --target 'sm_90,sm_91'; known targets: sm_80, sm_90, sm_100, gfx942, gfx950",
+        ),
+        (["no_such_module_here"], "no module named 'no_such_module_here' here: give a dotted module name"),
+        ([".relative"], "no module named '.relative' here"),
+        (["examples/missing.py"], "no such file: examples/missing.py"),
+    ],
+)
 def test_setup_errors_name_the_value(args, message, capsys, monkeypatch):
     from unishmem.cli import main
 
@@ -124,21 +154,40 @@ def _module(**attrs):
     return module
 
 
-@pytest.mark.parametrize("table, message", [
-    ({"ring_p": {"signature": {"buf": "*i32"}}},
-     "COMPILE[ring_p] gives no value for the tl.constexpr argument 'N': add it to \"constexprs\""),
-    ({"ring_p": {"signature": {}, "constexprs": {"N": 8}}},
-     "COMPILE[ring_p] gives no type for the argument 'buf': add it to \"signature\""),
-    ({"ring_p": {"signature": {"buf": "*i32", "bufs": "*i32"}, "constexprs": {"N": 8}}},
-     "COMPILE[ring_p] names 'bufs', which is not an argument of ring_p(buf, N)"),
-    ({"ring_p": [{"signature": {"buf": "*i32"}, "constexprs": {"N": 8}}, {"signature": {"buf": "*i32"},
-                                                                           "constexpr": {"N": 8}}]},
-     "COMPILE[ring_p][1] has unknown keys ['constexpr']"),
-    ({"ring_p": {"signature": {"buf": "*f32"}, "constexprs": {"N": 8}}},
-     "COMPILE[ring_p] gives 'buf' the type '*f32', which Triton does not know: use a Triton type such as \"*fp32\""),
-    ({"ring_q": {"signature": {}}}, "COMPILE has the key 'ring_q', which is not a @unishmem.jit kernel of the "
-                                    "module (its kernels: ring_p)"),
-])
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        (
+            {"ring_p": {"signature": {"buf": "*i32"}}},
+            "COMPILE[ring_p] gives no value for the tl.constexpr argument 'N': add it to \"constexprs\"",
+        ),
+        (
+            {"ring_p": {"signature": {}, "constexprs": {"N": 8}}},
+            "COMPILE[ring_p] gives no type for the argument 'buf': add it to \"signature\"",
+        ),
+        (
+            {"ring_p": {"signature": {"buf": "*i32", "bufs": "*i32"}, "constexprs": {"N": 8}}},
+            "COMPILE[ring_p] names 'bufs', which is not an argument of ring_p(buf, N)",
+        ),
+        (
+            {
+                "ring_p": [
+                    {"signature": {"buf": "*i32"}, "constexprs": {"N": 8}},
+                    {"signature": {"buf": "*i32"}, "constexpr": {"N": 8}},
+                ]
+            },
+            "COMPILE[ring_p][1] has unknown keys ['constexpr']",
+        ),
+        (
+            {"ring_p": {"signature": {"buf": "*f32"}, "constexprs": {"N": 8}}},
+            "COMPILE[ring_p] gives 'buf' the type '*f32', which Triton does not know: use a Triton type such as \"*fp32\"",
+        ),
+        (
+            {"ring_q": {"signature": {}}},
+            "COMPILE has the key 'ring_q', which is not a @unishmem.jit kernel of the module (its kernels: ring_p)",
+        ),
+    ],
+)
 def test_bad_compile_tables_are_refused_naming_the_entry(table, message):
     sys.path.insert(0, os.path.dirname(KERNELS))
     try:

@@ -1,6 +1,7 @@
 """The device library compiled for real targets, with no GPU: every function compiles and links
 against the nvidia-nvshmem wheel's bitcode into a cubin for sm_80, sm_90 and sm_100; for gfx942 and
 gfx950 the LLVM IR declares each rocSHMEM symbol with the signature rocSHMEM's rocshmem_wrapper.cc gives."""
+
 import concurrent.futures
 import multiprocessing
 import os
@@ -11,10 +12,10 @@ import tempfile
 import pytest
 
 triton = pytest.importorskip("triton")
+import device_kernels  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-import device_kernels  # noqa: E402
 from unishmem import BackendUnavailable  # noqa: E402
 from unishmem.triton_support import extern_libs  # noqa: E402
 
@@ -23,8 +24,17 @@ CUDA_ARCHS = (80, 90, 100)
 HIP_ARCHS = tuple(os.environ.get("UNISHMEM_TEST_HIP_ARCHS", "gfx942,gfx950").split(","))
 
 
-def _compile(kernel_name: str, backend: str, arch, link: bool, signature=None, constexprs=None, options=None,
-             attrs=None, debug_waits=False):
+def _compile(
+    kernel_name: str,
+    backend: str,
+    arch,
+    link: bool,
+    signature=None,
+    constexprs=None,
+    options=None,
+    attrs=None,
+    debug_waits=False,
+):
     """Compile one kernel of device_kernels; returns its IR texts, or the error text."""
     from unishmem.language import _debug
 
@@ -39,20 +49,28 @@ def _compile(kernel_name: str, backend: str, arch, link: bool, signature=None, c
     try:
         if constexprs is None:
             constexprs = {"N": 8} if signature is None else {}
-        c = triton.compile(ASTSource(kernel, signature=signature or default, constexprs=constexprs, attrs=attrs),
-                           target=target, options=options)
+        c = triton.compile(
+            ASTSource(kernel, signature=signature or default, constexprs=constexprs, attrs=attrs),
+            target=target,
+            options=options,
+        )
     except Exception as e:  # reported to the test, which decides
         return {"error": f"{type(e).__name__}: {e}"[:4000]}
     binary = c.asm.get("cubin", c.asm.get("hsaco", b""))
-    return {"ttir": c.asm["ttir"], "ttgir": c.asm["ttgir"], "llir": c.asm["llir"], "binary": len(binary),
-            "rocshmem_names": {m.decode() for m in re.findall(rb"ROCSHMEM_\w+", binary)}}
+    return {
+        "ttir": c.asm["ttir"],
+        "ttgir": c.asm["ttgir"],
+        "llir": c.asm["llir"],
+        "binary": len(binary),
+        "rocshmem_names": {m.decode() for m in re.findall(rb"ROCSHMEM_\w+", binary)},
+    }
 
 
 def _init_worker(cache_dir):
     os.environ["TRITON_CACHE_DIR"] = cache_dir  # a fresh cache: every kernel really compiles
-    os.environ["DISABLE_PTXAS_OPT"] = "1"       # linking is what is checked; optimising only costs minutes
+    os.environ["DISABLE_PTXAS_OPT"] = "1"  # linking is what is checked; optimising only costs minutes
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    os.environ["TRITON_INTERPRET"] = "0"        # compile: the examples and tutorials switch it on without a GPU
+    os.environ["TRITON_INTERPRET"] = "0"  # compile: the examples and tutorials switch it on without a GPU
     sys.path.insert(0, os.path.dirname(__file__))
 
 
@@ -68,19 +86,34 @@ def builds():
     jobs += [("team_reduce_ops", "hip", arch, False, "TEAM_REDUCE_SIGNATURE") for arch in HIP_ARCHS]
     with tempfile.TemporaryDirectory() as cache:
         ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx, initializer=_init_worker,
-                                                    initargs=(cache,)) as pool:
+        with concurrent.futures.ProcessPoolExecutor(
+            2, mp_context=ctx, initializer=_init_worker, initargs=(cache,)
+        ) as pool:
             futures = {job: pool.submit(_compile, *job) for job in jobs}
             results = {job[:3]: f.result() for job, f in futures.items()}
-            results["half_p"] = pool.submit(_compile, "half_p", "hip", "gfx942", False,
-                                            {"hbuf": "*fp16", "pe": "i32"}, {}).result()
+            results["half_p"] = pool.submit(
+                _compile, "half_p", "hip", "gfx942", False, {"hbuf": "*fp16", "pe": "i32"}, {}
+            ).result()
             aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
-            gemms = {guard: pool.submit(_compile, "pipelined_gemm", "cuda", 90, True, device_kernels.GEMM_SIGNATURE,
-                                        dict(device_kernels.GEMM_CONSTANTS, GUARD=guard), {"num_stages": 3}, aligned)
-                     for guard in (False, True)}
+            gemms = {
+                guard: pool.submit(
+                    _compile,
+                    "pipelined_gemm",
+                    "cuda",
+                    90,
+                    True,
+                    device_kernels.GEMM_SIGNATURE,
+                    dict(device_kernels.GEMM_CONSTANTS, GUARD=guard),
+                    {"num_stages": 3},
+                    aligned,
+                )
+                for guard in (False, True)
+            }
             results["gemm"] = {guard: f.result() for guard, f in gemms.items()}
-            debug = {(backend, arch): pool.submit(_compile, "signals", backend, arch, backend == "cuda", debug_waits=True)
-                     for backend, arch in (("cuda", 90), ("hip", "gfx942"))}
+            debug = {
+                (backend, arch): pool.submit(_compile, "signals", backend, arch, backend == "cuda", debug_waits=True)
+                for backend, arch in (("cuda", 90), ("hip", "gfx942"))
+            }
             results["debug_waits"] = {key: f.result() for key, f in debug.items()}
     return results
 
@@ -104,9 +137,17 @@ def test_v2_functions_link_for_sm_90(builds):
         assert not re.findall(r"^declare .*@(nvshmemx?_\w+)", out["llir"], re.M)
     called = _functions_called(builds, device_kernels.V2_GROUPS, "cuda", 90)
     # what NVSHMEM 3.8's headers declare for these (host/nvshmem_api.h, host/nvshmemx_api.h)
-    assert {"nvshmem_int64_wait_until_all", "nvshmem_int64_wait_until_any_vector", "nvshmem_int64_wait_until_some",
-            "nvshmem_int32_put_signal_nbi", "nvshmemx_int32_put_signal_block", "nvshmemx_int32_put_signal_nbi_warp",
-            "nvshmem_int32_iput", "nvshmemx_int32_iget_block", "nvshmemx_putmem_block"} <= called, called
+    assert {
+        "nvshmem_int64_wait_until_all",
+        "nvshmem_int64_wait_until_any_vector",
+        "nvshmem_int64_wait_until_some",
+        "nvshmem_int32_put_signal_nbi",
+        "nvshmemx_int32_put_signal_block",
+        "nvshmemx_int32_put_signal_nbi_warp",
+        "nvshmem_int32_iput",
+        "nvshmemx_int32_iget_block",
+        "nvshmemx_putmem_block",
+    } <= called, called
 
 
 def test_atomics_use_triton_on_reachable_peers_and_the_vendor_amo_elsewhere(builds):
@@ -114,8 +155,10 @@ def test_atomics_use_triton_on_reachable_peers_and_the_vendor_amo_elsewhere(buil
     assert "tt.atomic_rmw" in ttir and "tt.atomic_cas" in ttir  # through remote_ptr
     called = set(re.findall(r'symbol = "(\w+)"', ttir))
     # NVSHMEM's C-typed AMOs (3.8's bitcode has nvshmem_long_atomic_fetch_add, not an int64 one)
-    assert {f"nvshmem_long_atomic_{op}" for op in ("fetch_add", "fetch", "swap", "compare_swap", "fetch_inc", "add",
-                                                   "inc", "set")} <= called, called
+    assert {
+        f"nvshmem_long_atomic_{op}"
+        for op in ("fetch_add", "fetch", "swap", "compare_swap", "fetch_inc", "add", "inc", "set")
+    } <= called, called
 
 
 def _instructions(ir: str) -> list[str]:
@@ -127,11 +170,11 @@ def test_single_issue_put_starts_with_a_block_barrier(builds):
     ttir = _instructions(out["ttir"])
     store = next(i for i, line in enumerate(ttir) if line.startswith("tt.store"))
     put = next(i for i, line in enumerate(ttir) if 'symbol = "nvshmem_putmem"' in line)
-    assert any(line.startswith(("gpu.barrier", "ttg.barrier")) for line in ttir[store:put]), ttir[store:put + 1]
+    assert any(line.startswith(("gpu.barrier", "ttg.barrier")) for line in ttir[store:put]), ttir[store : put + 1]
     llir = _instructions(out["llir"])  # and in the LLVM IR: the store, a barrier, thread 0's call
     store = next(i for i, line in enumerate(llir) if line.startswith("store ") or "st.global" in line)
     call = next(i for i, line in enumerate(llir) if "@nvshmem_putmem" in line and "call" in line)
-    assert any("barrier" in line for line in llir[store:call]), llir[store:call + 1]
+    assert any("barrier" in line for line in llir[store:call]), llir[store : call + 1]
 
 
 def test_consume_token_keeps_guarded_loads_after_their_waits(builds):
@@ -141,7 +184,9 @@ def test_consume_token_keeps_guarded_loads_after_their_waits(builds):
         for line in _instructions(ttgir):
             if 'symbol = "nvshmem_signal_wait_until"' in line:
                 waits += 1
-            elif re.match(r"%\S+ = (tt\.load|ttg\.async_copy_global_to_local) %\S+.*: tensor<64x32x!tt\.ptr<f16>", line):
+            elif re.match(
+                r"%\S+ = (tt\.load|ttg\.async_copy_global_to_local) %\S+.*: tensor<64x32x!tt\.ptr<f16>", line
+            ):
                 seen.append(waits)
         return seen
 
@@ -158,8 +203,10 @@ def test_consume_token_keeps_guarded_loads_after_their_waits(builds):
 
 def test_a_block_of_pointers_to_a_scalar_wait_fails_to_compile(builds):
     error = builds[("block_wait", "cuda", 90)].get("error", "")
-    assert "signal_wait_until: sig must be a scalar, got a block of shape [8] (wait on many words with " \
-           "wait_until_all/any/some)" in error, error
+    assert (
+        "signal_wait_until: sig must be a scalar, got a block of shape [8] (wait on many words with "
+        "wait_until_all/any/some)" in error
+    ), error
 
 
 def _functions_called(builds, groups, backend, arch) -> set:
@@ -177,11 +224,25 @@ def test_every_device_function_is_in_a_compiled_group(builds):
     missing = [f for f in shl.FUNCTIONS if not re.search(rf"shl\.{f}\(", source)]
     assert not missing, f"device functions no compile test calls: {missing}"
     called = _functions_called(builds, device_kernels.GROUPS, "cuda", 90)
-    assert {"nvshmem_my_pe", "nvshmemx_putmem_warp", "nvshmem_int32_p", "nvshmemx_int32_fcollect_block",
-            "nvshmemx_int32_sum_reduce_block", "nvshmem_int64_wait_until", "nvshmem_ptr"} <= called, called
+    assert {
+        "nvshmem_my_pe",
+        "nvshmemx_putmem_warp",
+        "nvshmem_int32_p",
+        "nvshmemx_int32_fcollect_block",
+        "nvshmemx_int32_sum_reduce_block",
+        "nvshmem_int64_wait_until",
+        "nvshmem_ptr",
+    } <= called, called
     # NVSHMEM keeps its own team functions and collectives (the Triton ones are for rocSHMEM)
-    assert {"nvshmem_team_my_pe", "nvshmem_team_n_pes", "nvshmem_team_translate_pe", "nvshmem_barrier",
-            "nvshmem_team_sync", "nvshmemx_int32_broadcast_block", "nvshmemx_int32_alltoall_block"} <= called, called
+    assert {
+        "nvshmem_team_my_pe",
+        "nvshmem_team_n_pes",
+        "nvshmem_team_translate_pe",
+        "nvshmem_barrier",
+        "nvshmem_team_sync",
+        "nvshmemx_int32_broadcast_block",
+        "nvshmemx_int32_alltoall_block",
+    } <= called, called
 
 
 def test_nvshmem_constants_are_mapped(builds):
@@ -198,26 +259,43 @@ def test_nvshmem_constants_are_mapped(builds):
 # WRAP_RMA(int, int), WRAP_RMA_EXTENDED (_wave, _wg), WRAP_AMO_STANDARD(uint64_t, uint64),
 # WRAP_WAIT(long, long) and WRAP_WAIT(uint64_t, uint64) give the typed ones.
 ROCSHMEM_WRAPPER_PROTOTYPES = {
-    "rocshmem_my_pe": "int ()", "rocshmem_n_pes": "int ()",
+    "rocshmem_my_pe": "int ()",
+    "rocshmem_n_pes": "int ()",
     "rocshmem_ptr": "void* (const void*, int)",
-    **{f"rocshmem_{op}{sfx}": "void (void*, const void*, size_t, int)"
-       for op in ("putmem", "getmem", "putmem_nbi", "getmem_nbi") for sfx in ("", "_wg", "_wave")},
-    **{f"rocshmem_int_{op}{sfx}": "void (int*, const int*, size_t, int)"
-       for op in ("put", "get", "put_nbi", "get_nbi") for sfx in ("", "_wg")},
-    "rocshmem_int_p": "void (int*, int, int)", "rocshmem_int_g": "int (const int*, int)",
-    **{f"rocshmem_putmem_signal{nbi}{sfx}": "void (void*, const void*, size_t, uint64_t*, uint64_t, int, int)"
-       for nbi in ("", "_nbi") for sfx in ("", "_wg", "_wave")},
+    **{
+        f"rocshmem_{op}{sfx}": "void (void*, const void*, size_t, int)"
+        for op in ("putmem", "getmem", "putmem_nbi", "getmem_nbi")
+        for sfx in ("", "_wg", "_wave")
+    },
+    **{
+        f"rocshmem_int_{op}{sfx}": "void (int*, const int*, size_t, int)"
+        for op in ("put", "get", "put_nbi", "get_nbi")
+        for sfx in ("", "_wg")
+    },
+    "rocshmem_int_p": "void (int*, int, int)",
+    "rocshmem_int_g": "int (const int*, int)",
+    **{
+        f"rocshmem_putmem_signal{nbi}{sfx}": "void (void*, const void*, size_t, uint64_t*, uint64_t, int, int)"
+        for nbi in ("", "_nbi")
+        for sfx in ("", "_wg", "_wave")
+    },
     "rocshmem_uint64_atomic_add": "void (uint64_t*, uint64_t, int)",
     "rocshmem_uint64_wait_until": "void (uint64_t*, int, uint64_t)",
     "rocshmem_signal_fetch": "uint64_t (const uint64_t*)",
-    "rocshmem_long_wait_until": "void (long*, int, long)", "rocshmem_long_test": "int (long*, int, long)",
-    **{f"rocshmem_{f}": "void ()" for f in ("fence", "quiet", "barrier_all", "sync_all", "barrier_all_wg",
-                                             "sync_all_wg")},
+    "rocshmem_long_wait_until": "void (long*, int, long)",
+    "rocshmem_long_test": "int (long*, int, long)",
+    **{
+        f"rocshmem_{f}": "void ()"
+        for f in ("fence", "quiet", "barrier_all", "sync_all", "barrier_all_wg", "sync_all_wg")
+    },
     # WRAP_AMO_STANDARD(long, long) and WRAP_AMO_EXTENDED(long, long)
     "rocshmem_long_atomic_compare_swap": "long (long*, long, long, int)",
-    "rocshmem_long_atomic_fetch_inc": "long (long*, int)", "rocshmem_long_atomic_inc": "void (long*, int)",
-    "rocshmem_long_atomic_fetch_add": "long (long*, long, int)", "rocshmem_long_atomic_add": "void (long*, long, int)",
-    "rocshmem_long_atomic_fetch": "long (long*, int)", "rocshmem_long_atomic_set": "void (long*, long, int)",
+    "rocshmem_long_atomic_fetch_inc": "long (long*, int)",
+    "rocshmem_long_atomic_inc": "void (long*, int)",
+    "rocshmem_long_atomic_fetch_add": "long (long*, long, int)",
+    "rocshmem_long_atomic_add": "void (long*, long, int)",
+    "rocshmem_long_atomic_fetch": "long (long*, int)",
+    "rocshmem_long_atomic_set": "void (long*, long, int)",
     "rocshmem_long_atomic_swap": "long (long*, long, int)",
     # WRAP_WAIT(long, long): the waits on many words
     "rocshmem_long_wait_until_all": "void (long*, size_t, const int*, int, long)",
@@ -227,16 +305,22 @@ ROCSHMEM_WRAPPER_PROTOTYPES = {
     "rocshmem_long_wait_until_any_vector": "size_t (long*, size_t, const int*, int, long*)",
     "rocshmem_long_wait_until_some_vector": "size_t (long*, size_t, size_t*, const int*, int, long*)",
     # WRAP_PUT_SIGNAL(int, int)
-    **{f"rocshmem_int_put_signal{sfx}": "void (int*, const int*, size_t, uint64_t*, uint64_t, int, int)"
-       for sfx in ("", "_wg", "_wave", "_nbi", "_nbi_wg", "_nbi_wave")},
+    **{
+        f"rocshmem_int_put_signal{sfx}": "void (int*, const int*, size_t, uint64_t*, uint64_t, int, int)"
+        for sfx in ("", "_wg", "_wave", "_nbi", "_nbi_wg", "_nbi_wave")
+    },
 }
 # Team functions and team collectives: rocshmem_wrapper.cc has none with C linkage (they are C++,
 # over a rocshmem_team_t; its tile collectives take one too), so none may be declared.
-ROCSHMEM_NOT_IN_WRAPPER = [f"rocshmem_{t}_{op}_reduce_wg" for t in ("float", "double", "short", "int", "long")
-                           for op in ("sum", "min", "max", "prod")]
+ROCSHMEM_NOT_IN_WRAPPER = [
+    f"rocshmem_{t}_{op}_reduce_wg"
+    for t in ("float", "double", "short", "int", "long")
+    for op in ("sum", "min", "max", "prod")
+]
 ROCSHMEM_NOT_IN_WRAPPER += [f"rocshmem_team_{f}" for f in ("my_pe", "n_pes", "translate_pe", "sync", "sync_wg")]
-ROCSHMEM_NOT_IN_WRAPPER += [f"rocshmem_int_{c}{sfx}" for c in ("broadcast", "fcollect", "alltoall")
-                            for sfx in ("", "_wg")]
+ROCSHMEM_NOT_IN_WRAPPER += [
+    f"rocshmem_int_{c}{sfx}" for c in ("broadcast", "fcollect", "alltoall") for sfx in ("", "_wg")
+]
 
 # How the device library calls a C prototype (NOTE [device table]): pointers and size_t pass as i64,
 # int as i32, uint64_t/long as i64, and a void function is called as returning i32.
@@ -268,11 +352,19 @@ def test_rocshmem_declarations(builds, arch):
 def test_team_kernels_compile_for_rocshmem_over_put_signal_wait(builds, arch):
     # every team row is written in Triton there: the queries read the descriptor (no call but my_pe),
     # the collectives move data with putmem_wg and synchronise with uint64 atomics and waits
-    called = {g: set(re.findall(r'symbol = "(\w+)"', builds[(g, "hip", arch)]["ttir"]))
-              for g in ("queries", "synchronization", "collectives", "team_reduce_ops")}
+    called = {
+        g: set(re.findall(r'symbol = "(\w+)"', builds[(g, "hip", arch)]["ttir"]))
+        for g in ("queries", "synchronization", "collectives", "team_reduce_ops")
+    }
     assert called["queries"] == {"rocshmem_my_pe", "rocshmem_n_pes", "rocshmem_ptr"}, called
-    team_calls = {"rocshmem_my_pe", "rocshmem_quiet", "rocshmem_uint64_atomic_add", "rocshmem_uint64_wait_until",
-                  "rocshmem_signal_fetch", "__ockl_get_local_id"}
+    team_calls = {
+        "rocshmem_my_pe",
+        "rocshmem_quiet",
+        "rocshmem_uint64_atomic_add",
+        "rocshmem_uint64_wait_until",
+        "rocshmem_signal_fetch",
+        "__ockl_get_local_id",
+    }
     assert team_calls <= called["synchronization"], called
     assert called["collectives"] == team_calls | {"rocshmem_putmem_wg"}, called
     assert called["team_reduce_ops"] == team_calls | {"rocshmem_putmem_wg"}, called
@@ -288,9 +380,23 @@ def test_every_triton_entry_names_an_implementation_taking_the_rows_parameters()
     from unishmem.language import _table, _triton_impl
 
     entries = [(row, sym) for row in _table.ROWS for sym in row.symbols.values() if isinstance(sym, _table.Triton)]
-    assert {row.name for row, _ in entries} >= {"team_my_pe", "team_n_pes", "team_translate_pe", "barrier", "sync",
-                                                 "broadcast", "fcollect", "alltoall", "reduce", "iput", "iget",
-                                                 "put_tile_block", "load_remote", "store_remote", "barrier_all_grid"}
+    assert {row.name for row, _ in entries} >= {
+        "team_my_pe",
+        "team_n_pes",
+        "team_translate_pe",
+        "barrier",
+        "sync",
+        "broadcast",
+        "fcollect",
+        "alltoall",
+        "reduce",
+        "iput",
+        "iget",
+        "put_tile_block",
+        "load_remote",
+        "store_remote",
+        "barrier_all_grid",
+    }
     for row, sym in entries:
         impl = getattr(_triton_impl, sym.impl)
         assert isinstance(impl, triton.runtime.JITFunction), sym.impl
@@ -319,22 +425,39 @@ def test_every_rocshmem_kernel_keeps_the_globals_module_init_needs(tmp_path, mon
     libs = extern_libs("hip", "gfx942")
     only_bitcode = {"rocshmem": libs["rocshmem"]}
     pe_only = {"buf": "*i32"}
-    jobs = {"alone": ("pe_only", only_bitcode, pe_only), "teams alone": ("queries", only_bitcode, None),
-            "unishmem": ("pe_only", libs, pe_only), "unishmem teams": ("queries", libs, None)}
+    jobs = {
+        "alone": ("pe_only", only_bitcode, pe_only),
+        "teams alone": ("queries", only_bitcode, None),
+        "unishmem": ("pe_only", libs, pe_only),
+        "unishmem teams": ("queries", libs, None),
+    }
     with tempfile.TemporaryDirectory() as cache:
         ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker,
-                                                    initargs=(cache,)) as pool:
-            futures = {k: pool.submit(_compile, kernel, "hip", "gfx942", False, sig or "HIP_SIGNATURE",
-                                      None if sig is None else {}, {"extern_libs": tuple(l.items())})
-                       for k, (kernel, l, sig) in jobs.items()}
+        with concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=ctx, initializer=_init_worker, initargs=(cache,)
+        ) as pool:
+            futures = {
+                k: pool.submit(
+                    _compile,
+                    kernel,
+                    "hip",
+                    "gfx942",
+                    False,
+                    sig or "HIP_SIGNATURE",
+                    None if sig is None else {},
+                    {"extern_libs": tuple(libs.items())},
+                )
+                for k, (kernel, libs, sig) in jobs.items()
+            }
             out = {k: f.result() for k, f in futures.items()}
     for k, o in out.items():
         assert "error" not in o, f"{k}: {o.get('error')}"
         assert o["binary"] > 0
     # the hazard, with rocSHMEM's bitcode alone: a kernel keeps only the globals its calls read
     assert not _defined_globals(out["alone"]["llir"]) & ROCSHMEM_GLOBALS
-    assert _defined_globals(out["teams alone"]["llir"]) & ROCSHMEM_GLOBALS == ROCSHMEM_GLOBALS - {"ROCSHMEM_TEAM_SHARED"}
+    assert _defined_globals(out["teams alone"]["llir"]) & ROCSHMEM_GLOBALS == ROCSHMEM_GLOBALS - {
+        "ROCSHMEM_TEAM_SHARED"
+    }
     # unishmem's libraries: all three defined in either kernel, and nothing left to resolve at load
     for k in ("unishmem", "unishmem teams"):
         assert ROCSHMEM_GLOBALS <= _defined_globals(out[k]["llir"]), out[k]["llir"][:3000]
@@ -357,8 +480,11 @@ def _normalised(ir: str) -> list[str]:
 
 def _exchanges(ttir: str) -> list[tuple[int, str]]:
     """(line, kind written) of every system-scope release exchange: the debug table's STATE writes."""
-    return [(i, m.group(1)) for i, line in enumerate(ttir.splitlines())
-            if (m := re.search(r"tt\.atomic_rmw exch, release, sys, %\S+, %c(\d+)_i64", line))]
+    return [
+        (i, m.group(1))
+        for i, line in enumerate(ttir.splitlines())
+        if (m := re.search(r"tt\.atomic_rmw exch, release, sys, %\S+, %c(\d+)_i64", line))
+    ]
 
 
 def test_debug_waits_record_and_clear_around_each_wait(builds):
@@ -385,8 +511,11 @@ def test_debug_waits_record_and_clear_around_each_wait(builds):
     llir = hip["llir"].splitlines()
     for symbol, kind in (("rocshmem_uint64_wait_until", "1"), ("rocshmem_long_wait_until", "2")):
         at = next(i for i, line in enumerate(llir) if f"call i32 @{symbol}(" in line)
-        xchg = [(i, m.group(1)) for i, line in enumerate(llir)
-                if (m := re.search(r"atomicrmw xchg ptr addrspace\(1\) %\S+, i64 (\d+) release", line))]
+        xchg = [
+            (i, m.group(1))
+            for i, line in enumerate(llir)
+            if (m := re.search(r"atomicrmw xchg ptr addrspace\(1\) %\S+, i64 (\d+) release", line))
+        ]
         assert [k for i, k in xchg if i < at][-1] == kind and [k for i, k in xchg if i > at][0] == "0", symbol
 
 

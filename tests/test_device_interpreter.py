@@ -1,14 +1,15 @@
 """Every unishmem.language function under TRITON_INTERPRET=1 on the host backend, at 2 and 4 PEs."""
+
 import pytest
 import torch
 import triton
 import triton.language as tl
+from spmd import spmd
 
 import unishmem
 import unishmem.language as shl
-from unishmem.language import _triton_impl as timpl
 from unishmem import DeadlockError, NotSymmetricError, SymmetryError
-from spmd import spmd
+from unishmem.language import _triton_impl as timpl
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "3"}
 SIZES = (2, 4)
@@ -227,8 +228,8 @@ def fenced_flag(data, flag, ROUND: tl.constexpr, N: tl.constexpr):
     offs = tl.arange(0, N)
     tl.store(data + offs, tl.full((N,), ROUND, tl.int32))  # what we will send
     shl.putmem_nbi_block(data, data, N * 4, peer)  # the peer's data...
-    shl.fence()                                     # ...is ordered before...
-    shl.p(flag, ROUND, peer)                        # ...its flag
+    shl.fence()  # ...is ordered before...
+    shl.p(flag, ROUND, peer)  # ...its flag
     shl.wait_until(flag, shl.CMP_EQ, ROUND)
     shl.quiet()
 
@@ -295,8 +296,14 @@ def test_team_queries_and_translation(rt):
     team = odd or even
     out = torch.zeros(6, dtype=torch.int32)
     team_queries[(1,)](out, team.handle, rt.team_world.handle)
-    assert out.tolist() == [rt.my_pe, rt.n_pes, rt.my_pe // 2, rt.n_pes // 2, rt.my_pe % 2,
-                            0 if rt.my_pe % 2 == 0 else -1]
+    assert out.tolist() == [
+        rt.my_pe,
+        rt.n_pes,
+        rt.my_pe // 2,
+        rt.n_pes // 2,
+        rt.my_pe % 2,
+        0 if rt.my_pe % 2 == 0 else -1,
+    ]
     team.destroy()
 
 
@@ -304,6 +311,7 @@ def test_team_queries_and_translation(rt):
 # Under the interpreter the public functions run the host backend; these tests call the Triton
 # implementations themselves, with a team descriptor (NOTE [team descriptor]) built here in
 # symmetric memory from team.device_args(), and check them against torch.
+
 
 def team_descriptor(rt, team, scratch_bytes):
     """Collective over the world: a descriptor for `team` (None on non-members: left zero)."""
@@ -385,8 +393,9 @@ def test_triton_barrier_and_sync_repeated(rt):
             pes = torch.tensor([team.translate_pe(i, rt.team_world) for i in range(team.n_pes)], dtype=torch.int32)
             for sync in (0, 1):  # the same descriptor: its epoch goes on from the first kernel's
                 seen = torch.zeros(rounds, dtype=torch.int64)
-                triton_barrier_rounds[(1,)](counters[sync * rounds:], seen, desc.data_ptr(), pes, team.n_pes,
-                                            ROUNDS=rounds, SYNC=sync)
+                triton_barrier_rounds[(1,)](
+                    counters[sync * rounds :], seen, desc.data_ptr(), pes, team.n_pes, ROUNDS=rounds, SYNC=sync
+                )
                 assert seen.tolist() == [team.n_pes] * rounds, (name, sync, seen.tolist())
             # 2 kernels of `rounds` barriers: this PE's epoch counts them
             assert desc[timpl.EPOCH.value].item() == 2 * rounds
@@ -397,8 +406,9 @@ def test_triton_barrier_and_sync_repeated(rt):
 
 
 @unishmem.jit
-def triton_collectives(team, bcast, src, gathered, exchanged, sums, mins, maxs, prods, inplace, root, N,
-                       IN_PLACE_OP: tl.constexpr):
+def triton_collectives(
+    team, bcast, src, gathered, exchanged, sums, mins, maxs, prods, inplace, root, N, IN_PLACE_OP: tl.constexpr
+):
     timpl.broadcast_impl(team, bcast, src, N, root)
     timpl.fcollect_impl(team, gathered, src, N)
     timpl.alltoall_impl(team, exchanged, gathered, N)
@@ -424,21 +434,38 @@ def test_triton_collectives_on_teams_against_torch(rt):
             # the same sizes on every PE (allocation is collective over the world); a team uses a prefix
             bufs = [rt.zeros(k * n, dtype=dtype) for k in (1, rt.n_pes, rt.n_pes, 1, 1, 1, 1, 1)]
             bcast, gathered, exchanged, sums, mins, maxs, prods, inplace = bufs
-            gathered, exchanged = gathered[:size * n], exchanged[:size * n]
+            gathered, exchanged = gathered[: size * n], exchanged[: size * n]
             if team is not None:
                 me = team.my_pe
                 src.copy_(part(me).to(dtype))
                 inplace.copy_(part(me).to(dtype))
                 root = (size - 1 + call) % size
-                triton_collectives[(1,)](desc.data_ptr(), bcast, src, gathered, exchanged, sums, mins, maxs, prods,
-                                         inplace, root, n, IN_PLACE_OP="sum" if call != 1 else "max")
+                triton_collectives[(1,)](
+                    desc.data_ptr(),
+                    bcast,
+                    src,
+                    gathered,
+                    exchanged,
+                    sums,
+                    mins,
+                    maxs,
+                    prods,
+                    inplace,
+                    root,
+                    n,
+                    IN_PLACE_OP="sum" if call != 1 else "max",
+                )
                 parts = torch.stack([part(i) for i in range(size)])
                 assert torch.equal(bcast, parts[root].to(dtype)), (name, dtype)
                 assert torch.equal(gathered, parts.reshape(-1).to(dtype)), (name, dtype)
                 # block j of my gathered (member j's source) goes to member j: I receive mine from all
                 assert torch.equal(exchanged, parts[me].repeat(size).to(dtype)), (name, dtype)
-                for out, ref in ((sums, parts.sum(0)), (mins, parts.min(0).values), (maxs, parts.max(0).values),
-                                 (prods, parts.prod(0))):
+                for out, ref in (
+                    (sums, parts.sum(0)),
+                    (mins, parts.min(0).values),
+                    (maxs, parts.max(0).values),
+                    (prods, parts.prod(0)),
+                ):
                     assert torch.equal(out, ref.to(dtype)), (name, dtype, out, ref)
                 assert torch.equal(inplace, (parts.max(0).values if call == 1 else parts.sum(0)).to(dtype))
             rt.barrier_all()
@@ -537,8 +564,12 @@ def test_collectives_over_dtypes_and_ops(rt):
             # alltoall of the gathered blocks: block j of mine goes to PE j, so I receive my own block from all
             assert torch.equal(exchanged, torch.cat([parts[rt.my_pe]] * size).to(dtype))
             stacked = torch.stack(parts)
-            ref = {"sum": stacked.sum(0), "prod": stacked.prod(0), "min": stacked.min(0).values,
-                   "max": stacked.max(0).values}[op]
+            ref = {
+                "sum": stacked.sum(0),
+                "prod": stacked.prod(0),
+                "min": stacked.min(0).values,
+                "max": stacked.max(0).values,
+            }[op]
             assert torch.equal(reduced, ref.to(dtype)), (dtype, op, reduced)
             for t in (src, dst, reduced, gathered, exchanged):
                 rt.free(t)
@@ -591,9 +622,12 @@ def test_one_resident_program_shows_a_residency_bug(rt):
     sig.zero_()
     rt.barrier_all()
     # Producers last: every PE's program 0 waits for a producer that cannot start before it ends.
-    with pytest.raises(DeadlockError, match=r"PE 0 waits for signal at heap offset \d+ to become == 1 \(it is 0\) "
-                                            r"\[program \(0, 0, 0\), kernel exchange_kernel at test_device_interpreter.py:"
-                                            r"\d+\](.|\n)*at most 1 of the 4 programs of a launch are resident"):
+    with pytest.raises(
+        DeadlockError,
+        match=r"PE 0 waits for signal at heap offset \d+ to become == 1 \(it is 0\) "
+        r"\[program \(0, 0, 0\), kernel exchange_kernel at test_device_interpreter.py:"
+        r"\d+\](.|\n)*at most 1 of the 4 programs of a launch are resident",
+    ):
         exchange_one_resident[(2 * p,)](data, src, sig, out, PRODUCERS_FIRST=False, P=p, N=n)
     rt.barrier_all()
     for t in (src, data, sig):
@@ -608,8 +642,11 @@ def test_resident_setting_is_checked(rt):
     try:
         for bad in ("0", "many", "100000"):
             os.environ["UNISHMEM_INTERPRET_RESIDENT"] = bad
-            with pytest.raises(ValueError, match=rf"UNISHMEM_INTERPRET_RESIDENT='{bad}' is not a whole number of "
-                                                 r"programs from 1 to \d+"):
+            with pytest.raises(
+                ValueError,
+                match=rf"UNISHMEM_INTERPRET_RESIDENT='{bad}' is not a whole number of "
+                r"programs from 1 to \d+",
+            ):
                 exchange[(2,)](sig, sig, sig, out, PRODUCERS_FIRST=True, P=1, N=4)
     finally:
         del os.environ["UNISHMEM_INTERPRET_RESIDENT"]

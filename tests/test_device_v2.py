@@ -2,13 +2,14 @@
 signal, waits on many words, strided and tile puts, direct remote loads and stores, the grid
 barrier, consume_token, the once-per-launch rule for device collectives; and the host waits on
 many words. References are computed with torch from what each PE sent."""
+
 import torch
 import triton.language as tl
+from spmd import spmd
 
 import unishmem
 import unishmem.language as shl
 from unishmem import CMP, UnishmemError
-from spmd import spmd
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "3"}
 SIZES = (2, 4)
@@ -126,9 +127,11 @@ def test_host_waits_on_many_words(rt):
     assert rt.wait_until_some(ivars, CMP.EQ, [0, 0, 0, left + 1, left + 2, 9]) == [0, 1, 2, 3, 4]
     rt.wait_until_all(ivars[3:5], CMP.GE, 1)
     rt.wait_until_all(ivars, CMP.EQ, torch.tensor([0, 0, 0, left + 1, left + 2, 0]))
-    for bad, message in (((ivars, CMP.EQ, [1, 2]), "2 values for 6 words"),
-                         ((torch.zeros(3, dtype=torch.int32), CMP.EQ, 0), "not in the symmetric heap"),
-                         ((rt.zeros(2, dtype=torch.float32), CMP.EQ, 0), "must be a non-empty contiguous")):
+    for bad, message in (
+        ((ivars, CMP.EQ, [1, 2]), "2 values for 6 words"),
+        ((torch.zeros(3, dtype=torch.int32), CMP.EQ, 0), "not in the symmetric heap"),
+        ((rt.zeros(2, dtype=torch.float32), CMP.EQ, 0), "must be a non-empty contiguous"),
+    ):
         try:
             rt.wait_until_all(*bad)
         except (TypeError, ValueError, unishmem.NotSymmetricError) as e:
@@ -181,8 +184,9 @@ def test_strided_and_tile_puts(rt):
     tile_put[(1,)](b, a, ROWS=4, COLS=3, LD_DST=10, LD_SRC=8)
     rt.barrier_all()
     expect = torch.zeros(5, 10)
-    expect.view(-1)[1:].unfold(0, 3, 10)[:4].copy_((torch.arange(48.).reshape(6, 8) + 1000 * left).view(-1)[2:]
-                                                   .unfold(0, 3, 8)[:4])
+    expect.view(-1)[1:].unfold(0, 3, 10)[:4].copy_(
+        (torch.arange(48.0).reshape(6, 8) + 1000 * left).view(-1)[2:].unfold(0, 3, 8)[:4]
+    )
     assert torch.equal(b, expect), b
     rt.barrier_all()
     for t in (src, dst, a, b):
@@ -301,8 +305,10 @@ def test_a_block_passed_to_a_scalar_wait_is_refused(rt):
     try:
         block_wait[(1,)](ivars)
     except ValueError as e:
-        assert "wait_until: ptr must be a scalar, got a block of shape [4] (wait on many words with " \
-               "wait_until_all/any/some)" in str(e), e
+        assert (
+            "wait_until: ptr must be a scalar, got a block of shape [4] (wait on many words with "
+            "wait_until_all/any/some)" in str(e)
+        ), e
     else:
         raise AssertionError("a block of pointers was accepted")
     rt.barrier_all()

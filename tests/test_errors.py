@@ -1,13 +1,14 @@
 """Bad input: a clear exception naming the value, on every PE involved, and nothing lost."""
+
 import importlib.util
 import re
 
 import pytest
 import torch
+from spmd import spmd
 
 import unishmem
 from unishmem import NotInitializedError, NotSymmetricError, SymmetryError, UnishmemError
-from spmd import spmd
 
 
 def raises(exc, match, fn, *args, **kwargs):
@@ -23,8 +24,14 @@ def test_local_argument_errors(rt):
     raises(TypeError, "pe must be an int", rt.put, x, torch.zeros(8), 0.5)
     raises(NotSymmetricError, "dest .* is not in the symmetric heap", rt.put, torch.zeros(8), torch.zeros(8), 0)
     raises(NotSymmetricError, "source .* is not in the symmetric heap", rt.get, torch.zeros(8), torch.zeros(8), 0)
-    raises(TypeError, "dest is torch.float32 but source is torch.float64", rt.put, x,
-           torch.zeros(8, dtype=torch.float64), 0)
+    raises(
+        TypeError,
+        "dest is torch.float32 but source is torch.float64",
+        rt.put,
+        x,
+        torch.zeros(8, dtype=torch.float64),
+        0,
+    )
     raises(ValueError, "dest has 8 elements, expected 9", rt.put, x, torch.zeros(9), 0)
     raises(ValueError, "is on meta, but this runtime's device is cpu", rt.put, x, torch.zeros(8, device="meta"), 0)
     raises(ValueError, "must be contiguous", rt.put, x[::2], torch.zeros(4), 0)
@@ -41,8 +48,7 @@ def test_local_argument_errors(rt):
     raises(TypeError, "1-element symmetric tensor of torch.int32", rt.atomic_add, x[:1], 1, 0)
     raises(ValueError, "shape .* invalid dimension -3", rt.empty, (2, -3))
     raises(TypeError, "dtype torch.complex64 is not supported", rt.empty, 4, torch.complex64)
-    raises(ValueError, f"pe of world={rt.n_pes} is out of range", rt.team_world.translate_pe, rt.n_pes,
-           rt.team_world)
+    raises(ValueError, f"pe of world={rt.n_pes} is out of range", rt.team_world.translate_pe, rt.n_pes, rt.team_world)
     raises(ValueError, "reaches PE", rt.team_world.split_strided, 0, 1, rt.n_pes + 1)
     raises(ValueError, "world team cannot be destroyed", rt.team_world.destroy)
     for t in (x, sig, i32):
@@ -68,11 +74,24 @@ def test_argument_types_and_alignment(rt):
     y_pair.destroy()
     sig = rt.signals(1)
     for op in (True, 1.0, unishmem.CMP.NE, "add"):
-        raises(TypeError, rf"op must be a unishmem.SIGNAL or its int value, got {re.escape(repr(op))}",
-               rt.signal_op, sig, 1, rt.my_pe, op)
+        raises(
+            TypeError,
+            rf"op must be a unishmem.SIGNAL or its int value, got {re.escape(repr(op))}",
+            rt.signal_op,
+            sig,
+            1,
+            rt.my_pe,
+            op,
+        )
     for cmp in (False, 0.0, unishmem.SIGNAL.SET):
-        raises(TypeError, rf"cmp must be a unishmem.CMP or its int value, got {re.escape(repr(cmp))}",
-               rt.signal_wait_until, sig, cmp, 0)
+        raises(
+            TypeError,
+            rf"cmp must be a unishmem.CMP or its int value, got {re.escape(repr(cmp))}",
+            rt.signal_wait_until,
+            sig,
+            cmp,
+            0,
+        )
     rt.signal_op(sig, 2, rt.my_pe, op=np.int64(1))  # SIGNAL.ADD by its value
     assert rt.signal_wait_until(sig, np.int32(0), 2) == 2
     # A word that straddles its natural alignment: a view of the heap's bytes at an odd offset.
@@ -134,8 +153,10 @@ def test_mismatched_collectives_raise_on_every_pe(rt):
     dst = rt.zeros(8 * rt.n_pes, dtype=torch.float32)
     small = rt.zeros(4, dtype=torch.float32)
     # different sizes on different PEs
-    with pytest.raises(SymmetryError, match="fcollect of 32 bytes.*fcollect of 16 bytes|fcollect of 16 bytes.*fcollect of 32"):
-        rt.fcollect(dst[:4 * rt.n_pes] if rt.my_pe == 0 else dst, small if rt.my_pe == 0 else src)
+    with pytest.raises(
+        SymmetryError, match="fcollect of 32 bytes.*fcollect of 16 bytes|fcollect of 16 bytes.*fcollect of 32"
+    ):
+        rt.fcollect(dst[: 4 * rt.n_pes] if rt.my_pe == 0 else dst, small if rt.my_pe == 0 else src)
     rt.barrier_all()
     # one PE's arguments are wrong: it raises its own error, every other PE a SymmetryError
     if rt.my_pe == 1:
@@ -155,7 +176,7 @@ def test_mismatched_collectives_raise_on_every_pe(rt):
     big = rt.zeros(16, dtype=torch.float32)
     raises(ValueError, "reduce: dest and source overlap", rt.reduce, big[:8], big[4:12])
     raises(ValueError, "broadcast: dest and source overlap", rt.broadcast, big[:8], big[1:9], 0)
-    raises(ValueError, "reducescatter: dest and source overlap", rt.reducescatter, big[:16 // rt.n_pes], big)
+    raises(ValueError, "reducescatter: dest and source overlap", rt.reducescatter, big[: 16 // rt.n_pes], big)
     big.fill_(rt.my_pe + 1)
     rt.broadcast(big, big, 0)  # in place: the root's data everywhere
     assert big.tolist() == [1.0] * 16
@@ -187,8 +208,9 @@ def test_unavailable_backends_say_why(rt):
     raises(ValueError, "backend='cuda' is not one of", unishmem.backends.open_backend, "cuda", None, 0, None)
     for name in ("nvshmem", "rocshmem"):
         if importlib.util.find_spec(f"unishmem._{name}") is None:  # built ones: tests/test_vendor.py
-            raises(unishmem.BackendUnavailable, f"the {name} backend is not built", unishmem.backends.native_module,
-                   name)
+            raises(
+                unishmem.BackendUnavailable, f"the {name} backend is not built", unishmem.backends.native_module, name
+            )
 
 
 @spmd

@@ -1,9 +1,9 @@
 """The README's demo and the device-library examples, run as a user would: unishmem run -n 4."""
+
 import os
 import re
 
 import pytest
-
 from spmd import launch
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
@@ -15,15 +15,18 @@ def test_demo_runs_at_four_pes():
     assert "demo passed on 4 PEs" in proc.stdout, proc.stdout
 
 
-@pytest.mark.parametrize("example, expected", [
-    ("ring_allgather.py", r"ring all-gather \(interpreter, backend host\) correct on 4 PEs"),
-    ("ping_pong.py", r"20 round trips between 2 pair\(s\): \d+ us each \(backend host\)"),
-    ("tutorials/01_notify_wait.py", r"notify/wait: 3 rounds correct on 4 PEs \(backend host\)"),
-    ("tutorials/02_all_gather_gemm.py", r"all-gather GEMM: correct on 4 PEs \(backend host\)"),
-    ("tutorials/03_gemm_reduce_scatter.py", r"GEMM reduce-scatter: correct on 4 PEs \(backend host\)"),
-    ("tutorials/04_moe_all_to_all.py", r"moe all-to-all \(interpreter, backend host\) correct on 4 PEs"),
-    ("tutorials/05_one_shot_all_reduce.py", r"one-shot all-reduce: correct on 4 PEs \(backend host\)"),
-])
+@pytest.mark.parametrize(
+    "example, expected",
+    [
+        ("ring_allgather.py", r"ring all-gather \(interpreter, backend host\) correct on 4 PEs"),
+        ("ping_pong.py", r"20 round trips between 2 pair\(s\): \d+ us each \(backend host\)"),
+        ("tutorials/01_notify_wait.py", r"notify/wait: 3 rounds correct on 4 PEs \(backend host\)"),
+        ("tutorials/02_all_gather_gemm.py", r"all-gather GEMM: correct on 4 PEs \(backend host\)"),
+        ("tutorials/03_gemm_reduce_scatter.py", r"GEMM reduce-scatter: correct on 4 PEs \(backend host\)"),
+        ("tutorials/04_moe_all_to_all.py", r"moe all-to-all \(interpreter, backend host\) correct on 4 PEs"),
+        ("tutorials/05_one_shot_all_reduce.py", r"one-shot all-reduce: correct on 4 PEs \(backend host\)"),
+    ],
+)
 def test_device_library_examples(example, expected):
     pytest.importorskip("triton")
     proc = launch([os.path.join(EXAMPLES, example)], 4, timeout=300, env={"TRITON_INTERPRET": "1"})

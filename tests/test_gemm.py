@@ -2,10 +2,11 @@
 matmuls of what every PE passed: all_gather(a_shard) @ b, and rows block my_pe of the sum over PEs
 of a @ b_shard. Integer-valued operands make float32 (and float16) results exact; random float16
 operands are checked against a float64 reference with the tolerance stated below."""
+
 import torch
+from spmd import raises, spmd
 
 import unishmem.kernels as K
-from spmd import raises, spmd
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "5"}
 # float16 results: each output rounded once to float16 (relative 2**-11) after a float32 sum of
@@ -39,8 +40,10 @@ def test_ag_gemm_both_forms_odd_sizes_repeated(rt):
                 assert torch.equal(c, ref), (overlap, m, k, N, call, (c - ref).abs().max())
     # float16: exact on integers, within F16_TOL on random values
     c = K.ag_gemm(ints(rt.my_pe, (5, 24), torch.float16, 7), ints(98, (24, 33), torch.float16, 7))
-    ref = torch.cat([ints(pe, (5, 24), torch.float16, 7) for pe in range(n)]).float() @ \
-        ints(98, (24, 33), torch.float16, 7).float()
+    ref = (
+        torch.cat([ints(pe, (5, 24), torch.float16, 7) for pe in range(n)]).float()
+        @ ints(98, (24, 33), torch.float16, 7).float()
+    )
     assert c.dtype == torch.float16 and torch.equal(c.float(), ref)
     b = normal(97, (40, 20), 8)
     c = K.ag_gemm(normal(rt.my_pe, (9, 40), 8), b, block_m=16, block_n=32, block_k=16)
@@ -53,7 +56,7 @@ def test_gemm_rs_odd_sizes_uneven_k_repeated(rt):
     n, me = rt.n_pes, rt.my_pe
 
     def shard_of(full, m):
-        return full[me * m:(me + 1) * m]
+        return full[me * m : (me + 1) * m]
 
     # m = M / n rows per PE; each PE's K_local differs (17 + 4 * pe): only M and N must agree
     for m, N, calls in ((5, 45, 2), (16, 32, 1)):
@@ -77,26 +80,40 @@ def test_mismatches_raise_on_every_pe_and_the_job_goes_on(rt):
     me, n = rt.my_pe, rt.n_pes
     b = torch.ones(8, 16)
     # another shard height, another N, another form on PE 1: every PE names what each passed
-    raises(lambda: K.ag_gemm(torch.ones(5 if me == 1 else 4, 8), b),
-           "ag_gemm: the PEs of world disagree: member 0 passes torch.float32 of (a_shard rows, K, N, block_m, "
-           "overlap) [4, 8, 16, 16, 1], member 1 torch.float32 of (a_shard rows, K, N, block_m, overlap) "
-           "[5, 8, 16, 16, 1]")
-    raises(lambda: K.ag_gemm(torch.ones(4, 8), torch.ones(8, 17 if me == 1 else 16)),
-           "member 1 torch.float32 of (a_shard rows, K, N, block_m, overlap) [4, 8, 17, 16, 1]")
+    raises(
+        lambda: K.ag_gemm(torch.ones(5 if me == 1 else 4, 8), b),
+        "ag_gemm: the PEs of world disagree: member 0 passes torch.float32 of (a_shard rows, K, N, block_m, "
+        "overlap) [4, 8, 16, 16, 1], member 1 torch.float32 of (a_shard rows, K, N, block_m, overlap) "
+        "[5, 8, 16, 16, 1]",
+    )
+    raises(
+        lambda: K.ag_gemm(torch.ones(4, 8), torch.ones(8, 17 if me == 1 else 16)),
+        "member 1 torch.float32 of (a_shard rows, K, N, block_m, overlap) [4, 8, 17, 16, 1]",
+    )
     raises(lambda: K.ag_gemm(torch.ones(4, 8), b, overlap=me != 1), "[4, 8, 16, 16, 0]")
-    raises(lambda: K.gemm_rs(torch.ones(2 * n, 8), torch.ones(8, 20 if me == 1 else 16)),
-           "gemm_rs: the PEs of world disagree: member 0 passes torch.float32 of (M, N, block_m, block_n) "
-           "[%d, 16, 16, 16], member 1" % (2 * n))
+    raises(
+        lambda: K.gemm_rs(torch.ones(2 * n, 8), torch.ones(8, 20 if me == 1 else 16)),
+        "gemm_rs: the PEs of world disagree: member 0 passes torch.float32 of (M, N, block_m, block_n) "
+        f"[{2 * n}, 16, 16, 16], member 1",
+    )
     # one PE's own mistake: it says what, the others who
     bad_k = torch.ones(9 if me == 1 else 8, 16)
-    raises(lambda: K.ag_gemm(torch.ones(4, 8), bad_k),
-           "a_shard of shape [4, 8] and b of shape [9, 16] do not multiply (8 != 9)" if me == 1
-           else "ag_gemm: member(s) [1] of world rejected their arguments")
-    raises(lambda: K.gemm_rs(torch.ones(4, 8, dtype=torch.float16 if me == 1 else torch.float32), torch.ones(8, 4)),
-           "a and b_shard must both be float16 or both float32, got torch.float16 and torch.float32" if me == 1
-           else "gemm_rs: member(s) [1] of world rejected their arguments")
-    raises(lambda: K.gemm_rs(torch.ones(n + 1, 8), torch.ones(8, 4)),
-           f"gemm_rs: a has M={n + 1} rows, which do not split into {n} equal blocks")
+    raises(
+        lambda: K.ag_gemm(torch.ones(4, 8), bad_k),
+        "a_shard of shape [4, 8] and b of shape [9, 16] do not multiply (8 != 9)"
+        if me == 1
+        else "ag_gemm: member(s) [1] of world rejected their arguments",
+    )
+    raises(
+        lambda: K.gemm_rs(torch.ones(4, 8, dtype=torch.float16 if me == 1 else torch.float32), torch.ones(8, 4)),
+        "a and b_shard must both be float16 or both float32, got torch.float16 and torch.float32"
+        if me == 1
+        else "gemm_rs: member(s) [1] of world rejected their arguments",
+    )
+    raises(
+        lambda: K.gemm_rs(torch.ones(n + 1, 8), torch.ones(8, 4)),
+        f"gemm_rs: a has M={n + 1} rows, which do not split into {n} equal blocks",
+    )
     raises(lambda: K.ag_gemm(torch.ones(4, 8), b, block_n=24), "block_n=24 must be a power of two >= 16")
     raises(lambda: K.ag_gemm(torch.ones(4, 8), b, overlap="yes"), "overlap must be True or False, got 'yes'")
     # and the next good call works
@@ -118,5 +135,5 @@ def test_both_gemms_on_two_halves_at_once(rt):
     bs = [ints(pe, (9 + pe, 18), torch.float32, 3) for pe in pes]
     c = K.gemm_rs(a[half.my_pe], bs[half.my_pe], team=half)
     full = sum(x @ y for x, y in zip(a, bs))
-    assert torch.equal(c, full[half.my_pe * 5:(half.my_pe + 1) * 5])
+    assert torch.equal(c, full[half.my_pe * 5 : (half.my_pe + 1) * 5])
     half.destroy()

@@ -1,6 +1,7 @@
 """unishmem.kernels' GEMMs compiled for real targets with no GPU, from gemm.COMPILE: they link against
 the NVSHMEM wheel's bitcode for sm_90 with the K loop pipelined (num_stages=3), the overlapped
 ag_gemm's A loads stay after their waits in the TTGIR, and every kernel lowers for gfx942."""
+
 import concurrent.futures
 import multiprocessing
 import re
@@ -11,6 +12,7 @@ import pytest
 triton = pytest.importorskip("triton")
 
 from test_device_compile import _init_worker  # noqa: E402  (one way to set up a compile worker)
+
 from unishmem import BackendUnavailable  # noqa: E402
 from unishmem.triton_support import extern_libs  # noqa: E402
 
@@ -34,13 +36,14 @@ def _compile(name: str, backend: str, arch) -> dict:
     if backend == "cuda":
         options["extern_libs"] = tuple(extern_libs(backend, arch).items())
     try:
-        c = triton.compile(ASTSource(kernel.jit_function, signature=signature, constexprs=spec["constexprs"],
-                                     attrs=attrs),
-                           target=GPUTarget(backend, arch, 32 if backend == "cuda" else 64), options=options)
+        c = triton.compile(
+            ASTSource(kernel.jit_function, signature=signature, constexprs=spec["constexprs"], attrs=attrs),
+            target=GPUTarget(backend, arch, 32 if backend == "cuda" else 64),
+            options=options,
+        )
     except Exception as e:  # reported to the test
         return {"error": f"{type(e).__name__}: {e}"[:4000]}
-    return {"ttgir": c.asm["ttgir"], "llir": c.asm["llir"],
-            "binary": len(c.asm.get("cubin", c.asm.get("hsaco", b"")))}
+    return {"ttgir": c.asm["ttgir"], "llir": c.asm["llir"], "binary": len(c.asm.get("cubin", c.asm.get("hsaco", b"")))}
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +57,9 @@ def builds():
     jobs += [(k, "hip", "gfx942") for k in KERNELS]
     with tempfile.TemporaryDirectory() as cache:
         ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx, initializer=_init_worker,
-                                                    initargs=(cache,)) as pool:
+        with concurrent.futures.ProcessPoolExecutor(
+            2, mp_context=ctx, initializer=_init_worker, initargs=(cache,)
+        ) as pool:
             futures = {job: pool.submit(_compile, *job) for job in jobs}
             return {job: f.result() for job, f in futures.items()}
 
@@ -78,9 +82,11 @@ def test_ag_gemm_a_loads_stay_after_their_wait(builds):
     ttgir = _lines(builds[("_ag_gemm", "cuda", 90)]["ttgir"])
     wait = [i for i, line in enumerate(ttgir) if 'symbol = "nvshmem_signal_wait_until"' in line]
     token = [i for i, line in enumerate(ttgir) if "tt.elementwise_inline_asm" in line]
-    a_loads = [i for i, line in enumerate(ttgir)
-               if re.match(r"%\S+ = (tt\.load|ttg\.async_copy_global_to_local) %\S+.*: tensor<64x32x!tt\.ptr<f16>",
-                           line)]
+    a_loads = [
+        i
+        for i, line in enumerate(ttgir)
+        if re.match(r"%\S+ = (tt\.load|ttg\.async_copy_global_to_local) %\S+.*: tensor<64x32x!tt\.ptr<f16>", line)
+    ]
     assert len(wait) == 1 and len(token) == 1, (wait, token)
     # the prologue's two A tiles and the loop's: every one after the wait and the token that ties them to it
     assert len(a_loads) >= 3 and wait[0] < token[0] < min(a_loads), (wait, token, a_loads)
@@ -107,5 +113,6 @@ def test_every_gemm_kernel_lowers_for_gfx942(builds):
         assert "error" not in out, f"{name}: {out.get('error')}"
         declared |= set(re.findall(r"^declare [^@]*@(rocshmem_\w+)\(", out["llir"], re.M))
     # the push and the wait, as rocshmem_wrapper.cc names them (the wait's value read back with signal_fetch)
-    assert {"rocshmem_putmem_signal_nbi_wg", "rocshmem_uint64_wait_until", "rocshmem_signal_fetch"} <= declared, \
+    assert {"rocshmem_putmem_signal_nbi_wg", "rocshmem_uint64_wait_until", "rocshmem_signal_fetch"} <= declared, (
         declared
+    )

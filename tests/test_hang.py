@@ -8,17 +8,16 @@ so that the job goes on in step (once every other PE has its report: a barrier w
 true by then ends as a wait, not as a deadlock). Buffers stay allocated to the end, so that no
 scenario's word reuses the heap offset of another's signals (the report shows the last signal to
 each peer)."""
+
 import inspect
 import os
 import re
 import time
 
-import torch
-import triton.language as tl
+from spmd import launch, spmd
 
 import unishmem
 import unishmem.language as shl
-from spmd import launch, spmd
 from unishmem import CMP, SIGNAL, DeadlockError
 
 DEADLOCK_S = 1.0
@@ -27,10 +26,10 @@ SIZES = (2, 4)
 KEPT = []  # every scenario's buffers, freed by the last test
 # (waiter, expect, signaller, target, skipper) per scenario, for n PEs; -1: nobody
 SCENARIOS = {
-    "missing_signal": lambda n: (0, 1, -1, -1, -1),        # PE 0 waits for a signal nobody sends
-    "wrong_expected_value": lambda n: (0, 2, 1, 0, -1),    # PE 1 sets 1, PE 0 waits for 2
-    "barrier_skipped": lambda n: (-1, 1, -1, -1, n - 1),   # the last PE never reaches barrier_all
-    "wrong_pe_buffer": lambda n: (0, 1, 1, 1, -1),         # PE 1 signals its own copy, not PE 0's
+    "missing_signal": lambda n: (0, 1, -1, -1, -1),  # PE 0 waits for a signal nobody sends
+    "wrong_expected_value": lambda n: (0, 2, 1, 0, -1),  # PE 1 sets 1, PE 0 waits for 2
+    "barrier_skipped": lambda n: (-1, 1, -1, -1, n - 1),  # the last PE never reaches barrier_all
+    "wrong_pe_buffer": lambda n: (0, 1, 1, 1, -1),  # PE 1 signals its own copy, not PE 0's
 }
 
 
@@ -88,8 +87,11 @@ def _run(rt, name: str, in_kernel: bool):
     else:
         rt.signal_op(raised, 1, blocked_on, SIGNAL.ADD)
     assert took < DEADLOCK_S + 5, f"{name}: the report took {took:.1f} s"
-    site = (lambda mark: f"kernel classic_hang at test_hang.py:{_line(classic_hang.fn, 'KERNEL ' + mark)}") \
-        if in_kernel else (lambda mark: f"test_hang.py:{_line(host_hang, 'HOST ' + mark)} in host_hang")
+    site = (
+        (lambda mark: f"kernel classic_hang at test_hang.py:{_line(classic_hang.fn, 'KERNEL ' + mark)}")
+        if in_kernel
+        else (lambda mark: f"test_hang.py:{_line(host_hang, 'HOST ' + mark)} in host_hang")
+    )
     label = "program (0, 0, 0), " if in_kernel else ""
     actual = 1 if (signaller, target) == (1, 0) else 0
     lines = report.splitlines()
@@ -98,15 +100,18 @@ def _run(rt, name: str, in_kernel: bool):
     def entry(pe: int, what: str, mark: str, because: str):
         head = f"PE {pe} waits for {what} [{label}{site(mark)}]"
         assert head in lines, f"{name}: no line\n{head}\nin the report on PE {me}:\n{report}"
-        assert lines[lines.index(head) + 1].startswith(f"  can never be satisfied: {because}"), \
+        assert lines[lines.index(head) + 1].startswith(f"  can never be satisfied: {because}"), (
             f"{name}: PE {pe}'s verdict is not '{because}' in:\n{report}"
+        )
 
     if waiter >= 0:
         word = f"signal at heap offset {offset} to become == {expect} (it is {actual})"
-        because = {"missing_signal": "no PE has signalled this word",
-                   "wrong_expected_value": f"PE 1 last set it to 1, and the wait expects == {expect}",
-                   "wrong_pe_buffer": f"no PE signalled this word, but PE 1 signalled heap offset {offset} on PE 1 "
-                                      "(a wait on the wrong PE's buffer"}[name]
+        because = {
+            "missing_signal": "no PE has signalled this word",
+            "wrong_expected_value": f"PE 1 last set it to 1, and the wait expects == {expect}",
+            "wrong_pe_buffer": f"no PE signalled this word, but PE 1 signalled heap offset {offset} on PE 1 "
+            "(a wait on the wrong PE's buffer",
+        }[name]
         entry(waiter, word, "WAIT", because)
         blocked_what = word
     else:
@@ -114,17 +119,21 @@ def _run(rt, name: str, in_kernel: bool):
         entry(skipper, blocked_what, "SKIPPER", "no PE has signalled this word")
     for pe in range(n):
         if pe not in (waiter, skipper):
-            head = next((x for x in lines if x.startswith(f"PE {pe} waits for PE {blocked_on} to reach the barrier")),
-                        None)
+            head = next(
+                (x for x in lines if x.startswith(f"PE {pe} waits for PE {blocked_on} to reach the barrier")), None
+            )
             assert head is not None and head.endswith(f"[{label}{site('BARRIER')}]"), f"{name}: PE {pe}:\n{report}"
-            assert lines[lines.index(head) + 1] == (f"  can never be satisfied: PE {blocked_on} is not in a barrier; "
-                                                   f"it waits for {blocked_what} [{label}{site('WAIT' if waiter >= 0 else 'SKIPPER')}]"), report
+            assert lines[lines.index(head) + 1] == (
+                f"  can never be satisfied: PE {blocked_on} is not in a barrier; "
+                f"it waits for {blocked_what} [{label}{site('WAIT' if waiter >= 0 else 'SKIPPER')}]"
+            ), report
     # the structured report behind the text says the same
     mine = {r.pe: r for r in error.report}
     assert sorted(mine) == list(range(n)) and all(r.status == "waiting" for r in mine.values())
     if signaller >= 0:
-        assert [(s.writer, s.peer, s.offset, s.value) for s in mine[signaller].signals
-                if s.offset == offset] == [(signaller, target, offset, 1)]
+        assert [(s.writer, s.peer, s.offset, s.value) for s in mine[signaller].signals if s.offset == offset] == [
+            (signaller, target, offset, 1)
+        ]
 
 
 @spmd(sizes=SIZES)
@@ -150,22 +159,32 @@ def test_the_watchdog_reports_a_hung_kernel_and_ends_the_job():
     for n in SIZES:
         before = set(os.listdir("/dev/shm"))
         start = time.monotonic()
-        proc = launch(["--hang-timeout", "2", HUNG], n, timeout=120,
-                      env={"UNISHMEM_DEADLOCK_TIMEOUT": "0", "UNISHMEM_SYMMETRIC_SIZE": "16M"})
+        proc = launch(
+            ["--hang-timeout", "2", HUNG],
+            n,
+            timeout=120,
+            env={"UNISHMEM_DEADLOCK_TIMEOUT": "0", "UNISHMEM_SYMMETRIC_SIZE": "16M"},
+        )
         took = time.monotonic() - start
         assert proc.returncode == 124, proc.stdout + proc.stderr
         assert "NOT HUNG" not in proc.stdout
         offset = re.search(r"READY pe=0 offset=(\d+)", proc.stdout).group(1)
-        report = proc.stderr[proc.stderr.index("[unishmem] hang:"):]
+        report = proc.stderr[proc.stderr.index("[unishmem] hang:") :]
         assert report.startswith("[unishmem] hang: a launch has not finished after 2 s (UNISHMEM_HANG_TIMEOUT)")
         wait_line = _line_of(HUNG, "HUNG WAIT")
-        assert (f"PE 0 waits for signal at heap offset {offset} to become == 1 (it is 0) [program (0, 0, 0), "
-                f"kernel never_signalled at hung_kernel.py:{wait_line}]\n  can never be satisfied: no PE has "
-                "signalled this word") in report, report
+        assert (
+            f"PE 0 waits for signal at heap offset {offset} to become == 1 (it is 0) [program (0, 0, 0), "
+            f"kernel never_signalled at hung_kernel.py:{wait_line}]\n  can never be satisfied: no PE has "
+            "signalled this word"
+        ) in report, report
         for pe in range(1, n):
-            assert re.search(rf"^PE {pe} waits for PE 0 to reach the barrier .*hung_kernel.py:"
-                             rf"{_line_of(HUNG, 'HUNG BARRIER')}\]\n  can never be satisfied: PE 0 is not in a "
-                             "barrier", report, re.M), report
+            assert re.search(
+                rf"^PE {pe} waits for PE 0 to reach the barrier .*hung_kernel.py:"
+                rf"{_line_of(HUNG, 'HUNG BARRIER')}\]\n  can never be satisfied: PE 0 is not in a "
+                "barrier",
+                report,
+                re.M,
+            ), report
         assert took < 2 + 30, f"the job took {took:.0f} s"
         assert not {f for f in set(os.listdir("/dev/shm")) - before if f.startswith("unishmem-")}
 

@@ -1,12 +1,13 @@
 """PEs that disagree on a collective call: every PE raises, naming each PE's call, and the job
 goes on working (NOTE [collective descriptor] in csrc/common/collective.hpp)."""
+
 import re
 
 import pytest
 import torch
+from spmd import spmd
 
 from unishmem import NotSymmetricError, SymmetryError
-from spmd import spmd
 
 SIZES = (2, 4)
 
@@ -83,23 +84,50 @@ def one_pe_wrong(rt, wrong, right, exc, match):
 @spmd(sizes=SIZES)
 def test_a_bad_argument_on_one_pe_is_its_error_and_a_symmetry_error_elsewhere(rt):
     one_pe_wrong(rt, lambda: rt.empty(-1), lambda: rt.empty(4), ValueError, "invalid dimension -1")
-    one_pe_wrong(rt, lambda: rt.empty(2**62), lambda: rt.empty(4), ValueError,
-                 r"\(4611686018427387904,\) of torch.float32 is 18446744073709551616 bytes")
-    one_pe_wrong(rt, lambda: rt.full(4, 300, dtype=torch.uint8), lambda: rt.full(4, 3, dtype=torch.uint8),
-                 ValueError, "value=300 does not fit torch.uint8")
-    one_pe_wrong(rt, lambda: rt.empty(4, dtype=torch.complex64), lambda: rt.empty(4), TypeError,
-                 "dtype torch.complex64 is not supported")
+    one_pe_wrong(
+        rt,
+        lambda: rt.empty(2**62),
+        lambda: rt.empty(4),
+        ValueError,
+        r"\(4611686018427387904,\) of torch.float32 is 18446744073709551616 bytes",
+    )
+    one_pe_wrong(
+        rt,
+        lambda: rt.full(4, 300, dtype=torch.uint8),
+        lambda: rt.full(4, 3, dtype=torch.uint8),
+        ValueError,
+        "value=300 does not fit torch.uint8",
+    )
+    one_pe_wrong(
+        rt,
+        lambda: rt.empty(4, dtype=torch.complex64),
+        lambda: rt.empty(4),
+        TypeError,
+        "dtype torch.complex64 is not supported",
+    )
     one_pe_wrong(rt, lambda: rt.signals(0), lambda: rt.signals(1), ValueError, r"n=0 must be >= 1")
-    one_pe_wrong(rt, lambda: rt.team_world.split_strided(0, 0, 2), lambda: rt.team_world.split_strided(0, 1, 2),
-                 ValueError, "stride=0 must be >= 1")
-    one_pe_wrong(rt, lambda: rt.team_world.split_2d(0), lambda: rt.team_world.split_2d(1), ValueError,
-                 "xrange=0 must be >= 1")
+    one_pe_wrong(
+        rt,
+        lambda: rt.team_world.split_strided(0, 0, 2),
+        lambda: rt.team_world.split_strided(0, 1, 2),
+        ValueError,
+        "stride=0 must be >= 1",
+    )
+    one_pe_wrong(
+        rt, lambda: rt.team_world.split_2d(0), lambda: rt.team_world.split_2d(1), ValueError, "xrange=0 must be >= 1"
+    )
     one_pe_wrong(rt, lambda: rt.barrier("world"), rt.barrier, TypeError, "got 'world'")
     x = rt.zeros(4)
-    one_pe_wrong(rt, lambda: rt.free(torch.zeros(4)), lambda: rt.free(x), NotSymmetricError,
-                 "not in the symmetric heap")
-    one_pe_wrong(rt, lambda: rt.free(x[1:]), lambda: rt.free(x), ValueError,
-                 "not a live symmetric allocation .* a view that does not start one")
+    one_pe_wrong(
+        rt, lambda: rt.free(torch.zeros(4)), lambda: rt.free(x), NotSymmetricError, "not in the symmetric heap"
+    )
+    one_pe_wrong(
+        rt,
+        lambda: rt.free(x[1:]),
+        lambda: rt.free(x),
+        ValueError,
+        "not a live symmetric allocation .* a view that does not start one",
+    )
     one_pe_wrong(rt, lambda: rt.reduce(x, x, op="mean"), lambda: rt.reduce(x, x), ValueError, "op='mean'")
     rt.free(x)
 
@@ -107,11 +135,22 @@ def test_a_bad_argument_on_one_pe_is_its_error_and_a_symmetry_error_elsewhere(rt
 @spmd(sizes=SIZES)
 def test_mismatched_splits_make_no_team(rt):
     size = rt.n_pes - 1
-    mismatch(rt.team_world.split_strided, 0 if rt.my_pe == 0 else 1, 1, size,
-             match=[rf"PE 0 called split_strided\(start=0, stride=1, size={size}\)",
-                    rf"called split_strided\(start=1, stride=1, size={size}\)", "No team was made"])
-    mismatch(rt.team_world.split_2d, 1 if rt.my_pe == 0 else 2,
-             match=[r"PE 0 called split_2d\(xrange=1\)", r"called split_2d\(xrange=2\)"])
+    mismatch(
+        rt.team_world.split_strided,
+        0 if rt.my_pe == 0 else 1,
+        1,
+        size,
+        match=[
+            rf"PE 0 called split_strided\(start=0, stride=1, size={size}\)",
+            rf"called split_strided\(start=1, stride=1, size={size}\)",
+            "No team was made",
+        ],
+    )
+    mismatch(
+        rt.team_world.split_2d,
+        1 if rt.my_pe == 0 else 2,
+        match=[r"PE 0 called split_2d\(xrange=1\)", r"called split_2d\(xrange=2\)"],
+    )
     pair = rt.team_world.split_strided(0, 1, 2)  # the next split works
     assert (pair.n_pes, pair.my_pe) == (2, rt.my_pe) if rt.my_pe < 2 else pair is None
     team_works(rt, pair)
@@ -124,8 +163,10 @@ def test_mismatched_splits_make_no_team(rt):
 def test_world_against_an_equal_sub_team_or_the_node_team(rt):
     same = rt.team_world.split_strided(0, 1, rt.n_pes)
     x = rt.full(4, rt.my_pe + 1, dtype=torch.float32)
-    calls = [r"PE 0 called reduce of 16 bytes of float32 with op sum on team 0 \(world\)",
-             rf"called reduce of 16 bytes of float32 with op sum on team {same.handle}\."]
+    calls = [
+        r"PE 0 called reduce of 16 bytes of float32 with op sum on team 0 \(world\)",
+        rf"called reduce of 16 bytes of float32 with op sum on team {same.handle}\.",
+    ]
     mismatch(rt.reduce, x, x, team=None if rt.my_pe == 0 else same, match=calls)
     assert x.tolist() == [rt.my_pe + 1] * 4  # untouched
     calls = [r"PE 0 called barrier on team 1 \(node\)", r"called barrier on team 0 \(world\)"]

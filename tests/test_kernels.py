@@ -2,18 +2,23 @@
 references built from what every PE passed (torch.distributed's all_gather_into_tensor,
 reduce_scatter_tensor and all_reduce semantics). Values are small integers, so float sums are exact
 in any order."""
+
 import os
 import re
 
 import torch
+from spmd import raises, spmd
 
 import unishmem
 import unishmem.kernels as K
-from spmd import raises, spmd
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "5"}
-REFERENCE = {"sum": lambda xs: xs.sum(0), "prod": lambda xs: xs.prod(0), "min": lambda xs: xs.min(0).values,
-             "max": lambda xs: xs.max(0).values}
+REFERENCE = {
+    "sum": lambda xs: xs.sum(0),
+    "prod": lambda xs: xs.prod(0),
+    "min": lambda xs: xs.min(0).values,
+    "max": lambda xs: xs.max(0).values,
+}
 
 
 def data(pe: int, shape, dtype, seed: int = 0):
@@ -30,8 +35,11 @@ def members(team):
 @spmd
 def test_all_gather_sizes_dtypes_and_teams(rt):
     cases = [(rt.team_world, dtype, (7,)) for dtype in (torch.float16, torch.bfloat16, torch.int64)]
-    cases += [(rt.team_world, torch.float32, (1,)), (rt.team_world, torch.float32, (5, 3)),
-              (rt.team_node, torch.float32, (1000,))]  # (one host: the node team is every PE)
+    cases += [
+        (rt.team_world, torch.float32, (1,)),
+        (rt.team_world, torch.float32, (5, 3)),
+        (rt.team_node, torch.float32, (1000,)),
+    ]  # (one host: the node team is every PE)
     for team, dtype, shape in cases:
         x = data(rt.my_pe, shape, dtype)
         out = K.all_gather(x, team=team)
@@ -59,24 +67,31 @@ def test_all_reduce_both_algorithms_every_op(rt):
 @spmd
 def test_reduce_scatter(rt):
     n = rt.n_pes
-    for op, dtype, shape in (("sum", torch.float32, (n * 3,)), ("max", torch.float16, (n * 2, 5)),
-                             ("sum", torch.int64, (n,))):
+    for op, dtype, shape in (
+        ("sum", torch.float32, (n * 3,)),
+        ("max", torch.float16, (n * 2, 5)),
+        ("sum", torch.int64, (n,)),
+    ):
         x = data(rt.my_pe, shape, dtype, seed=3)
         full = REFERENCE[op](torch.stack([data(pe, shape, dtype, seed=3) for pe in range(n)]))
         rows = shape[0] // n
-        assert torch.equal(K.reduce_scatter(x, op=op), full[rt.my_pe * rows:(rt.my_pe + 1) * rows]), (op, dtype)
+        assert torch.equal(K.reduce_scatter(x, op=op), full[rt.my_pe * rows : (rt.my_pe + 1) * rows]), (op, dtype)
 
 
 @spmd(sizes=(2, 4))
 def test_bad_arguments_raise_on_every_pe_and_the_job_goes_on(rt):
     # one PE passes another shape: every PE raises, naming both
     shape = (4,) if rt.my_pe else (5,)
-    raises(lambda: K.all_gather(torch.zeros(shape)),
-           "all_gather: the PEs of world disagree: member 0 passes torch.float32 of shape [5], member 1")
+    raises(
+        lambda: K.all_gather(torch.zeros(shape)),
+        "all_gather: the PEs of world disagree: member 0 passes torch.float32 of shape [5], member 1",
+    )
     # one PE's bad op: it raises its own error, the others say who rejected
     op = "mean" if rt.my_pe == 1 else "sum"
-    raises(lambda: K.all_reduce(torch.zeros(3), op=op),
-           "op='mean' is not one of" if rt.my_pe == 1 else "member(s) [1] of world rejected their arguments")
+    raises(
+        lambda: K.all_reduce(torch.zeros(3), op=op),
+        "op='mean' is not one of" if rt.my_pe == 1 else "member(s) [1] of world rejected their arguments",
+    )
     raises(lambda: K.reduce_scatter(torch.zeros(rt.n_pes + 1)), "does not split into")
     raises(lambda: K.all_reduce(torch.zeros(3), algorithm="ring"), "algorithm='ring' is not one of")
     raises(lambda: K.all_gather(torch.zeros(3), out=torch.zeros(2)), "out must be torch.float32 of shape")
@@ -120,7 +135,7 @@ def test_sub_teams_run_every_collective_at_once(rt):
             assert torch.equal(out, REFERENCE[op](xs)), (algorithm, op)
     y = data(rt.my_pe, (4, 3), torch.float16, seed=5)
     full = torch.stack([data(pe, (4, 3), torch.float16, seed=5) for pe in pes]).sum(0)
-    assert torch.equal(K.reduce_scatter(y, team=half), full[half.my_pe * 2:half.my_pe * 2 + 2])
+    assert torch.equal(K.reduce_scatter(y, team=half), full[half.my_pe * 2 : half.my_pe * 2 + 2])
     # nested: a team of one and a team of both, split from the half (arenas carved from its arena)
     single = half.split_strided(1, 1, 1)
     both = half.split_strided(0, 1, 2)
@@ -145,11 +160,15 @@ def test_sub_teams_run_every_collective_at_once(rt):
 def test_sub_team_errors_raise_on_every_member_and_the_job_goes_on(rt):
     half = halves(rt)
     me = half.my_pe
-    raises(lambda: K.all_gather(torch.zeros(4 if me else 5), team=half),
-           f"all_gather: the PEs of {half.name} disagree: member 0 passes torch.float32 of shape [5], member 1 "
-           "torch.float32 of shape [4]")
-    raises(lambda: K.all_reduce(torch.zeros(3), algorithm="two_shot" if me else "one_shot", team=half),
-           "member 0 passes torch.float32 of shape [3] (one_shot), member 1 torch.float32 of shape [3] (two_shot)")
+    raises(
+        lambda: K.all_gather(torch.zeros(4 if me else 5), team=half),
+        f"all_gather: the PEs of {half.name} disagree: member 0 passes torch.float32 of shape [5], member 1 "
+        "torch.float32 of shape [4]",
+    )
+    raises(
+        lambda: K.all_reduce(torch.zeros(3), algorithm="two_shot" if me else "one_shot", team=half),
+        "member 0 passes torch.float32 of shape [3] (one_shot), member 1 torch.float32 of shape [3] (two_shot)",
+    )
     # a workspace larger than the arena (the default: a sixteenth of the job's 64 MiB heap)
     big = torch.zeros(300_000)  # src + two parities of 2 slots: 5 * 1.2 MB
     try:
@@ -169,13 +188,17 @@ def test_sub_team_errors_raise_on_every_member_and_the_job_goes_on(rt):
     os.environ["UNISHMEM_TEAM_ARENA"] = "0"
     try:
         half = halves(rt)
-        raises(lambda: K.all_reduce(x, team=half), f"{half.name} (2 of 4 PEs) has no team arena for its workspaces "
-               "(NOTE [workspaces]): UNISHMEM_TEAM_ARENA=0")
+        raises(
+            lambda: K.all_reduce(x, team=half),
+            f"{half.name} (2 of 4 PEs) has no team arena for its workspaces (NOTE [workspaces]): UNISHMEM_TEAM_ARENA=0",
+        )
         half.destroy()
         os.environ["UNISHMEM_TEAM_ARENA"] = "1G"  # more than the heap: the split works, the kernels say why not
         half = halves(rt)
-        raises(lambda: K.all_gather(x, team=half), "the heap had no room for its UNISHMEM_TEAM_ARENA=1073741824 "
-               "bytes when it was split")
+        raises(
+            lambda: K.all_gather(x, team=half),
+            "the heap had no room for its UNISHMEM_TEAM_ARENA=1073741824 bytes when it was split",
+        )
         half.destroy()
         os.environ["UNISHMEM_TEAM_ARENA"] = "lots"
         raises(lambda: rt.team_world.split_strided(0, 2, 2), "UNISHMEM_TEAM_ARENA='lots' is not a byte count")

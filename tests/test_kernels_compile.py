@@ -1,5 +1,6 @@
 """Every unishmem.kernels kernel compiles and links for sm_90 (NVSHMEM's bitcode) and lowers for gfx942
 (rocSHMEM's symbols left for module load), through `unishmem compile` as a kernel author's CI would run it."""
+
 import json
 import subprocess
 import sys
@@ -8,13 +9,20 @@ import pytest
 
 pytest.importorskip("triton")
 
-KERNELS = {"unishmem.kernels.collectives": ("_all_gather", "_reduce"), "unishmem.kernels.moe": ("_dispatch", "_combine")}
+KERNELS = {
+    "unishmem.kernels.collectives": ("_all_gather", "_reduce"),
+    "unishmem.kernels.moe": ("_dispatch", "_combine"),
+}
 
 
 @pytest.mark.parametrize("module", sorted(KERNELS))
 def test_every_kernel_links_for_sm_90_and_lowers_for_gfx942(module):
-    proc = subprocess.run([sys.executable, "-m", "unishmem", "compile", module, "--target", "sm_90,gfx942",
-                           "--fast", "--json"], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "unishmem", "compile", module, "--target", "sm_90,gfx942", "--fast", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.stdout.strip(), proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert proc.returncode == 0 and result["ok"], proc.stdout[-3000:] + proc.stderr[-2000:]

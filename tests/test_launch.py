@@ -1,5 +1,6 @@
 """Launchers and failure behaviour: unishmem run, mpirun, torchrun, srun-style environments, a dead PE,
 Ctrl-C, stalls, and shared-memory segments that must never outlive their job."""
+
 import glob
 import io
 import os
@@ -13,7 +14,6 @@ import threading
 import time
 
 import pytest
-
 from spmd import launch
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
@@ -39,15 +39,21 @@ def test_unishmem_run(n):
 
 
 def test_python_dash_m_unishmem_run_and_command_forms():
-    proc = subprocess.run([sys.executable, "-m", "unishmem", "run", "-n", "2", sys.executable, SMOKE],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "unishmem", "run", "-n", "2", sys.executable, SMOKE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     ok_lines(proc.stdout, 2, "unishmem run")
 
 
 def test_run_takes_dash_m_and_dash_c_programs():
-    code = ("import unishmem; rt = unishmem.init(heap_size='16M'); "
-            "print(f'OK pe={rt.my_pe} n={rt.n_pes} launcher={rt.launcher}', flush=True); rt.finalize()")
+    code = (
+        "import unishmem; rt = unishmem.init(heap_size='16M'); "
+        "print(f'OK pe={rt.my_pe} n={rt.n_pes} launcher={rt.launcher}', flush=True); rt.finalize()"
+    )
     proc = launch(["-c", code], 2, timeout=120)
     assert proc.returncode == 0, proc.stderr
     ok_lines(proc.stdout, 2, "unishmem run")
@@ -57,12 +63,14 @@ def test_run_takes_dash_m_and_dash_c_programs():
 
 def test_lines_of_different_pes_never_run_into_each_other():
     # Unbuffered, print writes its text and its newline separately; the launcher must still pass on whole lines.
-    code = ("import sys, unishmem\n"
-            "rt = unishmem.init(heap_size='16M'); pe = rt.my_pe; rt.barrier_all()  # all PEs write at once\n"
-            "for i in range(2000):\n"
-            "    print(f'pe={pe} line={i} ', end=''); print('end')\n"
-            "    print(f'err pe={pe} line={i}', file=sys.stderr)\n"
-            "rt.finalize()\n")
+    code = (
+        "import sys, unishmem\n"
+        "rt = unishmem.init(heap_size='16M'); pe = rt.my_pe; rt.barrier_all()  # all PEs write at once\n"
+        "for i in range(2000):\n"
+        "    print(f'pe={pe} line={i} ', end=''); print('end')\n"
+        "    print(f'err pe={pe} line={i}', file=sys.stderr)\n"
+        "rt.finalize()\n"
+    )
     proc = launch(["-c", code], 4, timeout=120, env={"PYTHONUNBUFFERED": "1"})
     assert proc.returncode == 0, proc.stderr
     out, err = proc.stdout.splitlines(), proc.stderr.splitlines()
@@ -124,8 +132,9 @@ def test_dead_pe_raises_peer_failure_everywhere(mode):
 def test_ctrl_c_stops_every_pe(mode):
     before = segments()
     cmd = [sys.executable, "-m", "unishmem", "run", "-n", "4", FAILURES, mode]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, TRITON_INTERPRET="1"))
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, TRITON_INTERPRET="1")
+    )
     pids = []
     deadline = time.monotonic() + 60
     while len(pids) < 4 and time.monotonic() < deadline:
@@ -153,30 +162,43 @@ def test_launcher_removes_segments_a_crashed_pe_left():
 
 
 def test_stalled_wait_warns_then_times_out():
-    proc = launch([FAILURES, "stall"], 1, timeout=60,
-                  env={"UNISHMEM_STALL_WARN": "0.3", "UNISHMEM_WAIT_TIMEOUT": "1.5"})
+    proc = launch(
+        [FAILURES, "stall"], 1, timeout=60, env={"UNISHMEM_STALL_WARN": "0.3", "UNISHMEM_WAIT_TIMEOUT": "1.5"}
+    )
     assert proc.returncode == 4, proc.stderr
     assert re.search(r"still waiting after \d+ s for signal at heap offset \d+ to become == 42", proc.stderr)
-    assert re.search(r"TIMEOUT pe=0: gave up after \d+ s waiting for signal at heap offset \d+ to become == 42 "
-                     r"\(it is 0\)", proc.stdout), proc.stdout
+    assert re.search(
+        r"TIMEOUT pe=0: gave up after \d+ s waiting for signal at heap offset \d+ to become == 42 "
+        r"\(it is 0\)",
+        proc.stdout,
+    ), proc.stdout
 
 
 def test_deadlock_is_reported_by_every_pe():
     proc = launch([FAILURES, "deadlock"], 3, timeout=60, env={"UNISHMEM_DEADLOCK_TIMEOUT": "1"})
     # each report runs from its DEADLOCK line to the next such line (NOTE [hang report])
-    lines = re.findall(r"^DEADLOCK pe=(\d) after=([\d.]+)s: (.*?)(?=^DEADLOCK|^unishmem run:|\Z)", proc.stdout,
-                       re.M | re.S)
+    lines = re.findall(
+        r"^DEADLOCK pe=(\d) after=([\d.]+)s: (.*?)(?=^DEADLOCK|^unishmem run:|\Z)", proc.stdout, re.M | re.S
+    )
     assert sorted(pe for pe, _, _ in lines) == ["0", "1", "2"], proc.stdout + proc.stderr
     for _, after, msg in lines:
         assert float(after) < 10
         assert "every PE has been waiting" in msg
         # PE 0 in barrier_all, the others on a signal nobody sends: each wait with its verdict
-        assert re.search(r"^PE 0 waits for PE [12] to reach the barrier .*\[failures.py:\d+ in <module>\]\n"
-                         r"  can never be satisfied: PE [12] is not in a barrier; it waits for signal at heap offset "
-                         r"\d+ to become == 1 \(it is 0\)", msg, re.M), msg
+        assert re.search(
+            r"^PE 0 waits for PE [12] to reach the barrier .*\[failures.py:\d+ in <module>\]\n"
+            r"  can never be satisfied: PE [12] is not in a barrier; it waits for signal at heap offset "
+            r"\d+ to become == 1 \(it is 0\)",
+            msg,
+            re.M,
+        ), msg
         for pe in (1, 2):
-            assert re.search(rf"^PE {pe} waits for signal at heap offset \d+ to become == 1 \(it is 0\) "
-                             r".*\n  can never be satisfied: no PE has signalled this word", msg, re.M), msg
+            assert re.search(
+                rf"^PE {pe} waits for signal at heap offset \d+ to become == 1 \(it is 0\) "
+                r".*\n  can never be satisfied: no PE has signalled this word",
+                msg,
+                re.M,
+            ), msg
     assert proc.returncode == 5
 
 
@@ -191,8 +213,9 @@ def test_a_stopped_pe_whose_wait_is_over_is_no_deadlock():
 def test_peer_failure_names_the_dead_pe_not_a_peer_that_reported_it_and_left():
     proc = launch([FAILURES, "blame"], 3, timeout=120)
     out = proc.stdout + proc.stderr
-    failures = dict((pe, msg) for pe, _, msg in re.findall(r"^PEERFAILURE pe=(\d) after=([\d.]+)s: (.*)$", proc.stdout,
-                                                           re.M))
+    failures = dict(
+        (pe, msg) for pe, _, msg in re.findall(r"^PEERFAILURE pe=(\d) after=([\d.]+)s: (.*)$", proc.stdout, re.M)
+    )
     assert sorted(failures) == ["0", "1"], out
     for msg in failures.values():
         assert re.match(r"PE 2 \(pid \d+\) died while PE \d was waiting for PE 1? ?", msg), msg
@@ -241,16 +264,21 @@ def test_heaps_beyond_dev_shm_fail_at_init_and_reserved_heaps_never_fault():
     prefix = _small_dev_shm("96M")
     run = [sys.executable, "-m", "unishmem", "run", "-n", "2", "-c", SHM_PROGRAM]
     # 2 x 64 MiB heaps: each fits alone, together they do not
-    proc = subprocess.run(prefix + run, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, UNISHMEM_SYMMETRIC_SIZE="64M"))
+    proc = subprocess.run(
+        prefix + run, capture_output=True, text=True, timeout=120, env=dict(os.environ, UNISHMEM_SYMMETRIC_SIZE="64M")
+    )
     lines = re.findall(r"^UNAVAILABLE: (.*)$", proc.stdout, re.M)
     assert len(lines) == 2 and proc.returncode == 7, proc.stdout + proc.stderr
     for msg in lines:
-        assert re.search(r"/dev/shm has 100663296 bytes free; the job's 2 PEs need 2 x 67174400 bytes \(a heap of "
-                         r"67108864 bytes plus 65536 of control each\)", msg), msg
+        assert re.search(
+            r"/dev/shm has 100663296 bytes free; the job's 2 PEs need 2 x 67174400 bytes \(a heap of "
+            r"67108864 bytes plus 65536 of control each\)",
+            msg,
+        ), msg
     # 2 x 40 MiB fit: then, with the rest of /dev/shm taken by another program, every page is still there
-    proc = subprocess.run(prefix + run, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, UNISHMEM_SYMMETRIC_SIZE="40M"))
+    proc = subprocess.run(
+        prefix + run, capture_output=True, text=True, timeout=120, env=dict(os.environ, UNISHMEM_SYMMETRIC_SIZE="40M")
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FILLED errno=28" in proc.stdout  # ENOSPC
     total = str(2 * ((40 << 20) - 256))
@@ -282,17 +310,42 @@ def _free_port() -> int:
 
 
 def test_torchrun():
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "--master-port", str(_free_port()), SMOKE],
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(_free_port()),
+            SMOKE,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ok_lines(proc.stdout, 2, "torchrun")
 
 
 def test_existing_process_group():
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "--master-port", str(_free_port()), SMOKE, "--group"],
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(_free_port()),
+            SMOKE,
+            "--group",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ok_lines(proc.stdout, 2, "torch.distributed group")
 
@@ -301,8 +354,12 @@ def test_mpirun():
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         pytest.skip("mpirun not found (.ci/run installs Open MPI from PyPI)")
-    proc = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, SMOKE],
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, SMOKE],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     ok_lines(proc.stdout, 2, "mpirun (Open MPI)")
 
@@ -316,14 +373,27 @@ def test_launcher_environments_without_a_channel(flavour):
     procs = []
     for rank in range(n):
         if flavour == "srun":
-            extra = dict(SLURM_PROCID=rank, SLURM_NTASKS=n, SLURM_LOCALID=rank, SLURM_NTASKS_PER_NODE=n,
-                         SLURM_JOB_ID=4242, SLURM_STEP_ID=0)
+            extra = dict(
+                SLURM_PROCID=rank,
+                SLURM_NTASKS=n,
+                SLURM_LOCALID=rank,
+                SLURM_NTASKS_PER_NODE=n,
+                SLURM_JOB_ID=4242,
+                SLURM_STEP_ID=0,
+            )
         else:
             extra = dict(PMI_RANK=rank, PMI_SIZE=n, MPI_LOCALRANKID=rank, MPI_LOCALNRANKS=n)
-        procs.append(subprocess.Popen([sys.executable, SMOKE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=dict(env, **{k: str(v) for k, v in extra.items()})))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, SMOKE],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=dict(env, **{k: str(v) for k, v in extra.items()}),
+            )
+        )
     outs = [p.communicate(timeout=120) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err
     name = "srun" if flavour == "srun" else "mpirun (MPICH)"
     ok_lines("".join(o for o, _ in outs), n, name)
@@ -347,14 +417,27 @@ def test_multi_host_rendezvous_over_tcp(flavour):
     procs = []
     for rank in range(n):
         if flavour == "srun":
-            extra = dict(SLURM_PROCID=rank, SLURM_NTASKS=n, SLURM_LOCALID=0, SLURM_NTASKS_PER_NODE=1,
-                         SLURM_JOB_ID=4243, SLURM_STEP_ID=0)
+            extra = dict(
+                SLURM_PROCID=rank,
+                SLURM_NTASKS=n,
+                SLURM_LOCALID=0,
+                SLURM_NTASKS_PER_NODE=1,
+                SLURM_JOB_ID=4243,
+                SLURM_STEP_ID=0,
+            )
         else:
             extra = dict(RANK=rank, WORLD_SIZE=n, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1)
-        procs.append(subprocess.Popen([sys.executable, SMOKE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=dict(env, **{k: str(v) for k, v in extra.items()})))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, SMOKE],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=dict(env, **{k: str(v) for k, v in extra.items()}),
+            )
+        )
     outs = [p.communicate(timeout=120) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err
     ok_lines("".join(o for o, _ in outs), n, flavour)
     unauthenticated = "rendezvous is not authenticated" in "".join(e for _, e in outs)
@@ -374,12 +457,18 @@ def test_unishmem_info():
 INIT_FAULTS = os.path.join(PROGRAMS, "init_faults.py")
 
 
-@pytest.mark.parametrize("mode, why", [
-    # whichever the rendezvous hears first: the dropped connection, or the launcher seeing the process end
-    ("kill_in_init", r"rank 2 \(pid \d+\) lost its connection to the rendezvous"
-                     r"|PE 2 \(pid \d+\) was killed by signal SIGKILL"),
-    ("exit_early", r"PE 2 \(pid \d+\) exited with status 0"),
-])
+@pytest.mark.parametrize(
+    "mode, why",
+    [
+        # whichever the rendezvous hears first: the dropped connection, or the launcher seeing the process end
+        (
+            "kill_in_init",
+            r"rank 2 \(pid \d+\) lost its connection to the rendezvous"
+            r"|PE 2 \(pid \d+\) was killed by signal SIGKILL",
+        ),
+        ("exit_early", r"PE 2 \(pid \d+\) exited with status 0"),
+    ],
+)
 def test_peer_lost_during_init_raises_peer_failure(mode, why):
     before = segments()
     proc = launch([INIT_FAULTS, mode], 3, timeout=120)
@@ -399,16 +488,18 @@ def test_init_after_finalize_twenty_times_with_changing_heaps():
     assert sorted(re.findall(r"^CYCLES OK pe=(\d)$", proc.stdout, re.M)) == ["0", "1"], proc.stdout
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["-n", "0", "x.py"], "-n 0: need at least one PE"),
-    (["-n", "-1", "x.py"], "-n -1: need at least one PE"),
-    (["-n", "2", PROGRAMS], f"{PROGRAMS} is a directory, not a program"),
-    (["-n", "2", "no-such-program.py"], "no-such-program.py: no such file"),
-    (["-n", "2", "no-such-command-xyz"], "no-such-command-xyz: no such program"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["-n", "0", "x.py"], "-n 0: need at least one PE"),
+        (["-n", "-1", "x.py"], "-n -1: need at least one PE"),
+        (["-n", "2", PROGRAMS], f"{PROGRAMS} is a directory, not a program"),
+        (["-n", "2", "no-such-program.py"], "no-such-program.py: no such file"),
+        (["-n", "2", "no-such-command-xyz"], "no-such-command-xyz: no such program"),
+    ],
+)
 def test_run_rejects_bad_arguments_without_a_traceback(argv, message):
-    proc = subprocess.run([sys.executable, "-m", "unishmem", "run", *argv], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "unishmem", "run", *argv], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert f"unishmem run: {message}" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr

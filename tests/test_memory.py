@@ -1,11 +1,24 @@
 """Runtime basics and the symmetric heap."""
-import torch
 
-import unishmem
+import torch
 from spmd import spmd
 
-ALL_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
-              torch.int64, torch.uint8, torch.uint16, torch.uint32, torch.uint64]
+import unishmem
+
+ALL_DTYPES = [
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.uint16,
+    torch.uint32,
+    torch.uint64,
+]
 
 
 @spmd

@@ -2,10 +2,11 @@
 1, 2 and 4 PEs. The references are written from the documented semantics: every PE rebuilds every
 PE's inputs from its seed, picks out the copies routed to each expert with torch.nonzero (row-major:
 (t, k) order) and sums the weighted expert outputs in float32, k by k."""
+
 import torch
+from spmd import raises, spmd
 
 import unishmem.kernels as K
-from spmd import raises, spmd
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "5"}
 H, TOPK = 6, 3
@@ -47,7 +48,7 @@ def reference_combine(tokens, ids, weights):
     acc = None
     for k in range(ids.shape[1]):
         y = expert(tokens, ids[:, k]).float()
-        term = weights[:, k:k + 1].float() * y
+        term = weights[:, k : k + 1].float() * y
         acc = term if acc is None else acc + term
     return (acc if acc is not None else torch.zeros(tokens.shape, dtype=torch.float32)).to(tokens.dtype)
 
@@ -60,8 +61,9 @@ def check_round_trip(rt, dtype, seed, T=None, combine=True, combines=1, team=Non
     L = E // n
     everyone = [inputs(team.translate_pe(i, rt.team_world), n, seed, dtype, T) for i in range(n)]
     tokens, ids, weights = everyone[me]
-    expert_tokens, counts, handle = K.dispatch(tokens, ids.to(torch.int32 if seed % 2 else torch.int64), weights,
-                                               E, team=team, **kw)
+    expert_tokens, counts, handle = K.dispatch(
+        tokens, ids.to(torch.int32 if seed % 2 else torch.int64), weights, E, team=team, **kw
+    )
     rows, ref_counts, experts = reference_dispatch(everyone, me, L)
     assert counts.dtype == torch.int64 and torch.equal(counts, ref_counts), (counts, ref_counts)
     assert expert_tokens.dtype == dtype and torch.equal(expert_tokens, rows), (dtype, seed)
@@ -100,26 +102,38 @@ def test_bad_arguments_raise_on_every_pe_and_the_job_goes_on(rt):
     tokens, ids, weights = inputs(me, n, 10, torch.float32, T=4)
 
     rejected = "member(s) [1] of world rejected their arguments"
-    raises(lambda: K.dispatch(tokens, ids, weights, 2 * n if me else 4 * n),
-           f"dispatch: the PEs disagree on n_experts: PE 0 passes {4 * n}, PE 1 passes {2 * n}")
+    raises(
+        lambda: K.dispatch(tokens, ids, weights, 2 * n if me else 4 * n),
+        f"dispatch: the PEs disagree on n_experts: PE 0 passes {4 * n}, PE 1 passes {2 * n}",
+    )
     raises(lambda: K.dispatch(tokens, ids, weights, n + 1), f"n_experts={n + 1} must be a positive multiple")
-    raises(lambda: K.dispatch(tokens.half() if me == 1 else tokens, ids, weights, 2 * n),
-           "disagree on tokens' dtype: PE 0 passes torch.float32, PE 1 passes torch.float16")
+    raises(
+        lambda: K.dispatch(tokens.half() if me == 1 else tokens, ids, weights, 2 * n),
+        "disagree on tokens' dtype: PE 0 passes torch.float32, PE 1 passes torch.float16",
+    )
     raises(lambda: K.dispatch(tokens, ids.float(), weights, 2 * n), "topk_ids must be int32 or int64")
-    raises(lambda: K.dispatch(tokens, ids[:, :2] if me == 1 else ids, weights, 2 * n),
-           "topk_weights must be float32, float16 or bfloat16 of shape" if me == 1 else rejected)
+    raises(
+        lambda: K.dispatch(tokens, ids[:, :2] if me == 1 else ids, weights, 2 * n),
+        "topk_weights must be float32, float16 or bfloat16 of shape" if me == 1 else rejected,
+    )
     raises(lambda: K.dispatch(tokens[:, :4] if me == 1 else tokens, ids, weights, 2 * n), "disagree on H")
-    raises(lambda: K.dispatch(tokens, ids + (2 * n if me == 1 else 0), weights, 2 * n),
-           "outside 0..{}".format(2 * n - 1) if me == 1 else rejected)
+    raises(
+        lambda: K.dispatch(tokens, ids + (2 * n if me == 1 else 0), weights, 2 * n),
+        f"outside 0..{2 * n - 1}" if me == 1 else rejected,
+    )
     raises(lambda: K.dispatch(tokens, ids, weights, 2 * n, max_tokens=2), "max_tokens=2 must be an int >=")
     raises(lambda: K.dispatch(tokens.view(-1), ids, weights, 2 * n), "tokens must be [T, H]")
     expert_tokens, _, handle = K.dispatch(tokens, ids, weights, 2 * n)
-    raises(lambda: K.combine(expert_tokens[1:] if me == 1 else expert_tokens, handle),
-           "expert_out must be torch.float32 of shape" if me == 1 else rejected)
+    raises(
+        lambda: K.combine(expert_tokens[1:] if me == 1 else expert_tokens, handle),
+        "expert_out must be torch.float32 of shape" if me == 1 else rejected,
+    )
     raises(lambda: K.combine(expert_tokens, None), "handle must be what dispatch returned")
     _, _, second = K.dispatch(tokens, ids, weights, 2 * n)
-    raises(lambda: K.combine(expert_tokens, second if me == 1 else handle),
-           "combine: the PEs disagree on the dispatch call of the handle")
+    raises(
+        lambda: K.combine(expert_tokens, second if me == 1 else handle),
+        "combine: the PEs disagree on the dispatch call of the handle",
+    )
     check_round_trip(rt, torch.float32, seed=11)  # and the job goes on
 
 
@@ -133,6 +147,8 @@ def test_dispatch_combine_on_two_halves_at_once(rt):
     tokens, ids, weights = inputs(rt.my_pe, 2, 14, torch.float32, T=4)
     expert_tokens, _, handle = K.dispatch(tokens, ids, weights, 4, team=half)
     raises(lambda: K.combine(expert_tokens, handle), f"the handle is from dispatch on {half.name}, not on world")
-    raises(lambda: K.dispatch(tokens[:, :4] if half.my_pe else tokens, ids, weights, 4, team=half),
-           "dispatch: the PEs disagree on H: PE 0 passes 6, PE 1 passes 4")
+    raises(
+        lambda: K.dispatch(tokens[:, :4] if half.my_pe else tokens, ids, weights, 4, team=half),
+        "dispatch: the PEs disagree on H: PE 0 passes 6, PE 1 passes 4",
+    )
     half.destroy()

@@ -1,8 +1,9 @@
 """Put, get, signals, point-to-point waits, ordering."""
+
 import torch
+from spmd import spmd
 
 from unishmem import CMP, SIGNAL
-from spmd import spmd
 
 
 def ring(rt):
@@ -12,8 +13,17 @@ def ring(rt):
 @spmd
 def test_put_ring_every_dtype(rt):
     right, left = ring(rt)
-    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int32,
-                  torch.int64, torch.uint8, torch.uint64):
+    for dtype in (
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.int8,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.uint64,
+    ):
         dest = rt.zeros((3, 33), dtype=dtype)
         src = (torch.arange(99) % 100 + rt.my_pe).to(dtype).reshape(3, 33)
         rt.put(dest, src, right)
@@ -67,7 +77,7 @@ def test_put_signal_set_and_add(rt):
     # ADD from every PE to every PE: the count is exact
     slots = rt.zeros(rt.n_pes, dtype=torch.int64)
     for pe in range(rt.n_pes):
-        rt.put_signal(slots[rt.my_pe:rt.my_pe + 1], torch.tensor([rt.my_pe + 1]), sig[1], 3, pe, SIGNAL.ADD)
+        rt.put_signal(slots[rt.my_pe : rt.my_pe + 1], torch.tensor([rt.my_pe + 1]), sig[1], 3, pe, SIGNAL.ADD)
     assert rt.signal_wait_until(sig[1], CMP.GE, 3 * rt.n_pes) == 3 * rt.n_pes
     rt.barrier_all()
     assert rt.signal_fetch(sig[1]) == 3 * rt.n_pes
@@ -95,8 +105,12 @@ def test_signal_op_and_every_comparison(rt):
 @spmd
 def test_wait_until_and_test_every_dtype(rt):
     right, left = ring(rt)
-    for dtype, value in ((torch.int32, -5), (torch.int64, -(2**40)), (torch.uint32, 2**31 + 3),
-                         (torch.uint64, 2**63 + 1)):
+    for dtype, value in (
+        (torch.int32, -5),
+        (torch.int64, -(2**40)),
+        (torch.uint32, 2**31 + 3),
+        (torch.uint64, 2**63 + 1),
+    ):
         flag = rt.zeros(1, dtype=dtype)
         assert rt.test(flag, CMP.EQ, 0) and not rt.test(flag, CMP.NE, 0)
         rt.barrier_all()

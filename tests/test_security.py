@@ -1,6 +1,7 @@
 """The rendezvous as an attacker and a careless user meet it (NOTE [rendezvous trust] in rendezvous.py):
 nobody without the job secret reads or writes anything, nothing is unpickled, nothing listens beyond
 the address a job needs, planted files are refused, and bad placements fail at once naming the variable."""
+
 import json
 import os
 import pickle
@@ -193,6 +194,7 @@ def test_gather_names_the_missing_rank_at_its_deadline_and_a_lost_one_at_once():
 
 # ---- planted files and directories (one-host rendezvous) ---------------------------------------
 
+
 @pytest.fixture
 def private(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
@@ -260,8 +262,10 @@ def test_rank_0_serves_and_leaves_no_file(private):
     for t in threads:
         t.join(30)
     results = [[None], [None]]
-    ts = [threading.Thread(target=lambda r=r: results.__setitem__(r, boots[r].allgather(b"\x00" * r + b"x")))
-          for r in (0, 1)]
+    ts = [
+        threading.Thread(target=lambda r=r: results.__setitem__(r, boots[r].allgather(b"\x00" * r + b"x")))
+        for r in (0, 1)
+    ]
     for t in ts:
         t.start()
     for t in ts:
@@ -277,18 +281,26 @@ def test_rank_0_serves_and_leaves_no_file(private):
 
 # ---- placements -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("env, message", [
-    ({"RANK": "1", "WORLD_SIZE": "1"}, r"RANK=1 is out of range for WORLD_SIZE=1 \(0..0\)"),
-    ({"RANK": "-1", "WORLD_SIZE": "2"}, r"RANK=-1 is out of range for WORLD_SIZE=2"),
-    ({"RANK": "one", "WORLD_SIZE": "2"}, r"RANK='one' is not an integer"),
-    ({"RANK": "0", "WORLD_SIZE": "0"}, r"WORLD_SIZE=0 must be at least 1"),
-    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "3"}, r"LOCAL_WORLD_SIZE=3 must be between 1 and"),
-    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "no-such-host.invalid"},
-     r"MASTER_ADDR='no-such-host.invalid' does not resolve"),
-    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_PORT": "99999"},
-     r"MASTER_PORT='99999' is not a port number"),
-    ({"UNISHMEM_BOOTSTRAP_TIMEOUT": "soon"}, r"UNISHMEM_BOOTSTRAP_TIMEOUT='soon' is not a positive number"),
-])
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"RANK": "1", "WORLD_SIZE": "1"}, r"RANK=1 is out of range for WORLD_SIZE=1 \(0..0\)"),
+        ({"RANK": "-1", "WORLD_SIZE": "2"}, r"RANK=-1 is out of range for WORLD_SIZE=2"),
+        ({"RANK": "one", "WORLD_SIZE": "2"}, r"RANK='one' is not an integer"),
+        ({"RANK": "0", "WORLD_SIZE": "0"}, r"WORLD_SIZE=0 must be at least 1"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "3"}, r"LOCAL_WORLD_SIZE=3 must be between 1 and"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "no-such-host.invalid"},
+            r"MASTER_ADDR='no-such-host.invalid' does not resolve",
+        ),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_PORT": "99999"},
+            r"MASTER_PORT='99999' is not a port number",
+        ),
+        ({"UNISHMEM_BOOTSTRAP_TIMEOUT": "soon"}, r"UNISHMEM_BOOTSTRAP_TIMEOUT='soon' is not a positive number"),
+    ],
+)
 def test_bad_placement_fails_at_once_naming_the_variable(monkeypatch, env, message):
     _clear_launcher_env(monkeypatch)
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
@@ -304,17 +316,26 @@ def test_bad_placement_fails_at_once_naming_the_variable(monkeypatch, env, messa
 def _clear_launcher_env(monkeypatch):
     for k in list(os.environ):
         if k.startswith(("UNISHMEM_", "OMPI_", "PMI_", "SLURM_", "TORCHELASTIC_")) or k in (
-                "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+        ):
             monkeypatch.delenv(k)
 
 
-@pytest.mark.parametrize("var, value, message", [
-    ("UNISHMEM_WAIT_TIMEOUT", "5min", "UNISHMEM_WAIT_TIMEOUT='5min' is not a positive number of seconds"),
-    ("UNISHMEM_WAIT_TIMEOUT", "0", "UNISHMEM_WAIT_TIMEOUT='0' is not a positive number"),
-    ("UNISHMEM_STALL_WARN", "-1", r"UNISHMEM_STALL_WARN='-1' is not a number of seconds >= 0"),
-    ("UNISHMEM_DEADLOCK_TIMEOUT", "nan", r"UNISHMEM_DEADLOCK_TIMEOUT='nan' is not a number of seconds >= 0"),
-    ("UNISHMEM_SYMMETRIC_SIZE", "lots", r"UNISHMEM_SYMMETRIC_SIZE: heap size 'lots' is not a byte count"),
-])
+@pytest.mark.parametrize(
+    "var, value, message",
+    [
+        ("UNISHMEM_WAIT_TIMEOUT", "5min", "UNISHMEM_WAIT_TIMEOUT='5min' is not a positive number of seconds"),
+        ("UNISHMEM_WAIT_TIMEOUT", "0", "UNISHMEM_WAIT_TIMEOUT='0' is not a positive number"),
+        ("UNISHMEM_STALL_WARN", "-1", r"UNISHMEM_STALL_WARN='-1' is not a number of seconds >= 0"),
+        ("UNISHMEM_DEADLOCK_TIMEOUT", "nan", r"UNISHMEM_DEADLOCK_TIMEOUT='nan' is not a number of seconds >= 0"),
+        ("UNISHMEM_SYMMETRIC_SIZE", "lots", r"UNISHMEM_SYMMETRIC_SIZE: heap size 'lots' is not a byte count"),
+    ],
+)
 def test_bad_settings_name_the_variable(monkeypatch, var, value, message):
     import unishmem
 
@@ -358,8 +379,12 @@ print(f"RENDEZVOUS {kind} dir={mode(os.path.dirname(path))} socket={mode(path)} 
 
 
 def test_job_listens_on_no_network_port():
-    proc = subprocess.run([sys.executable, "-m", "unishmem", "run", "-n", "2", sys.executable, "-c", NO_PORTS],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "unishmem", "run", "-n", "2", sys.executable, "-c", NO_PORTS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["RENDEZVOUS unix dir=0o700 socket=0o600 listening=[]"] * 2, proc.stdout
 

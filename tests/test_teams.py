@@ -1,6 +1,6 @@
 """Teams: world, node, strided and 2-D splits, translation, team barriers."""
-import torch
 
+import torch
 from spmd import spmd
 
 

@@ -2,6 +2,7 @@
 the real wheel and loads the real host library; `unishmem info` finds library and bitcode; selecting the
 backend raises BackendUnavailable with the reason (in subprocesses: a failed NVSHMEM init may end the
 process that made it); CMake says which rocSHMEM piece is missing. Nothing here mocks a vendor library."""
+
 import importlib.metadata
 import importlib.util
 import os
@@ -12,7 +13,6 @@ import sys
 import textwrap
 
 import pytest
-
 from spmd import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,8 +30,13 @@ needs_wheel = pytest.mark.skipif(WHEEL is None, reason="no nvidia-nvshmem wheel 
 
 
 def run_python(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, **(env or {})))
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, **(env or {})),
+    )
 
 
 @needs_wheel
@@ -52,8 +57,11 @@ def test_info_reports_library_version_and_matching_bitcode():
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert re.search(r"^  nvshmem\s+built\s+\S+_nvshmem\S*\.so$", out, re.M), out
-    assert re.search(rf"library\s+\S+/libnvshmem_host\.so\.3 \(pip: {WHEEL.metadata['Name']} {WHEEL.version}\), "
-                     rf"version {re.escape(WHEEL.version)}", out), out
+    assert re.search(
+        rf"library\s+\S+/libnvshmem_host\.so\.3 \(pip: {WHEEL.metadata['Name']} {WHEEL.version}\), "
+        rf"version {re.escape(WHEEL.version)}",
+        out,
+    ), out
     bitcode = re.findall(r"^  bitcode\s+(sm_\d+)\s+\S+libnvshmem_device_\1\.bc\s+\[ok: same release", out, re.M)
     assert "sm_90" in bitcode and "sm_80" in bitcode, out
 
@@ -69,8 +77,10 @@ def test_bitcode_from_another_install_is_reported(tmp_path):
         shutil.copy(os.path.join(real, "libnvshmem_host.so.3"), prefix / "lib")
         (prefix / "lib" / "libnvshmem_device_sm_90.bc").write_bytes(b"BC\xc0\xde")
         (prefix / "include" / "non_abi" / "nvshmem_version.h").write_text(
-            f'#define NVSHMEM_VENDOR_BASE_VERSION_STRING "{version}"\n')
-        proc = run_python("""
+            f'#define NVSHMEM_VENDOR_BASE_VERSION_STRING "{version}"\n'
+        )
+        proc = run_python(
+            """
             from unishmem import vendor_libs
             inst = vendor_libs.find_nvshmem()
             print(inst.origin, inst.version, sorted(inst.bitcode))
@@ -80,7 +90,9 @@ def test_bitcode_from_another_install_is_reported(tmp_path):
                 print("ACCEPTED")
             except Exception as e:
                 print("REFUSED", type(e).__name__, e)
-        """, env={"NVSHMEM_HOME": str(prefix)})
+        """,
+            env={"NVSHMEM_HOME": str(prefix)},
+        )
         assert proc.returncode == 0, proc.stderr
         assert f"NVSHMEM_HOME={prefix} {WHEEL.version} ['sm_90']" in proc.stdout, proc.stdout
         if expect:
@@ -108,13 +120,15 @@ def test_init_nvshmem_without_gpu_raises_backend_unavailable_with_the_reason():
 
 def test_every_pe_of_a_job_gets_the_reason(tmp_path):
     prog = tmp_path / "prog.py"
-    prog.write_text(textwrap.dedent("""
+    prog.write_text(
+        textwrap.dedent("""
         import os, unishmem
         try:
             unishmem.init(backend="nvshmem")
         except unishmem.BackendUnavailable as e:
             print(f"UNAVAILABLE pe={os.environ['UNISHMEM_RANK']}: {e}", flush=True)
-    """))
+    """)
+    )
     proc = launch([str(prog)], 2, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(re.findall(r"^UNAVAILABLE pe=(\d)", proc.stdout, re.M)) == ["0", "1"], proc.stdout + proc.stderr
@@ -143,12 +157,15 @@ def test_native_init_without_a_device_fails_cleanly_and_the_process_goes_on():
 
 
 def test_host_runtime_has_no_module_init():
-    proc = run_python("""
+    proc = run_python(
+        """
         import unishmem
         rt = unishmem.init(backend="host")
         print("MODULE_INIT", rt._module_init, rt.team_world.handle, rt.team_node.handle)
         rt.finalize()
-    """, env={"UNISHMEM_SYMMETRIC_SIZE": "16M"})
+    """,
+        env={"UNISHMEM_SYMMETRIC_SIZE": "16M"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "MODULE_INIT None 0 1" in proc.stdout, proc.stdout
 
@@ -159,9 +176,22 @@ def _configure(build_dir, env, *defines) -> str:
     cmake = shutil.which("cmake")
     if cmake is None:
         pytest.skip("cmake is not on PATH")
-    proc = subprocess.run([cmake, "-S", ROOT, "-B", str(build_dir), f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
-                           f"-DPython_EXECUTABLE={sys.executable}", *defines],
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ, **env))
+    proc = subprocess.run(
+        [
+            cmake,
+            "-S",
+            ROOT,
+            "-B",
+            str(build_dir),
+            f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+            f"-DPython_EXECUTABLE={sys.executable}",
+            *defines,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, **env),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -184,19 +214,26 @@ def test_cmake_says_which_rocshmem_piece_is_missing(tmp_path):
     empty = tmp_path / "rocm"
     empty.mkdir()
     out = _configure(tmp_path / "no-clang", {"ROCM_PATH": str(empty)})
-    assert ("unishmem: rocSHMEM backend not built: missing ROCm's clang (looked for "
-            f"{empty}/llvm/bin/clang++; set ROCM_PATH, HIPCXX or CMAKE_HIP_COMPILER)") in out, out
+    assert (
+        "unishmem: rocSHMEM backend not built: missing ROCm's clang (looked for "
+        f"{empty}/llvm/bin/clang++; set ROCM_PATH, HIPCXX or CMAKE_HIP_COMPILER)"
+    ) in out, out
     if WHEEL is not None:
         assert "unishmem: NVSHMEM backend: headers " in out, out
     # a compiler named (never run: the packages are looked for first), no hip package
     out = _configure(tmp_path / "no-hip", {"ROCM_PATH": str(empty)}, "-DCMAKE_HIP_COMPILER=/bin/false")
-    assert ("unishmem: rocSHMEM backend not built: missing HIP's CMake package "
-            f"(find_package(hip CONFIG) found none under ROCM_PATH={empty})") in out, out
+    assert (
+        "unishmem: rocSHMEM backend not built: missing HIP's CMake package "
+        f"(find_package(hip CONFIG) found none under ROCM_PATH={empty})"
+    ) in out, out
     # hip present, rocSHMEM older than the floor: the message names the version found
     rocm = _copy_standin(tmp_path, rocshmem_version="3.2.1")
     out = _configure(tmp_path / "old", {"ROCM_PATH": str(rocm)}, "-DCMAKE_HIP_COMPILER=/bin/false")
-    assert re.search(r"unishmem: rocSHMEM backend not built: missing rocSHMEM >= 3\.3 \(found version 3\.2\.1 at "
-                     rf"{re.escape(str(rocm))}/lib/cmake/rocshmem/rocshmem-config\.cmake; ROCm 7\.2 ships 3\.2\.x", out), out
+    assert re.search(
+        r"unishmem: rocSHMEM backend not built: missing rocSHMEM >= 3\.3 \(found version 3\.2\.1 at "
+        rf"{re.escape(str(rocm))}/lib/cmake/rocshmem/rocshmem-config\.cmake; ROCm 7\.2 ships 3\.2\.x",
+        out,
+    ), out
 
 
 def _hip_clang():
@@ -214,10 +251,15 @@ def standin_configure(tmp_path_factory):
         pytest.skip("no clang++ on PATH to stand in for ROCm's clang (set UNISHMEM_TEST_HIP_CLANG)")
     tmp = tmp_path_factory.mktemp("standin")
     build = tmp / "build"
-    out = _configure(build, {"ROCM_PATH": STANDIN_ROCM}, f"-DCMAKE_HIP_COMPILER={clang}",
-                     f"-DCMAKE_HIP_COMPILER_ROCM_ROOT={STANDIN_ROCM}",
-                     "-DCMAKE_HIP_FLAGS=--cuda-host-only -nogpulib -nogpuinc",
-                     "-DUNISHMEM_ROCM_ARCHS=gfx90a", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON")
+    out = _configure(
+        build,
+        {"ROCM_PATH": STANDIN_ROCM},
+        f"-DCMAKE_HIP_COMPILER={clang}",
+        f"-DCMAKE_HIP_COMPILER_ROCM_ROOT={STANDIN_ROCM}",
+        "-DCMAKE_HIP_FLAGS=--cuda-host-only -nogpulib -nogpuinc",
+        "-DUNISHMEM_ROCM_ARCHS=gfx90a",
+        "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+    )
     import json
 
     commands = json.loads((build / "compile_commands.json").read_text())
@@ -237,15 +279,25 @@ def test_rocm_branch_leaves_host_and_nvshmem_sources_plain_cxx(standin_configure
     assert "unishmem: rocSHMEM backend: rocSHMEM 3.5.0 (" in out and "architectures gfx90a" in out, out
     host = _commands_of(commands, "_host")
     host_files = sorted(os.path.relpath(c["file"], ROOT) for c in host)
-    assert host_files == sorted(["csrc/bindings.cpp", "csrc/fast_calls.cpp", "csrc/dtype.cpp",
-                                 "csrc/common/collective.cpp", "csrc/host/host_backend.cpp", "csrc/host/allocator.cpp",
-                                 "csrc/host/segment.cpp", "csrc/host/wait.cpp", "csrc/host/reduce.cpp",
-                                 "csrc/host/bench.cpp"]), host_files
+    assert host_files == sorted(
+        [
+            "csrc/bindings.cpp",
+            "csrc/fast_calls.cpp",
+            "csrc/dtype.cpp",
+            "csrc/common/collective.cpp",
+            "csrc/host/host_backend.cpp",
+            "csrc/host/allocator.cpp",
+            "csrc/host/segment.cpp",
+            "csrc/host/wait.cpp",
+            "csrc/host/reduce.cpp",
+            "csrc/host/bench.cpp",
+        ]
+    ), host_files
     groups = [host] + ([_commands_of(commands, "_nvshmem")] if WHEEL is not None else [])
     for group in groups:
         for c in group:
             cmd = c["command"]
-            assert not cmd.startswith(clang), cmd   # the C++ compiler, not the HIP one
+            assert not cmd.startswith(clang), cmd  # the C++ compiler, not the HIP one
             assert not HIP_FLAGS.search(cmd), f"HIP flag reached a C++ source: {cmd}"
             assert "-DUNISHMEM_ROCSHMEM" not in cmd and "standin_rocm" not in cmd, cmd
 
@@ -254,9 +306,18 @@ def test_rocshmem_module_is_one_hip_toolchain_without_lto(standin_configure):
     _, clang, commands, link = standin_configure
     roc = _commands_of(commands, "_rocshmem")
     wrapped = sorted(open(c["file"]).read().split('"')[1] for c in roc)
-    assert wrapped == sorted(os.path.join(ROOT, f) for f in (
-        "csrc/bindings.cpp", "csrc/fast_calls.cpp", "csrc/dtype.cpp", "csrc/common/collective.cpp",
-        "csrc/vendor/vendor_backend.cpp", "csrc/host/allocator.cpp", "csrc/host/wait.cpp")), wrapped
+    assert wrapped == sorted(
+        os.path.join(ROOT, f)
+        for f in (
+            "csrc/bindings.cpp",
+            "csrc/fast_calls.cpp",
+            "csrc/dtype.cpp",
+            "csrc/common/collective.cpp",
+            "csrc/vendor/vendor_backend.cpp",
+            "csrc/host/allocator.cpp",
+            "csrc/host/wait.cpp",
+        )
+    ), wrapped
     for c in roc:
         cmd = c["command"]
         assert cmd.startswith(clang) and c["file"].endswith(".hip"), cmd
@@ -295,12 +356,19 @@ def test_host_atomics_rocshmem_lacks_are_compare_swap_loops_with_openshmem_resul
     replaced, also when another write lands between the reading and the first compare-swap."""
     src = tmp_path / "amo.cpp"
     src.write_text(AMO_BY_COMPARE_SWAP)
-    subprocess.run(["g++", "-std=c++20", "-I", os.path.join(ROOT, "csrc"), str(src), "-o", str(tmp_path / "amo")],
-                   check=True, capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        ["g++", "-std=c++20", "-I", os.path.join(ROOT, "csrc"), str(src), "-o", str(tmp_path / "amo")],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = subprocess.run([str(tmp_path / "amo")], capture_output=True, text=True, check=True).stdout.split("\n")
     x, other = 0x3C3C, 0x0FF0
     expected = {1: x, 2: x, 8: other & x, 9: other & x, 10: other | x, 11: other | x, 12: other ^ x, 13: other ^ x}
-    got = {int(op): (int(old), int(word), int(tries)) for op, old, word, tries in (line.split() for line in out if line)}
+    got = {
+        int(op): (int(old), int(word), int(tries)) for op, old, word, tries in (line.split() for line in out if line)
+    }
     assert got == {op: (other, result, 2) for op, result in expected.items()}
 
 
@@ -314,8 +382,13 @@ def test_info_says_which_rocshmem_release_enables_what(tmp_path):
     include = tmp_path / "include" / "rocshmem"
     include.mkdir(parents=True)
     (include / "rocshmem_config.h").write_text('#define ROCSHMEM_VERSION              "3.4.0"\n')
-    proc = subprocess.run([sys.executable, "-m", "unishmem", "info"], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, ROCM_PATH=str(tmp_path)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "unishmem", "info"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, ROCM_PATH=str(tmp_path)),
+    )
     assert "version  3.4.0 (rocshmem_config.h)" in proc.stdout, proc.stdout + proc.stderr
     lines = {line.split(": ")[0].split()[-1]: line for line in vendor_libs.rocshmem_features("3.4.0")}
     assert lines["3.0"].startswith("yes") and "rocshmem_get_uniqueid" in lines["3.0"]

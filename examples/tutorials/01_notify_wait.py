@@ -6,6 +6,7 @@ kernel of two programs, where program 0 produces for the right neighbour and pro
 the left neighbour sent. The same code runs compiled on a GPU (NVSHMEM or rocSHMEM) and here under
 Triton's interpreter on the host backend.
 """
+
 import os
 
 import torch
@@ -45,8 +46,8 @@ def notify_wait(inbox, stage, ready, freed, out, epoch, N: tl.constexpr):
 def main() -> None:
     n_elems = 16
     with unishmem.init(heap_size="64M") as rt:
-        inbox = rt.zeros(n_elems, dtype=torch.int32)    # symmetric: peers write into it
-        stage = rt.zeros(n_elems, dtype=torch.int32)    # symmetric: the source of a put
+        inbox = rt.zeros(n_elems, dtype=torch.int32)  # symmetric: peers write into it
+        stage = rt.zeros(n_elems, dtype=torch.int32)  # symmetric: the source of a put
         ready, freed = rt.signals(1), rt.signals(1)
         out = torch.zeros(n_elems, dtype=torch.int32, device=rt.device)  # any local tensor
         left = (rt.my_pe - 1) % rt.n_pes

@@ -8,6 +8,7 @@ a remote shard waits for that shard's signal only. This is unishmem.kernels.ag_g
 in short (the library's version sends in row chunks and masks sizes that do not divide the tiles);
 the tutorial checks itself against the library and against torch.
 """
+
 import os
 
 import torch
@@ -23,8 +24,9 @@ import unishmem.language as shl  # noqa: E402
 
 
 @unishmem.jit(do_not_specialize=["epoch"])  # epoch changes every call: one compiled kernel for all
-def ag_gemm_kernel(a, b, c, arrived, epoch, m, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr):
+def ag_gemm_kernel(
+    a, b, c, arrived, epoch, m, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
+):
     me = shl.my_pe()
     n = shl.n_pes()
     pid = tl.program_id(0)
@@ -32,8 +34,9 @@ def ag_gemm_kernel(a, b, c, arrived, epoch, m, N, K, BLOCK_M: tl.constexpr, BLOC
     # Low program ids start first on a GPU, and pushes never wait: no consumer waits for a push
     # that cannot start, however few programs fit on the device.
     if pid < n - 1:
-        shl.putmem_signal_nbi_block(a + me * m * K, a + me * m * K, m * K * 4, arrived + me, epoch,
-                                    shl.SIGNAL_SET, (me + 1 + pid) % n)
+        shl.putmem_signal_nbi_block(
+            a + me * m * K, a + me * m * K, m * K * 4, arrived + me, epoch, shl.SIGNAL_SET, (me + 1 + pid) % n
+        )
     # Consumer: tile (shard, row block, column block); the local shard first, then me-1, me-2, ...
     # (PE me-1 sends to us first).
     tiles_m = m // BLOCK_M
@@ -60,24 +63,38 @@ def ag_gemm_kernel(a, b, c, arrived, epoch, m, N, K, BLOCK_M: tl.constexpr, BLOC
 
 
 # How `unishmem compile` compiles the kernel with no GPU (the types main() launches it with).
-COMPILE = {ag_gemm_kernel: {"signature": {"a": "*fp32", "b": "*fp32", "c": "*fp32", "arrived": "*u64",
-                                          "epoch": "i32", "m": "i32", "N": "i32", "K": "i32"},
-                            "constexprs": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}}}
+COMPILE = {
+    ag_gemm_kernel: {
+        "signature": {
+            "a": "*fp32",
+            "b": "*fp32",
+            "c": "*fp32",
+            "arrived": "*u64",
+            "epoch": "i32",
+            "m": "i32",
+            "N": "i32",
+            "K": "i32",
+        },
+        "constexprs": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16},
+    }
+}
 
 
 def main() -> None:
-    m, K, N, block = 16, 32, 32, 16           # this tutorial's kernel wants sizes the blocks divide
+    m, K, N, block = 16, 32, 32, 16  # this tutorial's kernel wants sizes the blocks divide
     with unishmem.init(heap_size="64M") as rt:
         n, me = rt.n_pes, rt.my_pe
-        a = rt.zeros((n * m, K))              # symmetric: the gathered A; this PE fills its rows
-        arrived = rt.signals(n)               # one signal per shard
+        a = rt.zeros((n * m, K))  # symmetric: the gathered A; this PE fills its rows
+        arrived = rt.signals(n)  # one signal per shard
         b = (torch.arange(K * N) % 5 - 2).float().reshape(K, N).to(rt.device)
         c = torch.empty((n * m, N), device=rt.device)
         grid = (n * (m // block) * (N // block),)
         for epoch in (1, 2):
+
             def shard(pe):
                 return ((torch.arange(m * K) + 7 * pe + epoch) % 7 - 3).float().reshape(m, K)
-            a[me * m:(me + 1) * m] = shard(me).to(rt.device)
+
+            a[me * m : (me + 1) * m] = shard(me).to(rt.device)
             rt.barrier_all()  # nobody pushes into rows a peer still reads from the last call
             ag_gemm_kernel[grid](a, b, c, arrived, epoch, m, N, K, BLOCK_M=block, BLOCK_N=block, BLOCK_K=block)
             expected = torch.cat([shard(pe) for pe in range(n)]) @ b.cpu()

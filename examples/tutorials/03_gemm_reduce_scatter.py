@@ -8,6 +8,7 @@ signals arrive, so the reduction overlaps the GEMM. This is unishmem.kernels.gem
 (the library's version masks sizes that do not divide the tiles and alternates buffers between
 calls); the tutorial checks itself against the library and against torch.
 """
+
 import os
 
 import torch
@@ -23,13 +24,14 @@ import unishmem.language as shl  # noqa: E402
 
 
 @unishmem.jit(do_not_specialize=["epoch"])
-def gemm_rs_kernel(a, b, c, stage, recv, arrived, epoch, m, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr):
+def gemm_rs_kernel(
+    a, b, c, stage, recv, arrived, epoch, m, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
+):
     me = shl.my_pe()
     n = shl.n_pes()
     pid = tl.program_id(0)
     tiles_n = N // BLOCK_N
-    tiles = m // BLOCK_M * tiles_n            # tiles per owner
+    tiles = m // BLOCK_M * tiles_n  # tiles per owner
     # Other PEs' tiles first, this PE's last: pushes are never queued behind programs that wait.
     owner = (me + 1 + pid // tiles) % n
     t = pid % tiles
@@ -49,8 +51,9 @@ def gemm_rs_kernel(a, b, c, stage, recv, arrived, epoch, m, N, K, BLOCK_M: tl.co
         # contiguous put into the owner's slot (sender me, tile t), its signal SET to the epoch.
         staged = stage + (owner * tiles + t) * TILE
         tl.store(staged + offs, acc)
-        shl.putmem_signal_nbi_block(recv + (me * tiles + t) * TILE, staged, TILE * 4, arrived + t * n + me, epoch,
-                                    shl.SIGNAL_SET, owner)
+        shl.putmem_signal_nbi_block(
+            recv + (me * tiles + t) * TILE, staged, TILE * 4, arrived + t * n + me, epoch, shl.SIGNAL_SET, owner
+        )
     else:
         for s in range(0, n):
             if s != me:
@@ -60,10 +63,23 @@ def gemm_rs_kernel(a, b, c, stage, recv, arrived, epoch, m, N, K, BLOCK_M: tl.co
         tl.store(c + (tm * BLOCK_M + rm)[:, None] * N + rn[None, :], acc)
 
 
-COMPILE = {gemm_rs_kernel: {"signature": {"a": "*fp32", "b": "*fp32", "c": "*fp32", "stage": "*fp32",
-                                          "recv": "*fp32", "arrived": "*u64", "epoch": "i32", "m": "i32",
-                                          "N": "i32", "K": "i32"},
-                            "constexprs": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}}}
+COMPILE = {
+    gemm_rs_kernel: {
+        "signature": {
+            "a": "*fp32",
+            "b": "*fp32",
+            "c": "*fp32",
+            "stage": "*fp32",
+            "recv": "*fp32",
+            "arrived": "*u64",
+            "epoch": "i32",
+            "m": "i32",
+            "N": "i32",
+            "K": "i32",
+        },
+        "constexprs": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16},
+    }
+}
 
 
 def main() -> None:
@@ -71,9 +87,9 @@ def main() -> None:
     with unishmem.init(heap_size="64M") as rt:
         n, me = rt.n_pes, rt.my_pe
         M, tiles = n * m, (m // block) * (N // block)
-        stage = rt.empty(n * tiles * block * block)   # symmetric: put sources and receive slots
+        stage = rt.empty(n * tiles * block * block)  # symmetric: put sources and receive slots
         recv = rt.empty(n * tiles * block * block)
-        arrived = rt.signals(tiles * n)               # one signal per (tile, sender)
+        arrived = rt.signals(tiles * n)  # one signal per (tile, sender)
         c = torch.empty((m, N), device=rt.device)
 
         def operands(pe, epoch):  # K_p = 16 * (pe + 1): the shards need not be equal
@@ -84,10 +100,11 @@ def main() -> None:
         for epoch in (1, 2):
             a, b = (x.to(rt.device) for x in operands(me, epoch))
             rt.barrier_all()  # nobody overwrites a slot the owner still reads from the last call
-            gemm_rs_kernel[(n * tiles,)](a, b, c, stage, recv, arrived, epoch, m, N, a.shape[1], BLOCK_M=block,
-                                         BLOCK_N=block, BLOCK_K=block)
+            gemm_rs_kernel[(n * tiles,)](
+                a, b, c, stage, recv, arrived, epoch, m, N, a.shape[1], BLOCK_M=block, BLOCK_N=block, BLOCK_K=block
+            )
             full = sum(x @ y for x, y in (operands(pe, epoch) for pe in range(n)))
-            expected = full[me * m:(me + 1) * m]
+            expected = full[me * m : (me + 1) * m]
             assert torch.equal(c.cpu(), expected), epoch
             assert torch.equal(unishmem.kernels.gemm_rs(a, b).cpu(), expected)
         rt.barrier_all()

@@ -8,6 +8,7 @@ once in unishmem.language: read them next (counts exchanged in-kernel with signa
 straight into their packed place). Without a GPU they run under Triton's interpreter on the host
 backend.
 """
+
 import os
 import sys
 
@@ -27,7 +28,7 @@ def main() -> None:
         n, me = rt.n_pes, rt.my_pe
         n_experts = EXPERTS_PER_PE * n
         # Every PE builds the same expert weights (one H x H matrix each) from one seed.
-        experts = torch.randn(n_experts, H, H, generator=torch.Generator().manual_seed(0)).to(rt.device) / H ** 0.5
+        experts = torch.randn(n_experts, H, H, generator=torch.Generator().manual_seed(0)).to(rt.device) / H**0.5
 
         # This PE's tokens and its router's choices; T differs per PE (PE 1 has none at all).
         g = torch.Generator().manual_seed(1 + me)
@@ -45,7 +46,7 @@ def main() -> None:
         expert_out = torch.empty_like(expert_tokens)
         start = 0
         for j, rows in enumerate(counts.sum(1).tolist()):
-            expert_out[start:start + rows] = expert_tokens[start:start + rows] @ experts[me * EXPERTS_PER_PE + j]
+            expert_out[start : start + rows] = expert_tokens[start : start + rows] @ experts[me * EXPERTS_PER_PE + j]
             start += rows
 
         # combine: out[t] = sum_k topk_weights[t, k] * expert_{topk_ids[t, k]}(tokens[t]), back on this PE.
@@ -54,14 +55,16 @@ def main() -> None:
         # Check against the same layer computed locally (every PE knows every expert's weights).
         ref = torch.zeros(T, H, device=rt.device)
         for k in range(TOPK):
-            ref += topk_weights[:, k:k + 1] * torch.einsum("th,thg->tg", tokens, experts[topk_ids[:, k]])
+            ref += topk_weights[:, k : k + 1] * torch.einsum("th,thg->tg", tokens, experts[topk_ids[:, k]])
         assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), (out - ref).abs().max()
         received = K.all_gather(torch.tensor([expert_tokens.shape[0]], device=rt.device))
         rt.barrier_all()
         if me == 0:
             mode = "interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
-            sys.stdout.write(f"moe all-to-all ({mode}, backend {rt.backend}) correct on {n} PEs; rows received "
-                             f"per PE: {received.tolist()}\n")
+            sys.stdout.write(
+                f"moe all-to-all ({mode}, backend {rt.backend}) correct on {n} PEs; rows received "
+                f"per PE: {received.tolist()}\n"
+            )
         rt.free_workspaces()
 
 

@@ -5,6 +5,7 @@ its n slots. It moves n times the data but takes one step, which is why it wins 
 messages. This is the kernel behind unishmem.kernels.all_reduce(algorithm="one_shot"), written out
 for reading; the tutorial checks itself against the library and against torch.
 """
+
 import os
 
 import torch
@@ -43,9 +44,9 @@ def one_shot_sum(x, slots, arrived, out, epoch, numel, BLOCK: tl.constexpr):
 def main() -> None:
     numel, block = 3000, 1024
     with unishmem.init(heap_size="64M") as rt:
-        x = rt.empty(numel)                       # symmetric source (also any local memory on NVLink)
-        slots = rt.zeros(rt.n_pes * numel)        # one slot per PE
-        arrived = rt.signals(rt.n_pes)            # one signal per slot
+        x = rt.empty(numel)  # symmetric source (also any local memory on NVLink)
+        slots = rt.zeros(rt.n_pes * numel)  # one slot per PE
+        arrived = rt.signals(rt.n_pes)  # one signal per slot
         out = torch.empty(numel, device=rt.device)
         grid = (max(rt.n_pes, triton.cdiv(numel, block)),)
         for epoch in (1, 2):

@@ -1,4 +1,5 @@
 """unishmem: GPU symmetric memory (NVSHMEM, rocSHMEM) and a host shared-memory backend behind one API."""
+
 from __future__ import annotations
 
 import os
@@ -6,8 +7,17 @@ import re
 import threading
 
 from .enums import CMP, SIGNAL
-from .errors import (BackendUnavailable, DeadlockError, HeapExhaustedError, NotInitializedError, NotSymmetricError, PeerFailure,
-                     SymmetryError, UnishmemError, WaitTimeout)
+from .errors import (
+    BackendUnavailable,
+    DeadlockError,
+    HeapExhaustedError,
+    NotInitializedError,
+    NotSymmetricError,
+    PeerFailure,
+    SymmetryError,
+    UnishmemError,
+    WaitTimeout,
+)
 from .runtime import Runtime, Team, UnishmemWarning
 
 __version__ = "0.1.0"
@@ -19,10 +29,26 @@ def jit(fn=None, **kwargs):
 
     return _jit(fn, **kwargs)
 
+
 __all__ = [
-    "init", "runtime", "Runtime", "Team", "SIGNAL", "CMP", "UnishmemError", "NotInitializedError", "SymmetryError",
-    "NotSymmetricError", "PeerFailure", "BackendUnavailable", "HeapExhaustedError", "WaitTimeout", "DeadlockError", "UnishmemWarning",
-    "parse_size", "jit",
+    "init",
+    "runtime",
+    "Runtime",
+    "Team",
+    "SIGNAL",
+    "CMP",
+    "UnishmemError",
+    "NotInitializedError",
+    "SymmetryError",
+    "NotSymmetricError",
+    "PeerFailure",
+    "BackendUnavailable",
+    "HeapExhaustedError",
+    "WaitTimeout",
+    "DeadlockError",
+    "UnishmemWarning",
+    "parse_size",
+    "jit",
 ]
 
 DEFAULT_HEAP_SIZE = 1 << 30
@@ -62,9 +88,11 @@ def init(backend: str = "auto", heap_size=None, device=None, group=None) -> Runt
     with _lock:
         if _current is not None:
             if _current._init_args != args:
-                raise UnishmemError(f"unishmem.init() was already called with (backend, heap_size, device, group) = "
-                                    f"{_current._init_args[:3]}; now asked for {args[:3]}. Finalize the runtime "
-                                    "first to change them")
+                raise UnishmemError(
+                    f"unishmem.init() was already called with (backend, heap_size, device, group) = "
+                    f"{_current._init_args[:3]}; now asked for {args[:3]}. Finalize the runtime "
+                    "first to change them"
+                )
             return _current
         boot = bootstrap.discover(group)
         try:
@@ -77,8 +105,17 @@ def init(backend: str = "auto", heap_size=None, device=None, group=None) -> Runt
 
         version = {"unishmem": __version__, "backend": name, "torch": torch.__version__, **opened.version}
         # The runtime keeps the bootstrap until finalize: rank 0 may be serving its store to slower peers.
-        _current = Runtime(opened.native, name, opened.device, opened.heap_of, opened.stream_of, args, boot, version,
-                           opened.module_init)
+        _current = Runtime(
+            opened.native,
+            name,
+            opened.device,
+            opened.heap_of,
+            opened.stream_of,
+            args,
+            boot,
+            version,
+            opened.module_init,
+        )
         _current._hang_dir = _hang_dir(boot)
         return _current
 
@@ -93,8 +130,9 @@ def _hang_dir(boot) -> str | None:
 
     if not seconds("UNISHMEM_HANG_TIMEOUT"):
         return None
-    path = os.environ.get("UNISHMEM_HANG_DIR") or os.path.join(private_dir(),
-                                                               f"hang-{boot.broadcast(secrets.token_hex(8))}")
+    path = os.environ.get("UNISHMEM_HANG_DIR") or os.path.join(
+        private_dir(), f"hang-{boot.broadcast(secrets.token_hex(8))}"
+    )
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
 

@@ -1,6 +1,7 @@
 """Team arenas: symmetric memory reserved for the kernel workspaces of a team smaller than the
 world, at the split that makes it (NOTE [workspaces] in unishmem/kernels/_workspace.py). Here, not
 in unishmem.kernels, because splits and finalize use them and must not import Triton."""
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,8 @@ class Arena:
 
     def __init__(self, memory: torch.Tensor, n_pes: int, users: list):
         self.memory = memory  # uint8, symmetric
-        self.users = users    # this PE's teams using the world allocation this arena lies in
-        agree = memory[:8 * (1 + n_pes) * AGREE_WIDTH].view(torch.int64)
+        self.users = users  # this PE's teams using the world allocation this arena lies in
+        agree = memory[: 8 * (1 + n_pes) * AGREE_WIDTH].view(torch.int64)
         self.mine, self.everyone = agree[:AGREE_WIDTH], agree[AGREE_WIDTH:]
         self.base = self.low = _aligned(agree.nbytes)  # (_give checked that the memory holds them)
         self.high = memory.numel()
@@ -33,7 +34,7 @@ class Arena:
     def carve(self, nbytes: int) -> torch.Tensor:
         """nbytes (rounded down to ALIGN) off the top, for a nested team's arena."""
         self.high -= nbytes // ALIGN * ALIGN
-        return self.memory[self.high:self.high + nbytes // ALIGN * ALIGN]
+        return self.memory[self.high : self.high + nbytes // ALIGN * ALIGN]
 
     def take(self, rt, team, what: str, buffers: dict) -> dict[str, torch.Tensor]:
         """Zeroed `buffers` (name -> (shape, dtype)) from the arena; every member calls it alike,
@@ -46,13 +47,14 @@ class Arena:
                 f"has {self.high - self.low} of its {self.memory.numel()} bytes free; raise UNISHMEM_TEAM_ARENA "
                 f"(now {_config.team_arena(rt._heap_size)} bytes, reserved for each team smaller than the world "
                 "when it is split; a team split from such a team gets half of its free arena) or call "
-                "rt.free_workspaces()")
+                "rt.free_workspaces()"
+            )
         out = {}
         for name, (shape, dtype) in buffers.items():
             nbytes = _nbytes(shape, dtype)
-            out[name] = self.memory[self.low:self.low + nbytes].view(dtype).view(shape)
+            out[name] = self.memory[self.low : self.low + nbytes].view(dtype).view(shape)
             self.low += sizes[name]
-        self.memory[self.low - need:self.low].zero_()
+        self.memory[self.low - need : self.low].zero_()
         rt.sync(team)  # no member writes into a copy that its owner has yet to zero
         return out
 
@@ -109,8 +111,12 @@ def split_arenas(rt, parent, teams: list, world_bytes: int | None) -> None:
     share = (arena.high - arena.low) // (2 * len(small)) if arena is not None else 0
     for team in small:
         memory = arena.carve(share) if arena is not None else None
-        _give(team, memory, arena.users if arena is not None else [],
-              f"{parent.name}, which it was split from, has no team arena to carve one from")
+        _give(
+            team,
+            memory,
+            arena.users if arena is not None else [],
+            f"{parent.name}, which it was split from, has no team arena to carve one from",
+        )
 
 
 def _give(team, memory, users: list, why: str) -> None:

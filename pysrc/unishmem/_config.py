@@ -1,15 +1,16 @@
 """UNISHMEM_* settings: read when needed, checked, and named when wrong."""
+
 from __future__ import annotations
 
 import os
 
 # name -> (default, whether 0 is allowed: it turns the check off)
 SECONDS = {
-    "UNISHMEM_WAIT_TIMEOUT": (300.0, False),       # before a wait gives up
-    "UNISHMEM_STALL_WARN": (30.0, True),           # before a wait says what it waits for
-    "UNISHMEM_DEADLOCK_TIMEOUT": (5.0, True),      # of every PE waiting before a deadlock is declared
+    "UNISHMEM_WAIT_TIMEOUT": (300.0, False),  # before a wait gives up
+    "UNISHMEM_STALL_WARN": (30.0, True),  # before a wait says what it waits for
+    "UNISHMEM_DEADLOCK_TIMEOUT": (5.0, True),  # of every PE waiting before a deadlock is declared
     "UNISHMEM_BOOTSTRAP_TIMEOUT": (120.0, False),  # one step of init's rendezvous waits for a rank
-    "UNISHMEM_HANG_TIMEOUT": (0.0, True),          # a launch runs before the hang watchdog reports; 0: off
+    "UNISHMEM_HANG_TIMEOUT": (0.0, True),  # a launch runs before the hang watchdog reports; 0: off
 }
 
 

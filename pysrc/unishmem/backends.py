@@ -1,12 +1,13 @@
 """Opening a backend by name. Each backend is a thin adapter: its native module implements the
 C++ Backend interface (csrc/backend.hpp); this file only brings it up through the bootstrap."""
+
 from __future__ import annotations
 
 import importlib
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -35,8 +36,9 @@ def native_module(name: str):
     try:
         return importlib.import_module(f"unishmem._{name}")
     except ImportError as e:
-        raise BackendUnavailable(f"the {name} backend is not built into this installation of unishmem "
-                                 f"({e}); `unishmem info` lists what is") from e
+        raise BackendUnavailable(
+            f"the {name} backend is not built into this installation of unishmem ({e}); `unishmem info` lists what is"
+        ) from e
 
 
 def choose(name: str) -> str:
@@ -86,8 +88,11 @@ def open_host(boot: Bootstrap, heap_size: int, device) -> Opened:
     wait_timeout, stall_warn = seconds("UNISHMEM_WAIT_TIMEOUT"), seconds("UNISHMEM_STALL_WARN")
     deadlock = seconds("UNISHMEM_DEADLOCK_TIMEOUT")
     try:
-        native = agree(boot, "creating the shared-memory segment", lambda: _host.HostBackend(
-            token, boot.rank, boot.size, heap_size, stall_warn, wait_timeout, deadlock))
+        native = agree(
+            boot,
+            "creating the shared-memory segment",
+            lambda: _host.HostBackend(token, boot.rank, boot.size, heap_size, stall_warn, wait_timeout, deadlock),
+        )
         agree(boot, "mapping the peers' segments", native.attach_peers)
         native.unlink_own_segment()  # every PE holds every mapping: the names have done their job
     except BaseException:
@@ -106,6 +111,7 @@ def open_host(boot: Bootstrap, heap_size: int, device) -> Opened:
 # ---- vendor backends (NVSHMEM, rocSHMEM) ---------------------------------------------------------
 # Vendor specifics stay here and in csrc/vendor/; the Runtime sees the same Opened as for host.
 
+
 def _load_nvshmem():
     # Preloaded from where it was found, so that the extension binds to that copy.
     inst = vendor_libs.find_nvshmem().require()
@@ -115,22 +121,30 @@ def _load_nvshmem():
 
 @dataclass(frozen=True)
 class _Vendor:
-    library: str                 # the library's name, for messages
-    build: str                   # the torch build that runs it: torch.version.<build> is set
-    kind: str                    # its devices, for messages
-    heap_env: str                # the environment variable of the library's own heap size
-    find: Callable               # -> vendor_libs.Install, the library ready to load the extension against
-    own_node_team: bool          # False: the node team is built from consecutive ranks per host
+    library: str  # the library's name, for messages
+    build: str  # the torch build that runs it: torch.version.<build> is set
+    kind: str  # its devices, for messages
+    heap_env: str  # the environment variable of the library's own heap size
+    find: Callable  # -> vendor_libs.Install, the library ready to load the extension against
+    own_node_team: bool  # False: the node team is built from consecutive ranks per host
     single_host_env: tuple = ()  # (variable, value) defaults for a job on one host
 
 
 _VENDOR = {
     # NVSHMEM's unique-id bootstrap listens on loopback for a one-host job unless told otherwise.
-    "nvshmem": _Vendor("NVSHMEM", "cuda", "CUDA", "NVSHMEM_SYMMETRIC_SIZE", _load_nvshmem, own_node_team=True,
-                       single_host_env=(("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo"),)),
+    "nvshmem": _Vendor(
+        "NVSHMEM",
+        "cuda",
+        "CUDA",
+        "NVSHMEM_SYMMETRIC_SIZE",
+        _load_nvshmem,
+        own_node_team=True,
+        single_host_env=(("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo"),),
+    ),
     # rocSHMEM is linked into the extension statically: nothing to preload.
-    "rocshmem": _Vendor("rocSHMEM", "hip", "ROCm", "ROCSHMEM_HEAP_SIZE", vendor_libs.find_rocshmem,
-                        own_node_team=False),
+    "rocshmem": _Vendor(
+        "rocSHMEM", "hip", "ROCm", "ROCSHMEM_HEAP_SIZE", vendor_libs.find_rocshmem, own_node_team=False
+    ),
 }
 _LIBRARY_HEAP_MARGIN = 64 << 20  # the library's own symmetric allocations and unishmem's control buffer
 
@@ -155,7 +169,9 @@ def _gpu_device(name: str, boot: Bootstrap, device) -> torch.device:
     kind = _VENDOR[name].kind
     if torch_build() != _VENDOR[name].build:
         what = "a CPU-only build" if torch_build() is None else f"built for {device_kind()}"
-        raise BackendUnavailable(f"the {name} backend needs a {kind} build of torch; torch {torch.__version__} is {what}")
+        raise BackendUnavailable(
+            f"the {name} backend needs a {kind} build of torch; torch {torch.__version__} is {what}"
+        )
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
         raise BackendUnavailable(f"no {kind} device: torch {torch.__version__} sees none on {hostname()}")
@@ -183,8 +199,10 @@ def _node_groups(boot: Bootstrap, name: str) -> list[tuple[int, int]]:
         else:
             groups.append((rank, 1))
     if not _VENDOR[name].own_node_team and len(groups) != len(set(hosts)):
-        raise BackendUnavailable(f"the {name} backend builds its node team from consecutive ranks per host; "
-                                 f"this job places hosts {hosts} by rank")
+        raise BackendUnavailable(
+            f"the {name} backend builds its node team from consecutive ranks per host; "
+            f"this job places hosts {hosts} by rank"
+        )
     return groups
 
 
@@ -207,8 +225,10 @@ def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
         from . import parse_size
 
         if parse_size(os.environ[heap_env]) < need:
-            raise BackendUnavailable(f"{heap_env}={os.environ[heap_env]} is smaller than the {need} bytes a heap of "
-                                     f"{heap_size} bytes needs; unset it or raise it")
+            raise BackendUnavailable(
+                f"{heap_env}={os.environ[heap_env]} is smaller than the {need} bytes a heap of "
+                f"{heap_size} bytes needs; unset it or raise it"
+            )
     else:
         os.environ[heap_env] = str(need)
     if len(groups) == 1:
@@ -217,16 +237,24 @@ def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
     uid = agree(boot, f"making the {library} unique id", lambda: mod.unique_id() if boot.rank == 0 else None)
     uid = boot.broadcast(uid)
     wait_timeout, stall_warn = seconds("UNISHMEM_WAIT_TIMEOUT"), seconds("UNISHMEM_STALL_WARN")
-    native = agree(boot, f"initialising {library}", lambda: mod.VendorBackend(
-        uid, boot.rank, boot.size, dev.index, heap_size, stall_warn, wait_timeout, groups))
+    native = agree(
+        boot,
+        f"initialising {library}",
+        lambda: mod.VendorBackend(uid, boot.rank, boot.size, dev.index, heap_size, stall_warn, wait_timeout, groups),
+    )
 
-    version = {name: ".".join(map(str, mod.library_version())), f"{name}_mode": native.init_mode,
-               f"{name}_library": str(inst.library or inst.prefix)}
+    version = {
+        name: ".".join(map(str, mod.library_version())),
+        f"{name}_mode": native.init_mode,
+        f"{name}_library": str(inst.library or inst.prefix),
+    }
     props = torch.cuda.get_device_properties(dev)
     try:
         version[f"{name}_bitcode"] = str(vendor_libs.bitcode(name, vendor_libs.DEVICE_ARCH[name](props)))
     except BackendUnavailable as e:  # host-initiated operations work without it; kernels will not
-        warnings.warn(f"PE {boot.rank}: {e}; Triton kernels calling {library} cannot be linked", UnishmemWarning)
+        warnings.warn(
+            f"PE {boot.rank}: {e}; Triton kernels calling {library} cannot be linked", UnishmemWarning, stacklevel=2
+        )
         version[f"{name}_bitcode"] = None
 
     heaps: dict[int, torch.Tensor] = {}
@@ -254,8 +282,11 @@ def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
     return Opened(native, dev, heap_of, stream_of, module_init, version)
 
 
-OPENERS = {"host": open_host, "nvshmem": lambda *a: open_vendor("nvshmem", *a),
-           "rocshmem": lambda *a: open_vendor("rocshmem", *a)}
+OPENERS = {
+    "host": open_host,
+    "nvshmem": lambda *a: open_vendor("nvshmem", *a),
+    "rocshmem": lambda *a: open_vendor("rocshmem", *a),
+}
 
 
 def open_backend(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:

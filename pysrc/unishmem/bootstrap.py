@@ -9,6 +9,7 @@ on one host behind a Unix socket whose address and secret it leaves in a 0600 fi
 Values cross as JSON (bytes as hex), never pickled. Each init of a process is numbered, and all its
 exchanges carry the number, so an init after a finalize never reads the previous one's values.
 """
+
 from __future__ import annotations
 
 import abc
@@ -88,7 +89,7 @@ class Bootstrap(abc.ABC):
     def _allgather(self, step: int, value) -> list:
         """Every rank's JSON `value`, in rank order; `step` numbers the calls."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (most bootstraps hold nothing to close)
         pass
 
 
@@ -96,8 +97,14 @@ class RendezvousBootstrap(Bootstrap):
     """Gathers through a rendezvous server; rank 0 may be serving it itself (`server`), and may hold
     a rendezvous file to remove once every rank has connected (`leftover`)."""
 
-    def __init__(self, placement: Placement, init: int, client: rendezvous.Client,
-                 server: rendezvous.Server | None = None, leftover: str | None = None):
+    def __init__(
+        self,
+        placement: Placement,
+        init: int,
+        client: rendezvous.Client,
+        server: rendezvous.Server | None = None,
+        leftover: str | None = None,
+    ):
         super().__init__(placement, init)
         self._client, self._server, self._leftover = client, server, leftover
 
@@ -135,17 +142,20 @@ class GroupBootstrap(Bootstrap):
         import torch
         import torch.distributed as dist
 
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(self._group) == "nccl" \
+        device = (
+            torch.device("cuda", torch.cuda.current_device())
+            if dist.get_backend(self._group) == "nccl"
             else torch.device("cpu")
+        )
         payload = json.dumps(value).encode()
         sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(self.size)]
         dist.all_gather(sizes, torch.tensor([len(payload)], device=device), group=self._group)
         longest = max(int(s.item()) for s in sizes)
         mine = torch.zeros(longest, dtype=torch.uint8, device=device)
-        mine[:len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
         parts = [torch.empty(longest, dtype=torch.uint8, device=device) for _ in range(self.size)]
         dist.all_gather(parts, mine, group=self._group)
-        return [json.loads(bytes(p[:int(n.item())].tolist())) for p, n in zip(parts, sizes)]
+        return [json.loads(bytes(p[: int(n.item())].tolist())) for p, n in zip(parts, sizes)]
 
     def close(self):
         # Let go of the group: one kept alive past destroy_process_group() aborts the process at exit.
@@ -163,6 +173,7 @@ class SingleBootstrap(Bootstrap):
 
 
 # ---- placements, checked where they come from -------------------------------------------------
+
 
 def _int_var(name: str, default: int | None = None) -> int:
     text = os.environ.get(name)
@@ -195,8 +206,13 @@ def _placement(rank_var: str, size_var: str, local_rank_var: str, local_size_var
 
 
 _MPI_LIKE = (
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-     "mpirun (Open MPI)"),
+    (
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "mpirun (Open MPI)",
+    ),
     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "mpirun (MPICH)"),
     ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "srun"),
 )
@@ -212,6 +228,7 @@ def _mpi_like_placement() -> Placement | None:
 
 # ---- where the rendezvous is --------------------------------------------------------------------
 
+
 def _job_secret(multi_host: bool) -> bytes:
     """UNISHMEM_SECRET where the user gives one; across hosts there is no other way to share one."""
     text = os.environ.get("UNISHMEM_SECRET")
@@ -220,10 +237,13 @@ def _job_secret(multi_host: bool) -> bytes:
     if multi_host:
         from .runtime import UnishmemWarning
 
-        warnings.warn("this multi-host job's rendezvous is not authenticated: anyone who can reach MASTER_ADDR:"
-                      "MASTER_PORT during init can join or disturb it (it can run no code: values are JSON). Set "
-                      "UNISHMEM_SECRET to the same random value on every rank to authenticate it",
-                      UnishmemWarning, stacklevel=4)
+        warnings.warn(
+            "this multi-host job's rendezvous is not authenticated: anyone who can reach MASTER_ADDR:"
+            "MASTER_PORT during init can join or disturb it (it can run no code: values are JSON). Set "
+            "UNISHMEM_SECRET to the same random value on every rank to authenticate it",
+            UnishmemWarning,
+            stacklevel=4,
+        )
         return b""
     return secrets.token_hex(32).encode()
 
@@ -263,7 +283,7 @@ def _sweep_stale(directory: str) -> None:
             continue
         if not _pid_alive(pid):
             _unlink(entry.path)
-            _unlink(entry.path[:-len(".json")] + ".sock")
+            _unlink(entry.path[: -len(".json")] + ".sock")
 
 
 class RefusedFile(rendezvous.RendezvousError):
@@ -283,8 +303,9 @@ def _read_private(path: str) -> str:
         if not stat.S_ISREG(st.st_mode):
             raise RefusedFile(f"rendezvous file {path} is not a regular file: refused")
         if st.st_uid != os.getuid():
-            raise RefusedFile(f"rendezvous file {path} belongs to uid {st.st_uid}, not to this user "
-                                             f"(uid {os.getuid()}): refused")
+            raise RefusedFile(
+                f"rendezvous file {path} belongs to uid {st.st_uid}, not to this user (uid {os.getuid()}): refused"
+            )
         if stat.S_IMODE(st.st_mode) & 0o077:
             raise RefusedFile(f"rendezvous file {path} has mode {stat.S_IMODE(st.st_mode):o}: refused")
         return os.read(fd, 1 << 16).decode()
@@ -302,8 +323,10 @@ def _one_host(p: Placement, job: str, init: int, timeout: float) -> Bootstrap:
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             other = None
         if other is not None:
-            raise UnishmemError(f"two processes claim rank 0 of this {p.launcher} job: pid {other} already serves "
-                                f"its rendezvous ({path}); is the rank variable the same in both?")
+            raise UnishmemError(
+                f"two processes claim rank 0 of this {p.launcher} job: pid {other} already serves "
+                f"its rendezvous ({path}); is the rank variable the same in both?"
+            )
         _unlink(sock_path)
         secret = _job_secret(False)
         server = rendezvous.Server(f"unix:{sock_path}", secret, p.size, timeout)
@@ -335,9 +358,11 @@ def _one_host(p: Placement, job: str, init: int, timeout: float) -> Bootstrap:
             except rendezvous.RendezvousError as e:  # a stale file's socket: rank 0 will replace it
                 last = e
         if time.monotonic() > deadline:
-            raise UnishmemError(f"rank {p.rank}: rank 0 ({p.launcher}) published no rendezvous at {path} within "
-                                f"{timeout:.0f} s ({last}); if the ranks run on several hosts, set LOCAL_WORLD_SIZE "
-                                "or MASTER_ADDR and MASTER_PORT")
+            raise UnishmemError(
+                f"rank {p.rank}: rank 0 ({p.launcher}) published no rendezvous at {path} within "
+                f"{timeout:.0f} s ({last}); if the ranks run on several hosts, set LOCAL_WORLD_SIZE "
+                "or MASTER_ADDR and MASTER_PORT"
+            )
         time.sleep(0.05)
 
 
@@ -352,8 +377,10 @@ def _routable_address(host: str, port: int) -> str:
 def _master() -> tuple[str, int]:
     host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     if not host or not port:
-        raise UnishmemError("the ranks of this job run on several hosts: set MASTER_ADDR and MASTER_PORT (reachable "
-                            "from every host) for the rendezvous")
+        raise UnishmemError(
+            "the ranks of this job run on several hosts: set MASTER_ADDR and MASTER_PORT (reachable "
+            "from every host) for the rendezvous"
+        )
     try:
         number = int(port)
     except ValueError:
@@ -376,8 +403,10 @@ def _multi_host(p: Placement, init: int, timeout: float, agent_store: bool) -> B
         from torch.distributed import TCPStore
 
         store = TCPStore(host, port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=timeout))
-        key = f"unishmem/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}" \
-              f"/{init}/rendezvous"
+        key = (
+            f"unishmem/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+            f"/{init}/rendezvous"
+        )
     server = None
     if p.rank == 0:
         bind = f"tcp:{_routable_address(host, port)}:0" if agent_store else f"tcp:{host}:{port}"
@@ -400,15 +429,19 @@ def _agent_get(store, key: str, timeout: float) -> str:
     try:
         return store.get(key).decode()
     except RuntimeError as e:  # torch's DistStoreError: a timeout, or the agent went away
-        raise UnishmemError(f"rank 0 published no rendezvous address in torchrun's store within {timeout:.0f} s "
-                            f"(did rank 0 die before init?): {e}") from None
+        raise UnishmemError(
+            f"rank 0 published no rendezvous address in torchrun's store within {timeout:.0f} s "
+            f"(did rank 0 die before init?): {e}"
+        ) from None
 
 
 def _launcher_ids() -> str:
     # The launcher's job id where it gives one, and our parent (mpirun's daemon, Hydra's proxy,
     # slurmstepd), which all local ranks share and concurrent jobs do not.
-    ids = [os.environ.get(v, "") for v in ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID",
-                                           "SLURM_STEP_ID", "PMI_PORT")]
+    ids = [
+        os.environ.get(v, "")
+        for v in ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_PORT")
+    ]
     return "-".join(i for i in ids if i) + f"-{os.getppid()}"
 
 
@@ -419,18 +452,27 @@ def discover(group=None) -> Bootstrap:
         return GroupBootstrap(group, init)
     timeout = seconds("UNISHMEM_BOOTSTRAP_TIMEOUT")
     if "UNISHMEM_RENDEZVOUS" in os.environ:  # unishmem run
-        p = _placement("UNISHMEM_RANK", "UNISHMEM_WORLD_SIZE", "UNISHMEM_LOCAL_RANK", "UNISHMEM_LOCAL_WORLD_SIZE",
-                       "unishmem run")
-        client = rendezvous.Client(os.environ["UNISHMEM_RENDEZVOUS"], os.environ.get("UNISHMEM_SECRET", "").encode(),
-                                   p.rank, p.size, init, timeout)
+        p = _placement(
+            "UNISHMEM_RANK", "UNISHMEM_WORLD_SIZE", "UNISHMEM_LOCAL_RANK", "UNISHMEM_LOCAL_WORLD_SIZE", "unishmem run"
+        )
+        client = rendezvous.Client(
+            os.environ["UNISHMEM_RENDEZVOUS"],
+            os.environ.get("UNISHMEM_SECRET", "").encode(),
+            p.rank,
+            p.size,
+            init,
+            timeout,
+        )
         return RendezvousBootstrap(p, init, client)
     torchrun = "TORCHELASTIC_RUN_ID" in os.environ
     if torchrun or all(v in os.environ for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
         p = _placement("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun")
         if p.local_size == p.size:
             # No parent in the name: ranks started by hand may have different ones; the port names the job.
-            job = "torchrun|" + "|".join(os.environ.get(v, "") for v in (
-                "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"))
+            job = "torchrun|" + "|".join(
+                os.environ.get(v, "")
+                for v in ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+            )
             return _one_host(p, job, init, timeout)
         return _multi_host(p, init, timeout, agent_store=torchrun)
     p = _mpi_like_placement()

@@ -1,4 +1,5 @@
 """Command line: `unishmem run | info | bench | compile`."""
+
 from __future__ import annotations
 
 import argparse
@@ -72,8 +73,9 @@ def _pe_list(text: str) -> list[int]:
         try:
             n = int(part)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of PE counts, "
-                                             "such as 2,4") from None
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a comma-separated list of PE counts, such as 2,4"
+            ) from None
         if not 2 <= n <= 64:
             raise argparse.ArgumentTypeError(f"PE count {n} in {text!r} is out of range: each must be 2 to 64")
         counts.append(n)
@@ -126,13 +128,17 @@ def _bench(parser: argparse.ArgumentParser, args) -> int:
         sizes = kernels.sizes_for(args.quick, args.max_size, gpu=torch.cuda.is_available())
         if not sizes:
             parser.error(f"bench --kernels: --max-size {args.max_size} leaves no sizes (they start at 64 KiB)")
-        measure = lambda: kernels.run(args.pes or [2, 4], sizes, args.json, args.plot, args.quick)  # noqa: E731
+
+        def measure():
+            return kernels.run(args.pes or [2, 4], sizes, args.json, args.plot, args.quick)
     else:
         plan = Plan.make(args.quick, args.pes, args.scale_pes, args.max_size)
         if not plan.p2p_sizes or not plan.coll_sizes:
             parser.error(f"bench: --max-size {args.max_size} leaves no sizes to measure (collectives start at 1 KiB)")
-        measure = lambda: bench.run(plan, args.json, args.plot, skip=set(args.skip or ()),  # noqa: E731
-                                    load=args.load)
+
+        def measure():
+            return bench.run(plan, args.json, args.plot, skip=set(args.skip or ()), load=args.load)
+
     try:
         for path, what in ((args.json, "--json"), (args.plot, "--plot")):
             if path:
@@ -168,43 +174,79 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a program as N PEs on this host")
     run.add_argument("-n", "--npes", "-np", type=int, required=True, help="number of PEs")
-    run.add_argument("--hang-timeout", type=_hang_timeout, metavar="S",
-                     help="report what every PE waits for and fail the job when a kernel launch has not finished "
-                          "after S seconds (sets UNISHMEM_HANG_TIMEOUT)")
+    run.add_argument(
+        "--hang-timeout",
+        type=_hang_timeout,
+        metavar="S",
+        help="report what every PE waits for and fail the job when a kernel launch has not finished "
+        "after S seconds (sets UNISHMEM_HANG_TIMEOUT)",
+    )
     run.add_argument("program", nargs=argparse.REMAINDER, help="prog.py [args], -m module [args], or a command")
     sub.add_parser("info", help="backends built, libraries found, devices")
-    bench = sub.add_parser("bench", help="measure the host backend beside memcpy, raw atomics, Open MPI and gloo",
-                           description="Measure put/get, signal ping-pong, barrier and collectives on the host "
-                                       "backend, each figure beside its references measured in the same run.")
-    bench.add_argument("--quick", action="store_true",
-                       help="few sizes and iterations, 2 and 4 PEs (well under a minute)")
+    bench = sub.add_parser(
+        "bench",
+        help="measure the host backend beside memcpy, raw atomics, Open MPI and gloo",
+        description="Measure put/get, signal ping-pong, barrier and collectives on the host "
+        "backend, each figure beside its references measured in the same run.",
+    )
+    bench.add_argument(
+        "--quick", action="store_true", help="few sizes and iterations, 2 and 4 PEs (well under a minute)"
+    )
     bench.add_argument("--json", metavar="PATH", help="also write every figure and reference as JSON")
-    bench.add_argument("--plot", metavar="PATH", help="also draw bandwidth and latency against size (PNG; "
-                                                      "needs matplotlib: pip install 'unishmem[bench]')")
+    bench.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="also draw bandwidth and latency against size (PNG; needs matplotlib: pip install 'unishmem[bench]')",
+    )
     bench.add_argument("--pes", type=_pe_list, metavar="N,N", help="PE counts for every collective (default 2,4)")
-    bench.add_argument("--scale-pes", type=_scale_list, metavar="N,N",
-                       help="further PE counts for the barrier and reduce (default 8; 'none' for none)")
-    bench.add_argument("--max-size", type=_size, metavar="SIZE", help="largest message, e.g. 4M (default 256M for "
-                                                                      "put/get, 64M for collectives)")
+    bench.add_argument(
+        "--scale-pes",
+        type=_scale_list,
+        metavar="N,N",
+        help="further PE counts for the barrier and reduce (default 8; 'none' for none)",
+    )
+    bench.add_argument(
+        "--max-size",
+        type=_size,
+        metavar="SIZE",
+        help="largest message, e.g. 4M (default 256M for put/get, 64M for collectives)",
+    )
     bench.add_argument("--skip", action="append", choices=("mpi", "gloo"), help="leave out a reference")
-    bench.add_argument("--load", type=_load, default=0, metavar="N",
-                       help="run N busy processes beside every job, to measure a machine whose cores are shared")
-    bench.add_argument("--kernels", action="store_true",
-                       help="time unishmem.kernels beside torch.distributed doing the same work instead")
-    comp = sub.add_parser("compile", help="compile a module's @unishmem.jit kernels for GPU targets, with no GPU",
-                          description="Compile every @unishmem.jit kernel of a module for each target, with no GPU, "
-                                      "and report per kernel and target: vendor bitcode linked, vendor symbols left "
-                                      "unresolved, functions the target's vendor lacks. The module declares the "
-                                      "signatures in a table COMPILE = {kernel: {\"signature\": {\"out\": "
-                                      "\"*fp32\", \"n\": \"i32\"}, \"constexprs\": {\"BLOCK\": 128}, "
-                                      "\"options\": {...}}} (a list of such dicts for several specialisations). "
-                                      "Exit status 1 when any fails.")
+    bench.add_argument(
+        "--load",
+        type=_load,
+        default=0,
+        metavar="N",
+        help="run N busy processes beside every job, to measure a machine whose cores are shared",
+    )
+    bench.add_argument(
+        "--kernels",
+        action="store_true",
+        help="time unishmem.kernels beside torch.distributed doing the same work instead",
+    )
+    comp = sub.add_parser(
+        "compile",
+        help="compile a module's @unishmem.jit kernels for GPU targets, with no GPU",
+        description="Compile every @unishmem.jit kernel of a module for each target, with no GPU, "
+        "and report per kernel and target: vendor bitcode linked, vendor symbols left "
+        "unresolved, functions the target's vendor lacks. The module declares the "
+        'signatures in a table COMPILE = {kernel: {"signature": {"out": '
+        '"*fp32", "n": "i32"}, "constexprs": {"BLOCK": 128}, '
+        '"options": {...}}} (a list of such dicts for several specialisations). '
+        "Exit status 1 when any fails.",
+    )
     comp.add_argument("module", metavar="MODULE_OR_FILE", help="a dotted module name or the path of a .py file")
-    comp.add_argument("--target", metavar="T,T", help="comma-separated, from sm_80, sm_90, sm_100, gfx942, gfx950 "
-                                                      "(default sm_90,gfx942)")
+    comp.add_argument(
+        "--target",
+        metavar="T,T",
+        help="comma-separated, from sm_80, sm_90, sm_100, gfx942, gfx950 (default sm_90,gfx942)",
+    )
     comp.add_argument("--json", action="store_true", help="print the report as JSON")
-    comp.add_argument("--fast", action="store_true", help="ptxas without optimisation (DISABLE_PTXAS_OPT=1), as "
-                                                          "the tests compile; not the code a launch builds")
+    comp.add_argument(
+        "--fast",
+        action="store_true",
+        help="ptxas without optimisation (DISABLE_PTXAS_OPT=1), as the tests compile; not the code a launch builds",
+    )
     comp.add_argument("--out", metavar="DIR", help="also write each binary (.cubin, .hsaco) and its LLVM IR there")
     args = parser.parse_args(_split_program(argv if argv is not None else sys.argv[1:]))
     if args.command == "info":

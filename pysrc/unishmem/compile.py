@@ -20,6 +20,7 @@ Each (specialisation, target) compiles in a worker process (Triton's compiler ke
 two processes use both cores of a small CI runner), in a fresh Triton cache unless TRITON_CACHE_DIR is
 set, so that every kernel really compiles.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -41,8 +42,11 @@ from pathlib import Path
 
 # target name -> (Triton backend, arch, warp size)
 TARGETS = {
-    "sm_80": ("cuda", 80, 32), "sm_90": ("cuda", 90, 32), "sm_100": ("cuda", 100, 32),
-    "gfx942": ("hip", "gfx942", 64), "gfx950": ("hip", "gfx950", 64),
+    "sm_80": ("cuda", 80, 32),
+    "sm_90": ("cuda", 90, 32),
+    "sm_100": ("cuda", 100, 32),
+    "gfx942": ("hip", "gfx942", 64),
+    "gfx950": ("hip", "gfx950", 64),
 }
 DEFAULT_TARGETS = ("sm_90", "gfx942")
 SPEC_KEYS = ("signature", "constexprs", "options")
@@ -67,6 +71,7 @@ def parse_targets(text: str) -> list[str]:
 
 
 # ---- finding the kernels and their specialisations (in the workers) ----------------------------
+
 
 def _load(ref: str):
     """The module `ref` names: a .py file (imported under its file name, its directory on sys.path as when
@@ -94,8 +99,10 @@ def _is_path(ref: str) -> bool:
 
 
 def _no_module(ref: str) -> str:
-    return (f"no module named {ref!r} here: give a dotted module name importable from the current directory or "
-            "sys.path, or the path of a .py file")
+    return (
+        f"no module named {ref!r} here: give a dotted module name importable from the current directory or "
+        "sys.path, or the path of a .py file"
+    )
 
 
 def _kernels(module) -> dict:
@@ -108,14 +115,18 @@ def _kernels(module) -> dict:
             found.setdefault(value.fn.__name__, value)
     table = getattr(module, "COMPILE", {})
     if not isinstance(table, dict):
-        raise SetupError(f"{module.__name__}.COMPILE must be a dict from kernel (or kernel name) to its "
-                         f"specification, not {type(table).__name__}")
+        raise SetupError(
+            f"{module.__name__}.COMPILE must be a dict from kernel (or kernel name) to its "
+            f"specification, not {type(table).__name__}"
+        )
     for key in table:
         if isinstance(key, Kernel):
             found.setdefault(key.fn.__name__, key)
         elif not (isinstance(key, str) and key in found):
-            raise SetupError(f"{module.__name__}.COMPILE has the key {key!r}, which is not a @unishmem.jit kernel "
-                             f"of the module (its kernels: {', '.join(found) or 'none'})")
+            raise SetupError(
+                f"{module.__name__}.COMPILE has the key {key!r}, which is not a @unishmem.jit kernel "
+                f"of the module (its kernels: {', '.join(found) or 'none'})"
+            )
     return found
 
 
@@ -127,13 +138,17 @@ def _specs_of(module, kernels: dict) -> dict:
         name = key if isinstance(key, str) else key.fn.__name__
         where = f"{module.__name__}.COMPILE[{name}]"
         if name in specs:
-            raise SetupError(f"{where} is given twice (as the kernel and as its name): give one entry, with a "
-                             "list of specifications for several")
+            raise SetupError(
+                f"{where} is given twice (as the kernel and as its name): give one entry, with a "
+                "list of specifications for several"
+            )
         entries = list(value) if isinstance(value, (list, tuple)) else [value]
         if not entries:
             raise SetupError(f"{where} is an empty list: give at least one specification")
-        specs[name] = [_check_spec(kernels[name], entry, f"{where}" + (f"[{i}]" if len(entries) > 1 else ""))
-                       for i, entry in enumerate(entries)]
+        specs[name] = [
+            _check_spec(kernels[name], entry, f"{where}" + (f"[{i}]" if len(entries) > 1 else ""))
+            for i, entry in enumerate(entries)
+        ]
     return specs
 
 
@@ -144,8 +159,10 @@ def _check_spec(kernel, spec, where: str):
     if unknown:
         raise SetupError(f"{where} has unknown keys {sorted(unknown)}: the keys are {', '.join(SPEC_KEYS)}")
     if "signature" not in spec:
-        raise SetupError(f"{where} has no \"signature\": give each run-time argument's Triton type, "
-                         'e.g. {"out": "*fp32", "n": "i32"}')
+        raise SetupError(
+            f'{where} has no "signature": give each run-time argument\'s Triton type, '
+            'e.g. {"out": "*fp32", "n": "i32"}'
+        )
     parts = {k: spec.get(k, {}) for k in SPEC_KEYS}
     for k, v in parts.items():
         if not isinstance(v, dict):
@@ -155,19 +172,21 @@ def _check_spec(kernel, spec, where: str):
     names = [p.name for p in params]
     for k in list(signature) + list(constexprs):
         if k not in names:
-            raise SetupError(f"{where} names {k!r}, which is not an argument of {kernel.fn.__name__}"
-                             f"({', '.join(names)})")
+            raise SetupError(
+                f"{where} names {k!r}, which is not an argument of {kernel.fn.__name__}({', '.join(names)})"
+            )
     for p in params:
         if p.name in signature or p.name in constexprs:
             continue
         if p.is_constexpr and p.has_default:
             constexprs[p.name] = p.default  # as a launch that leaves it out
         elif p.is_constexpr:
-            raise SetupError(f"{where} gives no value for the tl.constexpr argument {p.name!r}: add it to "
-                             f"\"constexprs\"")
+            raise SetupError(f'{where} gives no value for the tl.constexpr argument {p.name!r}: add it to "constexprs"')
         else:
-            raise SetupError(f"{where} gives no type for the argument {p.name!r}: add it to \"signature\" "
-                             "(a Triton type such as \"*fp32\" or \"i32\"), or to \"constexprs\" with a value")
+            raise SetupError(
+                f'{where} gives no type for the argument {p.name!r}: add it to "signature" '
+                '(a Triton type such as "*fp32" or "i32"), or to "constexprs" with a value'
+            )
     for k, ty in signature.items():
         _check_type(ty, f"{where} gives {k!r} the type {ty!r}")
     for k in constexprs:
@@ -186,17 +205,22 @@ def _check_type(ty, what: str) -> None:
     try:
         parse(ty, None)
     except Exception:
-        raise SetupError(f"{what}, which Triton does not know: use a Triton type such as \"*fp32\", \"*fp16\", "
-                         "\"*bf16\", \"*i32\", \"*i64\", \"*u64\", \"i32\", \"i64\", \"fp32\"") from None
+        raise SetupError(
+            f'{what}, which Triton does not know: use a Triton type such as "*fp32", "*fp16", '
+            '"*bf16", "*i32", "*i64", "*u64", "i32", "i64", "fp32"'
+        ) from None
 
 
 def _how_to_declare(module, kernel) -> str:
     params = kernel.jit_function.params
     sig = ", ".join(f'"{p.name}": "..."' for p in params if not p.is_constexpr)
     cx = ", ".join(f'"{p.name}": ...' for p in params if p.is_constexpr)
-    return (f"no signature declared for {kernel.fn.__name__}: add to {module.__name__} a table COMPILE = "
-            f"{{{kernel.fn.__name__}: {{\"signature\": {{{sig}}}" + (f", \"constexprs\": {{{cx}}}" if cx else "")
-            + "}} with Triton types such as \"*fp32\", \"*u64\", \"i32\" (see `unishmem compile --help`)")
+    return (
+        f"no signature declared for {kernel.fn.__name__}: add to {module.__name__} a table COMPILE = "
+        f'{{{kernel.fn.__name__}: {{"signature": {{{sig}}}'
+        + (f', "constexprs": {{{cx}}}' if cx else "")
+        + '}} with Triton types such as "*fp32", "*u64", "i32" (see `unishmem compile --help`)'
+    )
 
 
 # ---- the workers -------------------------------------------------------------------------------
@@ -228,8 +252,10 @@ def _discover():
             continue
         for i, (signature, constexprs, _) in enumerate(specs[name]):
             label = name if len(specs[name]) == 1 else f"{name}#{i}"
-            shown = {"signature": {k: v for k, v in signature.items() if v != "constexpr"},
-                     "constexprs": {k: repr(v) for k, v in constexprs.items()}}
+            shown = {
+                "signature": {k: v for k, v in signature.items() if v != "constexpr"},
+                "constexprs": {k: repr(v) for k, v in constexprs.items()},
+            }
             jobs.append((name, i, label, shown))
     return jobs, problems
 
@@ -273,8 +299,11 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
         # Triton prints the whole PTX on a ptxas failure and warns about its settings: the error keeps
         # what matters, so the report stays readable
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            compiled = triton.compile(ASTSource(kernel.jit_function, signature=signature, constexprs=constexprs),
-                                      target=GPUTarget(backend, arch, warp), options=options)
+            compiled = triton.compile(
+                ASTSource(kernel.jit_function, signature=signature, constexprs=constexprs),
+                target=GPUTarget(backend, arch, warp),
+                options=options,
+            )
     except Exception as e:
         result["seconds"] = round(time.perf_counter() - start, 1)
         lacks = _not_available(e)
@@ -284,8 +313,7 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
         else:
             result["error"] = f"{type(e).__name__}: {e}".strip()
             # ptxas names the first vendor function the bitcode did not provide
-            result["unresolved"] = re.findall(rf"Unresolved extern function '({VENDOR_PREFIX[backend]}\w*)'",
-                                              str(e))
+            result["unresolved"] = re.findall(rf"Unresolved extern function '({VENDOR_PREFIX[backend]}\w*)'", str(e))
         return result
     result["seconds"] = round(time.perf_counter() - start, 1)
     llir, binary = compiled.asm["llir"], compiled.asm[BINARY[backend]]
@@ -306,11 +334,22 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
 
 def _failed(target: str | None, error: str | None) -> dict:
     """A result row before anything succeeded (the fields every row of the report has)."""
-    return {"target": target, "ok": False, "linked": False, "binary_bytes": 0, "unresolved": [], "lacks": None,
-            "error": error, "note": None, "files": [], "seconds": 0.0}
+    return {
+        "target": target,
+        "ok": False,
+        "linked": False,
+        "binary_bytes": 0,
+        "unresolved": [],
+        "lacks": None,
+        "error": error,
+        "note": None,
+        "files": [],
+        "seconds": 0.0,
+    }
 
 
 # ---- the run -----------------------------------------------------------------------------------
+
 
 def run(ref: str, targets: list[str], fast: bool = False, out_dir: str | None = None) -> dict:
     """Compile every kernel of module `ref` for each target; the report (see format_report)."""
@@ -336,15 +375,19 @@ def run(ref: str, targets: list[str], fast: bool = False, out_dir: str | None = 
         cache = env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="unishmem-compile-")
     try:
         ctx = multiprocessing.get_context("spawn")  # no fork of a parent that may hold threads or a GPU context
-        with concurrent.futures.ProcessPoolExecutor(WORKERS, mp_context=ctx, initializer=_init_worker,
-                                                    initargs=(ref, env)) as pool:
+        with concurrent.futures.ProcessPoolExecutor(
+            WORKERS, mp_context=ctx, initializer=_init_worker, initargs=(ref, env)
+        ) as pool:
             # The pool starts a worker when none is idle (spawn context): one now, the second only when
             # there are two compiles to run. Each imports the module as it starts.
             jobs, problems = pool.submit(_discover).result()
-            futures = [(job, target, pool.submit(_compile, job[0], job[1], target, out_dir))
-                       for job in jobs for target in targets]
+            futures = [
+                (job, target, pool.submit(_compile, job[0], job[1], target, out_dir))
+                for job in jobs
+                for target in targets
+            ]
             results = []
-            for (name, index, label, shown), target, future in futures:
+            for (name, _index, label, shown), target, future in futures:
                 try:
                     row = future.result()
                 except concurrent.futures.process.BrokenProcessPool as e:  # the compiler crashed its process
@@ -364,22 +407,25 @@ def format_report(report: dict) -> str:
     lines = []
     kernels = list(dict.fromkeys(r["label"] for r in report["results"]))
     n = len({r["kernel"] for r in report["results"]})
-    lines.append(f"unishmem compile {report['module']}: {n} kernel{'s' if n > 1 else ''}"
-                 + (f" ({len(kernels)} specialisations)" if len(kernels) > n else "")
-                 + f", targets {', '.join(report['targets'])}")
+    lines.append(
+        f"unishmem compile {report['module']}: {n} kernel{'s' if n > 1 else ''}"
+        + (f" ({len(kernels)} specialisations)" if len(kernels) > n else "")
+        + f", targets {', '.join(report['targets'])}"
+    )
     for label in kernels:
         rows = [r for r in report["results"] if r["label"] == label]
         several = "#" in label  # then the signatures tell the specialisations apart too
-        shown = ", ".join(([f"{k}: {v}" for k, v in rows[0]["signature"].items()] if several else [])
-                          + [f"{k}={v}" for k, v in rows[0]["constexprs"].items()])
+        shown = ", ".join(
+            ([f"{k}: {v}" for k, v in rows[0]["signature"].items()] if several else [])
+            + [f"{k}={v}" for k, v in rows[0]["constexprs"].items()]
+        )
         lines.append(f"{label}" + (f"  ({shown})" if shown else ""))
         for r in rows:
             lines.append(f"  {r['target'] or '-':7s} {'ok' if r['ok'] else 'FAILED':7s}{_describe(r)}")
     notes = sorted({r["note"] for r in report["results"] if r["note"] and r["ok"]})
     lines += [f"note: {n}" for n in notes]  # once, not on every row it concerns
     failed = sum(not r["ok"] for r in report["results"])
-    lines.append(f"{failed} of {len(report['results'])} failed" if failed else
-                 f"all {len(report['results'])} compiled")
+    lines.append(f"{failed} of {len(report['results'])} failed" if failed else f"all {len(report['results'])} compiled")
     return "\n".join(lines)
 
 
@@ -401,8 +447,9 @@ def _describe(r: dict) -> str:
 
 def _first_lines(text: str, n: int = 6) -> str:
     lines = text.strip().splitlines()
-    return "\n          ".join(lines[:n] + ([f"... ({len(lines) - n} more lines; --json has them all)"]
-                                          if len(lines) > n else []))
+    return "\n          ".join(
+        lines[:n] + ([f"... ({len(lines) - n} more lines; --json has them all)"] if len(lines) > n else [])
+    )
 
 
 def main(ref: str, target_text: str | None, as_json: bool, fast: bool, out_dir: str | None) -> int:

@@ -13,6 +13,7 @@ the word (PE, heap offset), the comparison, the value expected and the value it 
 says when it can never be satisfied, from what the other PEs are doing and the signals each PE
 last wrote to each peer.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,6 +32,7 @@ _STATES = {1: "is starting", 2: "is running", 3: "has finalized", 4: "has left t
 @dataclass
 class Word:
     """The word a wait compares: on PE `pe` at heap offset `offset` (None: not in the heap)."""
+
     pe: int
     offset: int | None
     cmp: int
@@ -49,9 +51,9 @@ class Word:
 class Wait:
     kind: int
     words: list[Word]
-    label: str = ""      # "program (0, 0, 0)" under the interpreter, "block (3, 0, 0)" on a GPU
-    site: str = ""       # "kernel ring at ring.py:12", or the host call site "prog.py:30"
-    what: str = ""       # for waits without a word (a GPU barrier): what it is
+    label: str = ""  # "program (0, 0, 0)" under the interpreter, "block (3, 0, 0)" on a GPU
+    site: str = ""  # "kernel ring at ring.py:12", or the host call site "prog.py:30"
+    what: str = ""  # for waits without a word (a GPU barrier): what it is
 
     def pending(self) -> list[Word]:
         return [w for w in self.words if not w.holds()]
@@ -60,6 +62,7 @@ class Wait:
 @dataclass
 class Signal:
     """The last signal PE `writer` wrote to PE `peer`: `op` `value` into the word at heap `offset`."""
+
     writer: int
     peer: int
     offset: int
@@ -71,19 +74,20 @@ class Signal:
 @dataclass
 class PeReport:
     pe: int
-    status: str                      # "waiting", "running", "finished", or a phrase ("has finalized")
+    status: str  # "waiting", "running", "finished", or a phrase ("has finalized")
     waits: list[Wait] = field(default_factory=list)
     signals: list[Signal] = field(default_factory=list)
-    detail: str = ""                 # e.g. "kernel ring has run for 3.0 s"
+    detail: str = ""  # e.g. "kernel ring has run for 3.0 s"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
     @staticmethod
-    def from_json(text: str) -> "PeReport":
+    def from_json(text: str) -> PeReport:
         d = json.loads(text)
-        waits = [Wait(w["kind"], [Word(**x) for x in w["words"]], w["label"], w["site"], w["what"])
-                 for w in d.pop("waits")]
+        waits = [
+            Wait(w["kind"], [Word(**x) for x in w["words"]], w["label"], w["site"], w["what"]) for w in d.pop("waits")
+        ]
         return PeReport(waits=waits, signals=[Signal(**s) for s in d.pop("signals")], **d)
 
 
@@ -96,8 +100,12 @@ def _skipped(filename: str) -> bool:
     import threading
 
     triton = sys.modules.get("triton")
-    return (filename.startswith(_OWN) or filename == threading.__file__ or filename.startswith("<")
-            or (triton is not None and filename.startswith(os.path.dirname(triton.__file__) + os.sep)))
+    return (
+        filename.startswith(_OWN)
+        or filename == threading.__file__
+        or filename.startswith("<")
+        or (triton is not None and filename.startswith(os.path.dirname(triton.__file__) + os.sep))
+    )
 
 
 def wait_site() -> str:
@@ -126,22 +134,44 @@ def wait_site() -> str:
 
 # ---- from the host backend ------------------------------------------------------------------
 
+
 def from_native(views: list[dict]) -> list[PeReport]:
     """The host backend's snapshot (HostBackend.wait_snapshot()) as reports."""
     reports = []
     for v in views:
         control = v["control_bytes"]
-        waits = [Wait(w["conds"][0]["kind"] if w["conds"] else TURN,
-                      [Word(c["pe"], c["offset"] - control if c["heap"] else None, c["cmp"], c["value"],
-                            _signed(c["actual"], c["dtype"]), c["dtype"]) for c in w["conds"] if c["pe"] >= 0],
-                      w["label"], w["site"]) for w in v["waits"]]
+        waits = [
+            Wait(
+                w["conds"][0]["kind"] if w["conds"] else TURN,
+                [
+                    Word(
+                        c["pe"],
+                        c["offset"] - control if c["heap"] else None,
+                        c["cmp"],
+                        c["value"],
+                        _signed(c["actual"], c["dtype"]),
+                        c["dtype"],
+                    )
+                    for c in w["conds"]
+                    if c["pe"] >= 0
+                ],
+                w["label"],
+                w["site"],
+            )
+            for w in v["waits"]
+        ]
         for w in waits:
             for word in w.words:
                 word.value = _signed(word.value, word.dtype)
         status = "waiting" if v["waiting"] else _STATES.get(v["state"], "is running")
-        reports.append(PeReport(v["pe"], "running" if status == "is running" else status, waits,
-                                [Signal(v["pe"], s["peer"], s["offset"], s["value"], s["op"], s["count"])
-                                 for s in v["signals"]]))
+        reports.append(
+            PeReport(
+                v["pe"],
+                "running" if status == "is running" else status,
+                waits,
+                [Signal(v["pe"], s["peer"], s["offset"], s["value"], s["op"], s["count"]) for s in v["signals"]],
+            )
+        )
     return reports
 
 
@@ -159,20 +189,23 @@ def deadlock_error(views: list[dict], seconds: float):
     from .errors import DeadlockError
 
     reports = from_native(views)
-    error = DeadlockError(format_report(
-        reports, f"deadlock: every PE has been waiting for {seconds:g} s and none can make progress"))
+    error = DeadlockError(
+        format_report(reports, f"deadlock: every PE has been waiting for {seconds:g} s and none can make progress")
+    )
     error.report = reports
     return error
 
 
 # ---- the report -----------------------------------------------------------------------------
 
+
 def _describe_word(kind: int, w: Word, n_words: int = 1) -> str:
     cmp = CMP_TEXT[w.cmp]
     if kind == BARRIER:
         if w.offset is None and w.actual is not None:  # the host backend's arrival counter of PE w.pe
-            return (f"PE {w.pe} to reach the barrier (PE {w.pe} has arrived {w.actual} times; this barrier "
-                    f"needs {w.value})")
+            return (
+                f"PE {w.pe} to reach the barrier (PE {w.pe} has arrived {w.actual} times; this barrier needs {w.value})"
+            )
         return f"PE {w.pe} to reach the barrier"
     what = "signal" if kind == SIGNAL else f"{DTYPES.get(w.dtype, 'word')}"
     where = f"at heap offset {w.offset}" + (f" of PE {w.pe}" if kind not in (SIGNAL, VALUE, ANY) else "")
@@ -224,16 +257,24 @@ def verdict(wait: Wait, pe: int, reports: dict[int, PeReport], stuck: bool) -> s
     signals = [s for r in reports.values() for s in r.signals]
     here = [s for s in signals if s.peer == word.pe and s.offset == word.offset]
     if here:
-        return "; ".join(f"{never}: PE {s.writer} last {'set it to' if s.op == 0 else 'added'} {s.value}, "
-                         f"and the wait expects {CMP_TEXT[word.cmp]} {word.value} (a wrong expected value, or a "
-                         f"signal missing after it?)" for s in here)
+        return "; ".join(
+            f"{never}: PE {s.writer} last {'set it to' if s.op == 0 else 'added'} {s.value}, "
+            f"and the wait expects {CMP_TEXT[word.cmp]} {word.value} (a wrong expected value, or a "
+            f"signal missing after it?)"
+            for s in here
+        )
     elsewhere = [s for s in signals if s.offset == word.offset and s.peer != word.pe]
     if elsewhere:
-        return "; ".join(f"{never}: no PE signalled this word, but PE {s.writer} signalled heap offset {s.offset} "
-                         f"on PE {s.peer} (a wait on the wrong PE's buffer, or a signal to the wrong PE?)"
-                         for s in elsewhere)
-    nearby = "".join(f"; PE {s.writer}'s last signal to PE {s.peer} went to heap offset {s.offset}"
-                     for s in signals if s.peer == word.pe)
+        return "; ".join(
+            f"{never}: no PE signalled this word, but PE {s.writer} signalled heap offset {s.offset} "
+            f"on PE {s.peer} (a wait on the wrong PE's buffer, or a signal to the wrong PE?)"
+            for s in elsewhere
+        )
+    nearby = "".join(
+        f"; PE {s.writer}'s last signal to PE {s.peer} went to heap offset {s.offset}"
+        for s in signals
+        if s.peer == word.pe
+    )
     if wait.kind == SIGNAL:
         return f"{never}: no PE has signalled this word (a missing signal?){nearby}"
     return f"{never}: nothing recorded wrote this word{nearby}" if stuck else ""
@@ -263,16 +304,21 @@ def format_report(reports: list[PeReport], headline: str, n_pes: int | None = No
                 lines.append(f"  {v}")
     signals = [s for r in reports for s in r.signals]
     if signals:
-        lines.append("signals last written: " + "; ".join(
-            f"PE {s.writer} -> PE {s.peer}: {SIGNAL_OPS[s.op] if s.op < 2 else s.op} {s.value} at heap offset "
-            f"{s.offset}" for s in signals))
+        lines.append(
+            "signals last written: "
+            + "; ".join(
+                f"PE {s.writer} -> PE {s.peer}: {SIGNAL_OPS[s.op] if s.op < 2 else s.op} {s.value} at heap offset "
+                f"{s.offset}"
+                for s in signals
+            )
+        )
     return "\n".join(lines)
 
 
 # ---- the watchdog ---------------------------------------------------------------------------
 
 HANG_EXIT = 124  # the exit status of a PE that the watchdog ends (as timeout(1)'s)
-GATHER_S = 5.0   # how long rank 0 waits for the other PEs' parts
+GATHER_S = 5.0  # how long rank 0 waits for the other PEs' parts
 
 
 def _jit_functions():
@@ -299,7 +345,7 @@ def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
     names = None
     waits = []
     for s in range(_debug.SLOTS):
-        slot = words[s * _debug.SLOT_WORDS:(s + 1) * _debug.SLOT_WORDS]
+        slot = words[s * _debug.SLOT_WORDS : (s + 1) * _debug.SLOT_WORDS]
         if not slot[_debug.STATE]:
             continue
         if names is None:
@@ -313,22 +359,50 @@ def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
             waits.append(Wait(kind, [], label, where, f"every PE to reach {row}"))
             continue
         if row.endswith("_vector"):  # the expected values stay in device memory: not in the table
-            waits.append(Wait(TURN, [], label, where, f"{row} on {slot[_debug.NELEMS]} words from heap offset "
-                                                      f"{slot[_debug.ADDR] - rt._base} (expected values not recorded)"))
+            waits.append(
+                Wait(
+                    TURN,
+                    [],
+                    label,
+                    where,
+                    f"{row} on {slot[_debug.NELEMS]} words from heap offset "
+                    f"{slot[_debug.ADDR] - rt._base} (expected values not recorded)",
+                )
+            )
             continue
         offset = slot[_debug.ADDR] - rt._base
         dtype = info >> 8 & 0xFF
-        words_read = [_signed(_read_word(rt, offset + i * (4 if dtype in (6, 10) else 8), dtype), dtype)
-                      for i in range(max(1, min(slot[_debug.NELEMS], 8)))]
+        words_read = [
+            _signed(_read_word(rt, offset + i * (4 if dtype in (6, 10) else 8), dtype), dtype)
+            for i in range(max(1, min(slot[_debug.NELEMS], 8)))
+        ]
         cmp, value = info & 0xFF, _signed(slot[_debug.VALUE], dtype)
-        waits.append(Wait(kind, [Word(rt.my_pe, offset + i * (4 if dtype in (6, 10) else 8), cmp, value, a, dtype)
-                                 for i, a in enumerate(words_read)], label, where, row))
+        waits.append(
+            Wait(
+                kind,
+                [
+                    Word(rt.my_pe, offset + i * (4 if dtype in (6, 10) else 8), cmp, value, a, dtype)
+                    for i, a in enumerate(words_read)
+                ],
+                label,
+                where,
+                row,
+            )
+        )
     signals = []
     for peer in range(min(rt.n_pes, _debug.PEERS)):
         base = _debug.SIGNAL_RECORDS + peer * _debug.PEER_WORDS
         if words[base + _debug.COUNT]:
-            signals.append(Signal(rt.my_pe, peer, words[base + _debug.S_ADDR] - rt._base, words[base + _debug.S_VALUE],
-                                  words[base + _debug.S_OP], words[base + _debug.COUNT]))
+            signals.append(
+                Signal(
+                    rt.my_pe,
+                    peer,
+                    words[base + _debug.S_ADDR] - rt._base,
+                    words[base + _debug.S_VALUE],
+                    words[base + _debug.S_OP],
+                    words[base + _debug.COUNT],
+                )
+            )
     return waits, signals
 
 
@@ -342,9 +416,9 @@ def _read_word(rt, offset: int, dtype: int) -> int | None:
         return None
     heap = rt._heap_of(rt.my_pe)
     if heap.device.type == "cpu":
-        return int.from_bytes(heap[offset:offset + size].numpy().tobytes(), "little")
+        return int.from_bytes(heap[offset : offset + size].numpy().tobytes(), "little")
     with torch.cuda.stream(torch.cuda.Stream(rt.device)):
-        return int.from_bytes(heap[offset:offset + size].cpu().numpy().tobytes(), "little")
+        return int.from_bytes(heap[offset : offset + size].cpu().numpy().tobytes(), "little")
 
 
 class Watchdog:
@@ -384,7 +458,7 @@ class Watchdog:
                 for token, (_, _, done) in list(self.launches.items()):
                     if done is not None and done():
                         del self.launches[token]
-                oldest = min(self.launches.values(), key=lambda l: l[1], default=None)
+                oldest = min(self.launches.values(), key=lambda launch: launch[1], default=None)
             if oldest is not None and time.monotonic() - oldest[1] > self.timeout:
                 try:
                     os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
@@ -397,8 +471,11 @@ class Watchdog:
         import time
 
         rt = self.rt
-        detail = "no launch of it was running" if oldest is None else \
-            f"kernel {oldest[0]} has run for {time.monotonic() - oldest[1]:.1f} s"
+        detail = (
+            "no launch of it was running"
+            if oldest is None
+            else f"kernel {oldest[0]} has run for {time.monotonic() - oldest[1]:.1f} s"
+        )
         if rt.backend == "host":  # the interpreter and host code: the host backend knows this PE's waits
             mine = next(r for r in from_native(rt._native.wait_snapshot()) if r.pe == rt.my_pe)
             mine.detail = detail
@@ -407,8 +484,11 @@ class Watchdog:
             return PeReport(rt.my_pe, "finished", detail=detail)
         kernel = oldest[0]
         if self.table is None:
-            return PeReport(rt.my_pe, "running", detail=detail + "; no waits recorded (run with "
-                                                               "UNISHMEM_DEBUG_WAITS=1 to record them)")
+            return PeReport(
+                rt.my_pe,
+                "running",
+                detail=detail + "; no waits recorded (run with UNISHMEM_DEBUG_WAITS=1 to record them)",
+            )
         waits, signals = table_waits(rt, self.table, kernel)
         return PeReport(rt.my_pe, "waiting" if waits else "running", waits, signals, detail)
 
@@ -422,13 +502,21 @@ class Watchdog:
         if self.rt.my_pe == 0:
             n = self.rt.n_pes
             end = time.monotonic() + GATHER_S
-            while time.monotonic() < end and not all(os.path.exists(os.path.join(self.dir, f"pe{p}.json"))
-                                                     for p in range(n)):
+            while time.monotonic() < end and not all(
+                os.path.exists(os.path.join(self.dir, f"pe{p}.json")) for p in range(n)
+            ):
                 time.sleep(0.05)
-            parts = [PeReport.from_json(open(os.path.join(self.dir, f"pe{p}.json")).read())
-                     for p in range(n) if os.path.exists(os.path.join(self.dir, f"pe{p}.json"))]
-            text = format_report(parts, f"hang: a launch has not finished after {self.timeout:g} s "
-                                        "(UNISHMEM_HANG_TIMEOUT); what each PE waits for:", n)
+            parts = [
+                PeReport.from_json(open(os.path.join(self.dir, f"pe{p}.json")).read())
+                for p in range(n)
+                if os.path.exists(os.path.join(self.dir, f"pe{p}.json"))
+            ]
+            text = format_report(
+                parts,
+                f"hang: a launch has not finished after {self.timeout:g} s "
+                "(UNISHMEM_HANG_TIMEOUT); what each PE waits for:",
+                n,
+            )
             with open(os.path.join(self.dir, "report.txt"), "w") as f:
                 f.write(text + "\n")
             sys.stderr.write(f"[unishmem] {text}\n")

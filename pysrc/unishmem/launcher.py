@@ -8,6 +8,7 @@ first PE that fails, and removes the job's shared-memory segments whatever happe
 PEs write into pipes that the launcher copies out a whole line at a time, so the lines of different
 PEs never run into each other (an unbuffered `print` writes its text and its newline separately).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -26,7 +27,7 @@ from . import rendezvous
 from ._config import seconds
 
 GRACE_S = 15.0  # after a PE fails: time for the others to notice (PeerFailure) and exit on their own
-TERM_S = 3.0    # after SIGINT/SIGTERM, before SIGKILL
+TERM_S = 3.0  # after SIGINT/SIGTERM, before SIGKILL
 DRAIN_S = 10.0  # at the end, for the PEs' last output to be taken
 LINE_MAX = 1 << 16  # a longer run of output without a line end is passed on as it is
 _output_lock = threading.Lock()
@@ -116,8 +117,13 @@ def _start(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, list[
 
     Start the threads only once every PE runs: forking while threads run is not safe with preexec_fn."""
     pipes = [os.pipe(), os.pipe()]
-    proc = subprocess.Popen(cmd, env=env, preexec_fn=_child_setup,  # noqa: PLW1509 (no copier runs yet)
-                            stdout=pipes[0][1], stderr=pipes[1][1])
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        preexec_fn=_child_setup,  # noqa: PLW1509 (no copier runs yet)
+        stdout=pipes[0][1],
+        stderr=pipes[1][1],
+    )
     copiers = []
     for (read_end, write_end), out in zip(pipes, (sys.stdout.buffer, sys.stderr.buffer)):
         os.close(write_end)
@@ -143,9 +149,14 @@ def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int
     except BaseException:
         shutil.rmtree(private, ignore_errors=True)
         raise
-    base_env.update(UNISHMEM_RENDEZVOUS=server.address, UNISHMEM_SECRET=secret, UNISHMEM_JOB_TOKEN=token,
-                    UNISHMEM_WORLD_SIZE=str(n), UNISHMEM_LOCAL_WORLD_SIZE=str(n),
-                    UNISHMEM_HANG_DIR=private)  # NOTE [hang report]: the PEs' parts, gone with the directory
+    base_env.update(
+        UNISHMEM_RENDEZVOUS=server.address,
+        UNISHMEM_SECRET=secret,
+        UNISHMEM_JOB_TOKEN=token,
+        UNISHMEM_WORLD_SIZE=str(n),
+        UNISHMEM_LOCAL_WORLD_SIZE=str(n),
+        UNISHMEM_HANG_DIR=private,
+    )  # NOTE [hang report]: the PEs' parts, gone with the directory
     procs: list[subprocess.Popen] = []
     copiers: list[list[threading.Thread]] = []
 

@@ -14,6 +14,7 @@ NOTE [rendezvous trust]:
   the launcher reports gone, fails every gather still waiting for it with PeerFailure at once; a
   gather that does not complete within the timeout names the ranks it still waits for.
 """
+
 from __future__ import annotations
 
 import errno
@@ -38,6 +39,7 @@ class RendezvousError(UnishmemError):
 
 
 # ---- addresses ---------------------------------------------------------------------------------
+
 
 def parse_address(text: str) -> tuple[str, object]:
     """'unix:/path' -> ('unix', path); 'tcp:host:port' -> ('tcp', (host, port))."""
@@ -79,6 +81,7 @@ def private_dir() -> str:
 
 
 # ---- framing ------------------------------------------------------------------------------------
+
 
 def _send_frame(sock: socket.socket, data: bytes) -> None:
     sock.sendall(len(data).to_bytes(4, "big") + data)
@@ -126,8 +129,9 @@ class _Sealed:
 
     def __init__(self, sock: socket.socket, secret: bytes, server_nonce: str, client_nonce: str, role: str):
         self.sock = sock
-        self._key = hmac.new(secret, f"{_PROTOCOL}|session|{server_nonce}|{client_nonce}".encode(),
-                             hashlib.sha256).digest()
+        self._key = hmac.new(
+            secret, f"{_PROTOCOL}|session|{server_nonce}|{client_nonce}".encode(), hashlib.sha256
+        ).digest()
         self._role, self._peer = role, "client" if role == "server" else "server"
         self._sent = self._received = 0
 
@@ -141,7 +145,7 @@ class _Sealed:
 
     def recv(self) -> dict:
         data = _recv_frame(self.sock)
-        tag, body = data[:self._TAG], data[self._TAG:]
+        tag, body = data[: self._TAG], data[self._TAG :]
         if not hmac.compare_digest(tag, self._tag(self._peer, self._received, body)):
             raise ConnectionError("a message failed authentication (tampered with, replayed, or not from this job)")
         self._received += 1
@@ -154,6 +158,7 @@ def _proof(secret: bytes, role: str, nonce: str, hello: dict | None = None) -> s
 
 
 # ---- server ------------------------------------------------------------------------------------
+
 
 class Server:
     """Serves gathers for a job of `size` ranks until closed; runs in daemon threads."""
@@ -183,8 +188,8 @@ class Server:
         self._parts: dict[tuple[int, int], dict[int, object]] = {}  # (init, step) -> rank -> value
         self._taken: dict[tuple[int, int], set[int]] = {}
         self._members: dict[tuple[int, int], int] = {}  # (init, rank) -> pid of its live connection
-        self._gone: dict[int, str] = {}                  # rank -> why it can no longer take part
-        self._broken: str | None = None                  # why the whole job cannot go on
+        self._gone: dict[int, str] = {}  # rank -> why it can no longer take part
+        self._broken: str | None = None  # why the whole job cannot go on
         self._connections: set[socket.socket] = set()
         self._closed = False
         threading.Thread(target=self._accept, name="unishmem-rendezvous", daemon=True).start()
@@ -253,8 +258,11 @@ class Server:
                     if self._members.get((init, rank)) == pid:
                         del self._members[(init, rank)]
                     if not said_bye and not self._closed:
-                        self._gone.setdefault(rank, f"rank {rank} (pid {pid}) lost its connection to the rendezvous "
-                                                    "(it died or stopped during init)")
+                        self._gone.setdefault(
+                            rank,
+                            f"rank {rank} (pid {pid}) lost its connection to the rendezvous "
+                            "(it died or stopped during init)",
+                        )
                     self._cond.notify_all()
             conn.close()
 
@@ -263,8 +271,9 @@ class Server:
         _send(conn, {"protocol": _PROTOCOL, "nonce": nonce})
         message = _recv(conn)
         hello, proof, client_nonce = message.get("hello"), message.get("proof"), message.get("nonce")
-        if not (isinstance(hello, dict) and isinstance(proof, str) and isinstance(client_nonce, str)) or \
-                not hmac.compare_digest(proof, _proof(self._secret, "client", nonce, hello)):
+        if not (
+            isinstance(hello, dict) and isinstance(proof, str) and isinstance(client_nonce, str)
+        ) or not hmac.compare_digest(proof, _proof(self._secret, "client", nonce, hello)):
             _send(conn, {"error": "auth", "message": "this connection does not know the job's secret"})
             return None
         rank, size, pid, init = (hello.get(k) for k in ("rank", "size", "pid", "init"))
@@ -274,13 +283,17 @@ class Server:
         reply = {"proof": _proof(self._secret, "server", client_nonce)}
         with self._cond:
             if size != self.size:
-                why = (f"the PEs disagree on the job size: rank {rank} (pid {pid}) was told {size} PEs, "
-                       f"the job has {self.size}")
+                why = (
+                    f"the PEs disagree on the job size: rank {rank} (pid {pid}) was told {size} PEs, "
+                    f"the job has {self.size}"
+                )
             elif not 0 <= rank < self.size:
                 why = f"rank {rank} (pid {pid}) is out of range for a job of {self.size} PEs"
             elif (init, rank) in self._members:
-                why = (f"two processes claim rank {rank}: pid {self._members[(init, rank)]} and pid {pid} "
-                       "(is the rank variable the same in both?)")
+                why = (
+                    f"two processes claim rank {rank}: pid {self._members[(init, rank)]} and pid {pid} "
+                    "(is the rank variable the same in both?)"
+                )
             else:
                 why = None
                 self._members[(init, rank)] = pid
@@ -311,8 +324,11 @@ class Server:
                     return {"error": "peer_failure", "message": self._gone[gone[0]]}
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return {"error": "timeout", "message": f"init step {step}: no word from rank(s) "
-                                                           f"{', '.join(map(str, missing))} within {self.timeout:.0f} s"}
+                    return {
+                        "error": "timeout",
+                        "message": f"init step {step}: no word from rank(s) "
+                        f"{', '.join(map(str, missing))} within {self.timeout:.0f} s",
+                    }
                 self._cond.wait(min(left, 1.0))
             values = [parts[r] for r in range(self.size)]
             taken = self._taken.setdefault(key, set())
@@ -330,8 +346,16 @@ _ERRORS = {"peer_failure": PeerFailure, "value": ValueError}
 class Client:
     """One PE's connection to the rendezvous, for one init."""
 
-    def __init__(self, address: str, secret: bytes, rank: int, size: int, init: int, timeout: float,
-                 connect_timeout: float | None = None):
+    def __init__(
+        self,
+        address: str,
+        secret: bytes,
+        rank: int,
+        size: int,
+        init: int,
+        timeout: float,
+        connect_timeout: float | None = None,
+    ):
         self.address, self.timeout = address, timeout
         self._sock = self._connect(address, timeout if connect_timeout is None else connect_timeout)
         self._sock.settimeout(timeout + 30)  # the server answers within its own timeout; this is a guard
@@ -368,18 +392,24 @@ class Client:
             nonce = secrets.token_hex(16)
             if greeting.get("protocol") != _PROTOCOL or not isinstance(greeting.get("nonce"), str):
                 raise RendezvousError(f"{self.address} does not speak {_PROTOCOL}")
-            _send(self._sock, {"hello": hello, "nonce": nonce, "proof": _proof(secret, "client", greeting["nonce"],
-                                                                             hello)})
+            _send(
+                self._sock,
+                {"hello": hello, "nonce": nonce, "proof": _proof(secret, "client", greeting["nonce"], hello)},
+            )
             reply = _recv(self._sock)
         except (OSError, ConnectionError, ValueError) as e:
             raise RendezvousError(f"the rendezvous at {self.address} broke off the handshake: {e}") from None
         if reply.get("error") == "auth":
-            raise RendezvousError(f"the rendezvous at {self.address} refused this process: it does not know the "
-                                  "job's secret (another job's server, or a different UNISHMEM_SECRET)")
-        if not isinstance(reply.get("proof"), str) or not hmac.compare_digest(reply["proof"],
-                                                                              _proof(secret, "server", nonce)):
-            raise RendezvousError(f"the server at {self.address} does not know the job's secret: it is not this "
-                                  "job's rendezvous")
+            raise RendezvousError(
+                f"the rendezvous at {self.address} refused this process: it does not know the "
+                "job's secret (another job's server, or a different UNISHMEM_SECRET)"
+            )
+        if not isinstance(reply.get("proof"), str) or not hmac.compare_digest(
+            reply["proof"], _proof(secret, "server", nonce)
+        ):
+            raise RendezvousError(
+                f"the server at {self.address} does not know the job's secret: it is not this job's rendezvous"
+            )
         if "error" in reply:
             raise _ERRORS.get(reply["error"], RendezvousError)(f"rendezvous: {reply.get('message')}")
         self._channel = _Sealed(self._sock, secret, greeting["nonce"], nonce, "client")
@@ -390,8 +420,10 @@ class Client:
             self._channel.send({"op": "gather", "step": step, "value": value})
             reply = self._channel.recv()
         except (OSError, ConnectionError, ValueError) as e:
-            raise PeerFailure(f"the rendezvous at {self.address} went away during init step {step} ({e}); the "
-                              "process that serves it (rank 0, or the launcher) died") from None
+            raise PeerFailure(
+                f"the rendezvous at {self.address} went away during init step {step} ({e}); the "
+                "process that serves it (rank 0, or the launcher) died"
+            ) from None
         if "values" in reply:
             return reply["values"]
         kind = reply.get("error")

@@ -1,5 +1,6 @@
 """Runtime and Team: the public host API. Every argument check lives here, once, for every
 backend; the native backends below trust what they are given."""
+
 from __future__ import annotations
 
 import bisect
@@ -9,16 +10,15 @@ import math
 import operator
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
 from . import _config
+from ._arena import forget_team, free_arenas, split_arenas
 from .enums import ATOMIC_DTYPES, ATOMIC_OPS, CMP, DTYPE_CODES, REDUCE_DTYPES, REDUCE_OPS, SIGNAL, WAIT_DTYPES
 from .errors import NotInitializedError, NotSymmetricError
-from ._arena import forget_team, free_arenas, split_arenas
-
 
 # Enum value -> code, for the enum's members and plain ints. NOTE [hot paths]: put, get, the
 # signal calls and the collectives are called in tight loops (`unishmem bench` times them), so
@@ -48,8 +48,9 @@ def _index(value, what: str) -> int:
 def _enum_code(value, kind: type[enum.IntEnum], what: str) -> int:
     # The other IntEnum (CMP for SIGNAL), a bool or a float would pass as an int: refuse them.
     if isinstance(value, (bool, enum.Enum)) or not hasattr(type(value), "__index__"):
-        raise TypeError(f"{what} must be a unishmem.{kind.__name__} or its int value, got {value!r} "
-                        f"({type(value).__name__})")
+        raise TypeError(
+            f"{what} must be a unishmem.{kind.__name__} or its int value, got {value!r} ({type(value).__name__})"
+        )
     return int(kind(operator.index(value)))  # ValueError for a number that is none of its values
 
 
@@ -82,8 +83,10 @@ class _Allocation:
 
 
 _INT_RANGES = {
-    torch.int32: (-(2**31), 2**31), torch.int64: (-(2**63), 2**63),
-    torch.uint32: (0, 2**32), torch.uint64: (0, 2**64),
+    torch.int32: (-(2**31), 2**31),
+    torch.int64: (-(2**63), 2**63),
+    torch.uint32: (0, 2**32),
+    torch.uint64: (0, 2**64),
 }
 
 
@@ -157,16 +160,21 @@ class Team:
         h = self._check()
 
         def check():
-            args = [_index(v, f"split_strided: {name}") for name, v in (("start", start), ("stride", stride),
-                                                                        ("size", size))]
+            args = [
+                _index(v, f"split_strided: {name}")
+                for name, v in (("start", start), ("stride", stride), ("size", size))
+            ]
             for name, v, lo in zip(("start", "stride", "size"), args, (0, 1, 1)):
                 if v < lo:
                     raise ValueError(f"split_strided: {name}={v} must be >= {lo}")
             last = args[0] + (args[2] - 1) * args[1]
             if last >= self.n_pes:
-                raise ValueError(f"split_strided(start={args[0]}, stride={args[1]}, size={args[2]}) reaches PE "
-                                 f"{last} of {self.name}, which has {self.n_pes} PEs")
+                raise ValueError(
+                    f"split_strided(start={args[0]}, stride={args[1]}, size={args[2]}) reaches PE "
+                    f"{last} of {self.name}, which has {self.n_pes} PEs"
+                )
             return *args, self._arena_bytes()
+
         start, stride, size, arena_bytes = self._rt._checked(h, check)
         handle = self._rt._native.team_split_strided(h, start, stride, size)
         team = None if handle < 0 else Team(self._rt, handle, f"{self.name}[{start}::{stride}x{size}]")
@@ -183,14 +191,16 @@ class Team:
             if x < 1:
                 raise ValueError(f"split_2d: xrange={x} must be >= 1")
             return x, self._arena_bytes()
+
         xrange, arena_bytes = self._rt._checked(h, check)
         width = min(xrange, self.n_pes)  # a wider row is the whole team
         x, y = self._rt._native.team_split_2d(h, width)
         x, y = Team(self._rt, x, f"{self.name}.x{xrange}"), Team(self._rt, y, f"{self.name}.y{xrange}")
         # known alike on every PE: a row is the world only if it is all of a world-sized team, a
         # column only if the rows of a world-sized team are 1 wide
-        split_arenas(self._rt, self, [(x, width < self._rt.n_pes), (y, self.n_pes < self._rt.n_pes or width > 1)],
-                     arena_bytes)
+        split_arenas(
+            self._rt, self, [(x, width < self._rt.n_pes), (y, self.n_pes < self._rt.n_pes or width > 1)], arena_bytes
+        )
         return x, y
 
     def _arena_bytes(self) -> int | None:
@@ -227,9 +237,18 @@ def _check_pe(pe, n: int, what: str = "pe") -> int:
 class Runtime:
     """The process's handle on the symmetric heap and its peers. Made by unishmem.init()."""
 
-    def __init__(self, native, backend: str, device: torch.device, heap_of: Callable[[int], torch.Tensor],
-                 stream_of: Callable, init_args: tuple, bootstrap, version: dict,
-                 module_init: Callable[[int], None] | None = None):
+    def __init__(
+        self,
+        native,
+        backend: str,
+        device: torch.device,
+        heap_of: Callable[[int], torch.Tensor],
+        stream_of: Callable,
+        init_args: tuple,
+        bootstrap,
+        version: dict,
+        module_init: Callable[[int], None] | None = None,
+    ):
         self._native = native
         self.backend = backend
         self.device = device
@@ -244,7 +263,7 @@ class Runtime:
         # Vendor device state for a freshly loaded GPU module (handle as int); None on host.
         # The device library calls it from its kernel-load hook.
         self._module_init = module_init
-        self._hang_dir = None   # NOTE [hang report]: set by init when UNISHMEM_HANG_TIMEOUT is
+        self._hang_dir = None  # NOTE [hang report]: set by init when UNISHMEM_HANG_TIMEOUT is
         self._watchdog = None
         self._wait_table = None  # NOTE [debug waits]
         self._init_args = init_args
@@ -275,8 +294,10 @@ class Runtime:
         self.team_node = Team(self, 1, "node")
 
     def __repr__(self):
-        return (f"<unishmem.Runtime backend={self.backend} pe={self.my_pe}/{self.n_pes} device={self.device} "
-                f"heap={self._heap_size} bytes>")
+        return (
+            f"<unishmem.Runtime backend={self.backend} pe={self.my_pe}/{self.n_pes} device={self.device} "
+            f"heap={self._heap_size} bytes>"
+        )
 
     # ---- lifetime ---------------------------------------------------------------------------
 
@@ -308,9 +329,12 @@ class Runtime:
     def _teardown(self, collective: bool) -> None:
         live = [a for a in self._allocs.values() if a.live]
         if live and collective:
-            warnings.warn(f"PE {self.my_pe}: finalize freed {len(live)} symmetric allocation(s) still live "
-                          f"({sum(a.nbytes for a in live)} bytes); free them with rt.free()", UnishmemWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"PE {self.my_pe}: finalize freed {len(live)} symmetric allocation(s) still live "
+                f"({sum(a.nbytes for a in live)} bytes); free them with rt.free()",
+                UnishmemWarning,
+                stacklevel=3,
+            )
         for a in live:
             a.live = False
         self._finalized = True
@@ -362,6 +386,7 @@ class Runtime:
             if check_value:
                 _check_fill(value, dtype)
             return args
+
         dims, nbytes = self._checked(0, check)
         t = self._allocate(dims, dtype, nbytes)
         t.fill_(value)
@@ -387,6 +412,7 @@ class Runtime:
             if count < 1:
                 raise ValueError(f"signals(n): n={count} must be >= 1")
             return count
+
         return self._filled((self._checked(0, check),), 0, torch.uint64, check_value=False)
 
     def free(self, t: torch.Tensor) -> None:
@@ -406,14 +432,20 @@ class Runtime:
             raise NotSymmetricError(f"rt.free: the tensor at {addr:#x} is not in the symmetric heap")
         alloc = self._allocs.get(addr - self._base)
         if alloc is None:
-            raise ValueError(f"rt.free: the tensor at heap offset {addr - self._base} is not a live symmetric "
-                             "allocation (freed already, or a view that does not start one)")
+            raise ValueError(
+                f"rt.free: the tensor at heap offset {addr - self._base} is not a live symmetric "
+                "allocation (freed already, or a view that does not start one)"
+            )
         return alloc
 
     def is_symmetric(self, t: torch.Tensor) -> bool:
         """True for any view into this PE's symmetric heap."""
-        return (isinstance(t, torch.Tensor) and t.device == self.device and not self._finalized
-                and self._in_heap(_address(t), 0))
+        return (
+            isinstance(t, torch.Tensor)
+            and t.device == self.device
+            and not self._finalized
+            and self._in_heap(_address(t), 0)
+        )
 
     def peer(self, t: torch.Tensor, pe: int) -> torch.Tensor | None:
         """PE `pe`'s copy of symmetric tensor `t`, for direct loads and stores; None if unreachable."""
@@ -449,23 +481,29 @@ class Runtime:
             if own.offset <= offset and offset + nbytes <= own.offset + own.nbytes:
                 return addr, nbytes  # fast path: inside the live allocation it was made by
         if not self._in_heap(addr, nbytes):
-            raise NotSymmetricError(f"{name} (at {addr:#x}, {nbytes} bytes) is not in the symmetric heap; "
-                                    "allocate it with rt.empty()/zeros()/signals()")
+            raise NotSymmetricError(
+                f"{name} (at {addr:#x}, {nbytes} bytes) is not in the symmetric heap; "
+                "allocate it with rt.empty()/zeros()/signals()"
+            )
         offset = addr - self._base
         i = bisect.bisect_right(self._offsets, offset) - 1
         alloc = self._allocs[self._offsets[i]] if i >= 0 else None
         if alloc is None or offset >= alloc.offset + max(alloc.nbytes, 1):
             raise NotSymmetricError(f"{name} (heap offset {offset}) is in no live allocation (freed?)")
         if offset + nbytes > alloc.offset + alloc.nbytes:
-            raise ValueError(f"{name} spans {nbytes} bytes from heap offset {offset}, past the end of its "
-                             f"allocation ({alloc.nbytes} bytes at offset {alloc.offset})")
+            raise ValueError(
+                f"{name} spans {nbytes} bytes from heap offset {offset}, past the end of its "
+                f"allocation ({alloc.nbytes} bytes at offset {alloc.offset})"
+            )
         return addr, nbytes
 
     def _signal(self, sig, name: str = "signal") -> int:
         addr, nbytes = self._symmetric(sig, name)
         if nbytes != 8 or sig.dtype is not torch.uint64:  # 8 bytes of uint64: one element
-            raise TypeError(f"{name} must be a 1-element torch.uint64 view of rt.signals(), got "
-                            f"{sig.dtype} with {sig.numel()} elements")
+            raise TypeError(
+                f"{name} must be a 1-element torch.uint64 view of rt.signals(), got "
+                f"{sig.dtype} with {sig.numel()} elements"
+            )
         if addr & 7:  # atomics need a naturally aligned word
             raise ValueError(f"{name} at heap offset {addr - self._base} is not 8-byte aligned")
         return addr
@@ -473,8 +511,10 @@ class Runtime:
     def _word(self, t, name: str, dtypes) -> int:
         addr, _ = self._symmetric(t, name)
         if t.dtype not in dtypes or t.numel() != 1:
-            raise TypeError(f"{name} must be a 1-element symmetric tensor of {', '.join(map(str, dtypes))}; got "
-                            f"{t.dtype} with {t.numel()} elements")
+            raise TypeError(
+                f"{name} must be a 1-element symmetric tensor of {', '.join(map(str, dtypes))}; got "
+                f"{t.dtype} with {t.numel()} elements"
+            )
         if addr % t.element_size():  # atomics need a naturally aligned word
             raise ValueError(f"{name} at heap offset {addr - self._base} is not {t.element_size()}-byte aligned")
         return addr
@@ -506,8 +546,9 @@ class Runtime:
             raise TypeError(f"{what}: dest is {dest.dtype} but source is {source.dtype}")
         expected = source.numel() if dest_elems is None else dest_elems
         if dest.numel() != expected:
-            raise ValueError(f"{what}: dest has {dest.numel()} elements, expected {expected} "
-                             f"for a source of {source.numel()}")
+            raise ValueError(
+                f"{what}: dest has {dest.numel()} elements, expected {expected} for a source of {source.numel()}"
+            )
 
     # ---- host-initiated communication -------------------------------------------------------
 
@@ -562,8 +603,9 @@ class Runtime:
             self._same_kind(dest, source, "put_signal")
         sig = self._signal(signal)
         value, code, pe = self._signal_args(value, op, pe)
-        self._fast_put_signal(self._address, d, s, n, sig, value, code, pe,
-                              0 if self._on_cpu else self._stream_of(stream))
+        self._fast_put_signal(
+            self._address, d, s, n, sig, value, code, pe, 0 if self._on_cpu else self._stream_of(stream)
+        )
         self._remember(dest, d, n, True)
         self._remember(source, s, n, False)
         self._remember(signal, sig, 8, True)
@@ -599,8 +641,9 @@ class Runtime:
             value = _bits(value, torch.uint64, "value")
         code = _cmp_code(cmp)
         self._remember(signal, sig, 8, True)  # before the wait, which may raise on a peer's failure
-        return self._fast_signal_wait_until(self._address, sig, code, value,
-                                            0 if self._on_cpu else self._stream_of(stream))
+        return self._fast_signal_wait_until(
+            self._address, sig, code, value, 0 if self._on_cpu else self._stream_of(stream)
+        )
 
     def signal_fetch(self, signal) -> int:
         self._check_active()
@@ -622,8 +665,10 @@ class Runtime:
         the 1-D symmetric `ivars`; `value` is one integer for all, or one per word (the _vector forms)."""
         self._check_active()
         if ivars.dtype not in WAIT_DTYPES or ivars.dim() != 1 or ivars.numel() == 0 or not ivars.is_contiguous():
-            raise TypeError(f"{what}: ivars must be a non-empty contiguous 1-D symmetric tensor of "
-                            f"{', '.join(map(str, WAIT_DTYPES))}; got {ivars.dtype} of shape {list(ivars.shape)}")
+            raise TypeError(
+                f"{what}: ivars must be a non-empty contiguous 1-D symmetric tensor of "
+                f"{', '.join(map(str, WAIT_DTYPES))}; got {ivars.dtype} of shape {list(ivars.shape)}"
+            )
         addr, _ = self._symmetric(ivars, f"{what}: ivars")
         if addr % ivars.element_size():
             raise ValueError(f"{what}: ivars at heap offset {addr - self._base} is not aligned")
@@ -781,25 +826,31 @@ class Runtime:
 
     def broadcast(self, dest, source, root: int, team=None, stream=None) -> None:
         """Copy `source` of the team's PE `root` into every member's `dest`."""
+
         def check(t):
             d, s, n = self._pair(dest, source, "broadcast", in_place_ok=True)
             return d, s, n, _dtype_code(source, "broadcast"), _check_pe(root, t.n_pes, "root"), self._stream_of(stream)
+
         self._collective(team, check, self._native.broadcast)
 
     def fcollect(self, dest, source, team=None, stream=None) -> None:
         """All-gather: `dest` receives the team's `source` blocks in team order."""
+
         def check(t):
             d, s, n = self._pair(dest, source, "fcollect", source.numel() * t.n_pes)
             return d, s, n, _dtype_code(source, "fcollect"), self._stream_of(stream)
+
         self._collective(team, check, self._native.fcollect)
 
     def alltoall(self, dest, source, team=None, stream=None) -> None:
         """Block j of this PE's `source` goes to block my_pe of member j's `dest`."""
+
         def check(t):
             d, s, n = self._pair(dest, source, "alltoall")
             if source.numel() % t.n_pes:
                 raise ValueError(f"alltoall: {source.numel()} elements do not split into {t.n_pes} equal blocks")
             return d, s, n // t.n_pes, _dtype_code(source, "alltoall"), self._stream_of(stream)
+
         self._collective(team, check, self._native.alltoall)
 
     def _reduction(self, dest, source, op, what: str, stream):
@@ -807,14 +858,17 @@ class Runtime:
             if op not in REDUCE_OPS:
                 raise ValueError(f"{what}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
             if source.dtype not in _REDUCE_DTYPE_SET:
-                raise TypeError(f"{what}: dtype {source.dtype} is not supported (supported: "
-                                f"{', '.join(map(str, REDUCE_DTYPES))})")
+                raise TypeError(
+                    f"{what}: dtype {source.dtype} is not supported (supported: {', '.join(map(str, REDUCE_DTYPES))})"
+                )
             if what == "reducescatter" and source.numel() % t.n_pes:
                 raise ValueError(f"reducescatter: {source.numel()} elements do not split into {t.n_pes} blocks")
             scatter = what == "reducescatter"
-            d, s, _ = self._pair(dest, source, what, source.numel() // t.n_pes if scatter else None,
-                                 in_place_ok=not scatter)
+            d, s, _ = self._pair(
+                dest, source, what, source.numel() // t.n_pes if scatter else None, in_place_ok=not scatter
+            )
             return d, s, dest.numel(), DTYPE_CODES[source.dtype], REDUCE_OPS[op], self._stream_of(stream)
+
         return check
 
     def reduce(self, dest, source, op: str = "sum", team=None, stream=None) -> None:
@@ -823,8 +877,7 @@ class Runtime:
 
     def reducescatter(self, dest, source, op: str = "sum", team=None, stream=None) -> None:
         """Reduce `source` over `team`; member i receives block i of the result in `dest`."""
-        self._collective(team, self._reduction(dest, source, op, "reducescatter", stream),
-                         self._native.reducescatter)
+        self._collective(team, self._reduction(dest, source, op, "reducescatter", stream), self._native.reducescatter)
 
 
 def _address(t: torch.Tensor) -> int:
@@ -853,12 +906,13 @@ def _allocation(shape, dtype) -> tuple[tuple[int, ...], int]:
     """(shape, bytes) of an allocation, checked."""
     shape = _shape(shape)
     if dtype not in DTYPE_CODES:
-        raise TypeError(f"dtype {dtype} is not supported in the symmetric heap (supported: "
-                        f"{', '.join(str(d) for d in DTYPE_CODES)})")
+        raise TypeError(
+            f"dtype {dtype} is not supported in the symmetric heap (supported: "
+            f"{', '.join(str(d) for d in DTYPE_CODES)})"
+        )
     nbytes = math.prod(shape) * _ITEMSIZE[dtype]
     if nbytes > _MAX_BYTES:
-        raise ValueError(f"shape {shape} of {dtype} is {nbytes} bytes, more than any tensor can hold "
-                         f"({_MAX_BYTES})")
+        raise ValueError(f"shape {shape} of {dtype} is {nbytes} bytes, more than any tensor can hold ({_MAX_BYTES})")
     return shape, nbytes
 
 

@@ -12,6 +12,7 @@ last call runs them all on threads, started in program-id order with at most `re
 once (as a GPU fills its SMs), so programs may wait on each other. The host backend counts them
 (NOTE [programs] in csrc/host/host_backend.hpp) so that its deadlock check stays exact.
 """
+
 from __future__ import annotations
 
 import functools
@@ -57,8 +58,10 @@ def _runtime_target(rt) -> tuple[str, object]:
     from .vendor_libs import DEVICE_ARCH
 
     if rt.backend not in DEVICE_ARCH:
-        raise UnishmemError(f"compiled Triton kernels need a GPU backend, and this runtime's is {rt.backend!r}; "
-                            "run with TRITON_INTERPRET=1 to execute them on the host backend")
+        raise UnishmemError(
+            f"compiled Triton kernels need a GPU backend, and this runtime's is {rt.backend!r}; "
+            "run with TRITON_INTERPRET=1 to execute them on the host backend"
+        )
     backend = next(b for b, v in VENDOR_OF_BACKEND.items() if v == rt.backend)
     return backend, DEVICE_ARCH[rt.backend](torch.cuda.get_device_properties(rt.device))
 
@@ -70,8 +73,10 @@ def _on_kernel_load(module, function, name, metadata_group, hash, **_):
 
     init = getattr(_current, "_module_init", None) if _current is not None else None
     if init is None:
-        raise UnishmemError(f"kernel {name} uses unishmem device functions but no GPU runtime is active to "
-                            "initialise its module: call unishmem.init() first")
+        raise UnishmemError(
+            f"kernel {name} uses unishmem device functions but no GPU runtime is active to "
+            "initialise its module: call unishmem.init() first"
+        )
     init(module)
     table = getattr(_current, "_wait_table", None)
     if table is not None:  # NOTE [debug waits]: a debug build finds its table through this global
@@ -157,9 +162,11 @@ class _Launch:
         native = self._native = _current._native if _current is not None and _current.backend == "host" else None
         self.n_programs = len(order)
         if self.cooperative and self.n_programs > self.resident:
-            raise UnishmemError(f"a cooperative launch of {self.n_programs} programs needs them all resident, and "
-                                f"at most {self.resident} are here: raise @unishmem.jit(resident=...) or "
-                                "UNISHMEM_INTERPRET_RESIDENT (on a GPU the grid must fit the device at once too)")
+            raise UnishmemError(
+                f"a cooperative launch of {self.n_programs} programs needs them all resident, and "
+                f"at most {self.resident} are here: raise @unishmem.jit(resident=...) or "
+                "UNISHMEM_INTERPRET_RESIDENT (on a GPU the grid must fit the device at once too)"
+            )
         slots = threading.Semaphore(self.resident)
         errors = []
 
@@ -246,7 +253,8 @@ def claim_collective(name: str) -> None:
         raise UnishmemError(
             f"{name} called by program {idx} of a launch whose program {first} called a device collective: "
             "NVSHMEM and rocSHMEM allow barriers and collectives from one program of a launch per PE. Call them "
-            "from one program (if tl.program_id(0) == 0: ...), or synchronise every program with barrier_all_grid")
+            "from one program (if tl.program_id(0) == 0: ...), or synchronise every program with barrier_all_grid"
+        )
 
 
 def stop_if_aborted():
@@ -286,9 +294,7 @@ class Kernel:
     def run(self, *args, grid, **kwargs):
         if interpreting():
             return self._run_interpreted(args, grid, kwargs)
-        from . import runtime
-
-        from . import hang
+        from . import hang, runtime
         from .language import _debug
 
         rt = runtime()
@@ -330,8 +336,11 @@ class Kernel:
         from ._config import interpret_resident
 
         fn = self.jit_function
-        launch = _Launch(self.resident if self.resident is not None else interpret_resident(),
-                         bool(kwargs.get("launch_cooperative_grid")), self.fn.__name__)
+        launch = _Launch(
+            self.resident if self.resident is not None else interpret_resident(),
+            bool(kwargs.get("launch_cooperative_grid")),
+            self.fn.__name__,
+        )
         try:
             # InterpretedFunction.run, with the concurrent programs in place of the kernel
             GridExecutor(launch.programs(fn.rewrite()), fn.arg_names, grid, fn.pre_run_hooks)(*args, **kwargs)

@@ -11,6 +11,7 @@ pip distribution owns the host library, the bitcode must be a file of that same 
 matches its RECORD; for an install prefix (NVSHMEM_HOME) it must sit beside the host library and the
 prefix's header version must equal the library's own version.
 """
+
 from __future__ import annotations
 
 import base64
@@ -32,12 +33,12 @@ NVSHMEM_LIBRARY = "libnvshmem_host.so.3"
 
 @dataclass
 class Install:
-    vendor: str                                   # "NVSHMEM" / "rocSHMEM"
+    vendor: str  # "NVSHMEM" / "rocSHMEM"
     prefix: Path | None = None
-    library: Path | None = None                   # NVSHMEM's host library (rocSHMEM's is linked statically)
-    version: str | None = None                    # the host library's own release, where it can be asked
-    origin: str = ""                              # how it was found
-    bitcode: dict[str, Path] = field(default_factory=dict)   # arch ("sm_90", "gfx942") -> file
+    library: Path | None = None  # NVSHMEM's host library (rocSHMEM's is linked statically)
+    version: str | None = None  # the host library's own release, where it can be asked
+    origin: str = ""  # how it was found
+    bitcode: dict[str, Path] = field(default_factory=dict)  # arch ("sm_90", "gfx942") -> file
     problems: list[str] = field(default_factory=list)
 
     def require(self) -> Install:
@@ -47,6 +48,7 @@ class Install:
 
 
 # ---- NVSHMEM ------------------------------------------------------------------------------------
+
 
 def _wheel_prefixes() -> list[Path]:
     try:
@@ -65,7 +67,7 @@ def _header_version(prefix: Path) -> str | None:
     return m.group(1) if m else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_library(path: str):
     """dlopen the host library (global symbols, so the extension module binds to this copy)."""
     return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
@@ -85,11 +87,13 @@ def find_nvshmem() -> Install:
     else:
         candidates = [(p, "pip wheel") for p in _wheel_prefixes()]
     if not candidates:
-        return Install("NVSHMEM", problems=["not found: set NVSHMEM_HOME or `pip install nvidia-nvshmem-cu13` "
-                                            "(the `cuda` extra)"])
+        return Install(
+            "NVSHMEM", problems=["not found: set NVSHMEM_HOME or `pip install nvidia-nvshmem-cu13` (the `cuda` extra)"]
+        )
     for prefix, origin in candidates:
-        lib = next((prefix / d / NVSHMEM_LIBRARY for d in ("lib", "lib64") if (prefix / d / NVSHMEM_LIBRARY).exists()),
-                   None)
+        lib = next(
+            (prefix / d / NVSHMEM_LIBRARY for d in ("lib", "lib64") if (prefix / d / NVSHMEM_LIBRARY).exists()), None
+        )
         if lib is None:
             continue
         inst = Install("NVSHMEM", prefix=prefix, library=lib, origin=origin)
@@ -123,7 +127,7 @@ def _owning_distribution(path: Path):
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sha256(path: str, size: int, mtime: float) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -167,16 +171,21 @@ def nvshmem_bitcode(capability: tuple[int, int]) -> Path:
     inst = find_nvshmem().require()
     arch = bitcode_arch(capability, inst.bitcode)
     if arch is None:
-        raise BackendUnavailable(f"NVSHMEM: no device bitcode for sm_{capability[0]}{capability[1]} among "
-                                 f"{sorted(inst.bitcode)} in {inst.library.parent}")
+        raise BackendUnavailable(
+            f"NVSHMEM: no device bitcode for sm_{capability[0]}{capability[1]} among "
+            f"{sorted(inst.bitcode)} in {inst.library.parent}"
+        )
     ok, why = check_bitcode(inst, inst.bitcode[arch])
     if not ok:
-        raise BackendUnavailable(f"NVSHMEM bitcode {inst.bitcode[arch]} does not match the host library "
-                                 f"{inst.library} ({inst.version}): {why}")
+        raise BackendUnavailable(
+            f"NVSHMEM bitcode {inst.bitcode[arch]} does not match the host library "
+            f"{inst.library} ({inst.version}): {why}"
+        )
     return inst.bitcode[arch]
 
 
 # ---- rocSHMEM -----------------------------------------------------------------------------------
+
 
 def rocm_path() -> Path:
     return Path(os.environ.get("ROCM_PATH") or "/opt/rocm")
@@ -204,10 +213,12 @@ ROCSHMEM_FLOOR = (3, 3)
 ROCSHMEM_FEATURES = (
     ((3, 0), "unique-id init (rocshmem_get_uniqueid, rocshmem_set_attr_uniqueid_args, rocshmem_init_attr)"),
     ((3, 2), "device and/or/xor/swap atomics in the IPC backend"),
-    ((3, 3), "rocshmem_quiet_on_stream, rocshmem_sync_all_on_stream, device ROCSHMEM_TEAM_WORLD, "
-             "ROCSHMEM_TEAM_SHARED"),
-    ((3, 5), "rocshmem_reduce_on_stream, rocshmem_team_split_2d, host-initiated atomics in the IPC backend "
-             "under unique-id init (unishmem's host atomics and signal_op)"),
+    ((3, 3), "rocshmem_quiet_on_stream, rocshmem_sync_all_on_stream, device ROCSHMEM_TEAM_WORLD, ROCSHMEM_TEAM_SHARED"),
+    (
+        (3, 5),
+        "rocshmem_reduce_on_stream, rocshmem_team_split_2d, host-initiated atomics in the IPC backend "
+        "under unique-id init (unishmem's host atomics and signal_op)",
+    ),
 )
 
 
@@ -227,10 +238,14 @@ def rocshmem_features(version: str) -> list[str]:
     if m is None:
         raise ValueError(f"rocSHMEM version {version!r} is not MAJOR.MINOR[.PATCH]")
     have = (int(m.group(1)), int(m.group(2)))
-    lines = [f"{'yes' if have >= since else 'no ':3s} {since[0]}.{since[1]}: {what}" for since, what in ROCSHMEM_FEATURES]
+    lines = [
+        f"{'yes' if have >= since else 'no ':3s} {since[0]}.{since[1]}: {what}" for since, what in ROCSHMEM_FEATURES
+    ]
     if have < ROCSHMEM_FLOOR:
-        lines.append(f"rocSHMEM {version} is older than {ROCSHMEM_FLOOR[0]}.{ROCSHMEM_FLOOR[1]}: unishmem's rocshmem "
-                     "backend is not built against it")
+        lines.append(
+            f"rocSHMEM {version} is older than {ROCSHMEM_FLOOR[0]}.{ROCSHMEM_FLOOR[1]}: unishmem's rocshmem "
+            "backend is not built against it"
+        )
     return lines
 
 
@@ -244,8 +259,10 @@ def rocshmem_bitcode(gcn_arch_name: str) -> Path:
     inst = find_rocshmem()
     arch = gfx_arch(gcn_arch_name)
     if arch not in inst.bitcode:
-        raise BackendUnavailable(f"rocSHMEM: no device bitcode for {arch} (found {sorted(inst.bitcode) or 'none'}; "
-                                 "set ROCSHMEM_LIB_DIR or ROCM_PATH)")
+        raise BackendUnavailable(
+            f"rocSHMEM: no device bitcode for {arch} (found {sorted(inst.bitcode) or 'none'}; "
+            "set ROCSHMEM_LIB_DIR or ROCM_PATH)"
+        )
     return inst.bitcode[arch]
 
 
@@ -253,8 +270,8 @@ def rocshmem_bitcode(gcn_arch_name: str) -> Path:
 
 # A device's architecture as the bitcode names it, from torch's device properties.
 DEVICE_ARCH = {
-    "nvshmem": lambda props: props.major * 10 + props.minor,   # compute capability, e.g. 90
-    "rocshmem": lambda props: props.gcnArchName,               # e.g. 'gfx942:sramecc+:xnack-'
+    "nvshmem": lambda props: props.major * 10 + props.minor,  # compute capability, e.g. 90
+    "rocshmem": lambda props: props.gcnArchName,  # e.g. 'gfx942:sramecc+:xnack-'
 }
 _BITCODE = {
     "nvshmem": lambda arch: nvshmem_bitcode(divmod(int(arch), 10)),

@@ -1,5 +1,6 @@
 """Kernels for `unishmem compile` (tests/test_compile_cli.py): one that compiles for every target, one
 that rocSHMEM cannot compile (it has no fp16 put), and one with no COMPILE entry."""
+
 import triton.language as tl
 
 import unishmem

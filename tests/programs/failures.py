@@ -1,4 +1,5 @@
 """PE programs that fail on purpose, for the launcher and failure tests. argv[1] picks the failure."""
+
 import os
 import signal
 import subprocess
@@ -86,8 +87,9 @@ try:
             os.kill(pids[0], signal.SIGSTOP)
             rt.signal_op(sig, 1, 0)
             # Continued well after the deadlock timeout, by a process that does not wait in unishmem.
-            subprocess.Popen(["sh", "-c", f"sleep {3 * float(os.environ['UNISHMEM_DEADLOCK_TIMEOUT'])}; "
-                                          f"kill -CONT {pids[0]}"])
+            subprocess.Popen(
+                ["sh", "-c", f"sleep {3 * float(os.environ['UNISHMEM_DEADLOCK_TIMEOUT'])}; kill -CONT {pids[0]}"]
+            )
         rt.barrier_all()
         say(f"DONE pe={rt.my_pe}")
         rt.finalize()

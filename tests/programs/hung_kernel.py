@@ -1,6 +1,7 @@
 """A kernel that hangs: PE 0 waits for a signal nobody sends, the others wait for PE 0 in barrier_all.
 Run with `unishmem run --hang-timeout S`: the watchdog must report it and end the job (NOTE [hang report]).
 Compiled on a GPU (scripts/gpu_check.sh) with UNISHMEM_DEBUG_WAITS=1; under TRITON_INTERPRET=1 elsewhere."""
+
 import os
 import sys
 

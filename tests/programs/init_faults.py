@@ -1,8 +1,9 @@
 """PE programs for faults around init. argv[1] picks the case:
-  kill_in_init   the last PE SIGKILLs itself in the middle of init (after its second exchange)
-  exit_early     the last PE exits without ever calling init
-  cycles         20 init/finalize cycles with heap sizes that change every time
+kill_in_init   the last PE SIGKILLs itself in the middle of init (after its second exchange)
+exit_early     the last PE exits without ever calling init
+cycles         20 init/finalize cycles with heap sizes that change every time
 """
+
 import os
 import signal
 import sys

@@ -1,4 +1,5 @@
 """A small job for launcher tests: ring put, all-gather, all-reduce; prints one OK line per PE."""
+
 import sys
 
 import torch
@@ -9,6 +10,7 @@ import unishmem
 def say(line: str) -> None:
     sys.stdout.write(line + "\n")  # one write per line: PEs share the terminal
     sys.stdout.flush()
+
 
 group = None
 if "--group" in sys.argv:  # reuse an existing torch.distributed process group

@@ -6,6 +6,7 @@ and writes JSON (--json) and a plot (--plot). The modules: plan (what is measure
 memory-traffic formulas), timing (one method for every implementation), *_worker (one per kind of
 job), jobs (launching them), report (table, JSON, plot).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -32,21 +33,24 @@ def check_output_path(path: str, what: str) -> str:
     return path
 
 
-def run(plan: Plan, json_path: str | None = None, plot_path: str | None = None, skip=(), quiet: bool = False,
-        load: int = 0) -> int:
+def run(
+    plan: Plan, json_path: str | None = None, plot_path: str | None = None, skip=(), quiet: bool = False, load: int = 0
+) -> int:
     """Measure everything in `plan`, beside `load` busy processes; print the table; write JSON and the
     plot if asked."""
     import torch
 
-    from . import jobs, report
     from .. import __version__
+    from . import jobs, report
 
     if plot_path:
         try:
             import matplotlib  # noqa: F401
         except ImportError as e:
-            raise RuntimeError(f"--plot needs matplotlib, which cannot be imported ({e}): "
-                               "pip install 'unishmem[bench]' (or pip install matplotlib)") from None
+            raise RuntimeError(
+                f"--plot needs matplotlib, which cannot be imported ({e}): "
+                "pip install 'unishmem[bench]' (or pip install matplotlib)"
+            ) from None
     skipped: dict[str, str] = {}
     mpirun = None
     if "mpi" in skip:
@@ -82,11 +86,20 @@ def run(plan: Plan, json_path: str | None = None, plot_path: str | None = None, 
                     print(f"unishmem bench: the gloo reference is skipped: {e}", file=sys.stderr)
 
     meta = {
-        "backend": "host", "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "host": platform.node(), "cpus": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version(),
-        "torch": torch.__version__, "unishmem": __version__, "quick": plan.quick, "plan": json.loads(plan.dumps()),
+        "backend": "host",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "unishmem": __version__,
+        "quick": plan.quick,
+        "plan": json.loads(plan.dumps()),
         "open_mpi": f"{mpi[2]['library'].split(',')[0]} (mpi4py {mpi[2]['mpi4py']})" if 2 in mpi else None,
-        "gloo": f"gloo (torch {torch.__version__})" if gloo else None, "skipped": skipped, "load": load_info,
+        "gloo": f"gloo (torch {torch.__version__})" if gloo else None,
+        "skipped": skipped,
+        "load": load_info,
     }
     result = report.build(plan, host, mpi, gloo, meta)
     print(report.text(result))

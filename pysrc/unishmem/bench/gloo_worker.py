@@ -1,6 +1,7 @@
 """The gloo reference of `unishmem bench`: torch.distributed collectives on CPU tensors, started by
 the bench as `unishmem run -n N python -m unishmem.bench.gloo_worker PLAN OUT` (the process group
 meets in the launcher's store); rank 0 writes the figures to OUT."""
+
 from __future__ import annotations
 
 import datetime
@@ -24,8 +25,9 @@ def _store(size: int):
 
 def _init() -> None:
     rank, size = int(os.environ["UNISHMEM_RANK"]), int(os.environ["UNISHMEM_WORLD_SIZE"])
-    dist.init_process_group("gloo", store=_store(size), rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo", store=_store(size), rank=rank, world_size=size, timeout=datetime.timedelta(seconds=120)
+    )
 
 
 def main(plan_path: str, out_path: str) -> int:
@@ -44,16 +46,22 @@ def main(plan_path: str, out_path: str) -> int:
         return float(t[0])
 
     def timed(op) -> float:
-        return measure(op, dist.barrier, agree_max, budget_s=plan.budget_s, reps=plan.reps,
-                       max_iters=plan.max_iters)["seconds"]
+        return measure(op, dist.barrier, agree_max, budget_s=plan.budget_s, reps=plan.reps, max_iters=plan.max_iters)[
+            "seconds"
+        ]
 
     best = timed(dist.barrier)
     dist.barrier()
-    samples = torch.tensor(long_run(lambda j: dist.barrier(), long_iters(best, plan.long_run_s, plan.long_run)),
-                           dtype=torch.float64)
+    samples = torch.tensor(
+        long_run(lambda j: dist.barrier(), long_iters(best, plan.long_run_s, plan.long_run)), dtype=torch.float64
+    )
     dist.all_reduce(samples, op=dist.ReduceOp.MAX)  # call by call, the slowest rank's, as the host backend's
-    out: dict = {"pes": n, "library": f"torch {torch.__version__} gloo", "barrier": summary(samples.tolist(), best),
-                 "collectives": {}}
+    out: dict = {
+        "pes": n,
+        "library": f"torch {torch.__version__} gloo",
+        "barrier": summary(samples.tolist(), best),
+        "collectives": {},
+    }
     for op in plan.ops_at(n):
         out["collectives"][op] = {}
         for size in plan.coll_sizes:

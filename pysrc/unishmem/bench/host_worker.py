@@ -4,6 +4,7 @@
 Figures from Python go through the public Runtime API (what users call); the references and the
 C++ loops come from the benchmark helpers in csrc/host/bench.cpp (`_host.bench_*`).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,9 @@ class HostBench:
 
     def measure(self, op) -> float:
         p = self.plan
-        return measure(op, self.rt.barrier_all, self.agree_max, budget_s=p.budget_s, reps=p.reps,
-                       max_iters=p.max_iters)["seconds"]
+        return measure(
+            op, self.rt.barrier_all, self.agree_max, budget_s=p.budget_s, reps=p.reps, max_iters=p.max_iters
+        )["seconds"]
 
     def slowest(self, samples: list | torch.Tensor) -> torch.Tensor:
         """Call by call, the slowest PE's time (every PE passes as many samples)."""
@@ -76,6 +78,7 @@ class HostBench:
         def synced(k: int) -> float:
             self.rt.barrier_all()
             return run(k)
+
         synced(1)  # warm-up
         iters = iterations(synced, self.agree_max, p.budget_s, p.reps, max_iters)
         return best_of(lambda: synced(iters) / iters, self.agree_max, reps or p.reps)
@@ -120,6 +123,7 @@ class HostBench:
             dt = _host.bench_raw_pingpong(mine, theirs, k, first, start[0], 60.0, samples)
             start[0] += 2 * k
             return dt
+
         reps = max(5, p.reps)  # latencies: more, shorter runs find the quiet moments of a shared machine
         raw_s = self.cpp_loop(raw, p.pingpong_iters, reps)
         raw_s = self.cpp_latency(raw, raw_s, p.pingpong_iters, every_pe=False)
@@ -133,6 +137,7 @@ class HostBench:
             dt = _host.bench_signal_pingpong(rt._native, *addrs, k, first, start[0], samples)
             start[0] += 2 * k
             return dt
+
         cpp_s = self.cpp_loop(cpp, p.pingpong_iters, reps)
         cpp_s = self.cpp_latency(cpp, cpp_s, p.pingpong_iters, every_pe=False)
 
@@ -153,20 +158,24 @@ class HostBench:
                     rt.signal_wait_until(sig2, CMP.GE, i)
                     rt.put_signal(buf, src, sig2, i + 1, peer)
             return time.perf_counter() - t0
+
         python(1)  # warm-up
         iters = iterations(python, self.agree_max, p.budget_s, reps, p.py_pingpong_iters)
         py_s = best_of(lambda: python(iters) / iters, self.agree_max, reps)
         base = count[0]
         if first:
+
             def step(j):
                 i = base + 2 * j + 1
                 rt.put_signal(buf, src, sig2, i, peer)
                 rt.signal_wait_until(sig2, CMP.GE, i + 1)
         else:
+
             def step(j):
                 i = base + 2 * j + 1
                 rt.signal_wait_until(sig2, CMP.GE, i)
                 rt.put_signal(buf, src, sig2, i + 1, peer)
+
         py_s = self.py_latency(step, py_s, every_pe=False)
         for t in (words, sig, buf, sig2):
             rt.free(t)
@@ -185,15 +194,23 @@ class HostBench:
         calls = {
             "put": (lambda: rt.put(sym, local, peer), lambda: rt._fast_put(b, d, s, PAYLOAD, peer, 0)),
             "get": (lambda: rt.get(local, sym, peer), lambda: rt._fast_get(b, s, d, PAYLOAD, peer, 0)),
-            "put_signal": (lambda: rt.put_signal(sym, local, sig, 0, peer, SIGNAL.ADD),
-                           lambda: rt._fast_put_signal(b, d, s, PAYLOAD, a, 0, add, peer, 0)),
-            "signal_wait_until": (lambda: rt.signal_wait_until(sig, CMP.GE, 0),
-                                  lambda: rt._fast_signal_wait_until(b, a, ge, 0, 0)),
+            "put_signal": (
+                lambda: rt.put_signal(sym, local, sig, 0, peer, SIGNAL.ADD),
+                lambda: rt._fast_put_signal(b, d, s, PAYLOAD, a, 0, add, peer, 0),
+            ),
+            "signal_wait_until": (
+                lambda: rt.signal_wait_until(sig, CMP.GE, 0),
+                lambda: rt._fast_signal_wait_until(b, a, ge, 0, 0),
+            ),
         }
         noop = lambda: None  # noqa: E731
-        out = {name: {"python": self.measure(py if self.me == 0 else noop),
-                      "binding": self.measure(raw if self.me == 0 else noop)}
-               for name, (py, raw) in calls.items()}
+        out = {
+            name: {
+                "python": self.measure(py if self.me == 0 else noop),
+                "binding": self.measure(raw if self.me == 0 else noop),
+            }
+            for name, (py, raw) in calls.items()
+        }
         for t in (sym, sig):
             rt.free(t)
         return out

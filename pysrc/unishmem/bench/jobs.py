@@ -1,5 +1,6 @@
 """Launching the benchmark's jobs: the host backend and gloo through `unishmem run`, Open MPI through
 its mpirun. Each job writes its figures as JSON; a job that fails is reported with its output."""
+
 from __future__ import annotations
 
 import contextlib
@@ -59,17 +60,38 @@ def heap_bytes(plan: Plan, n: int) -> int:
 
 def host_job(plan: Plan, n: int, plan_path: str, tmp: str, quiet: bool) -> dict:
     out = os.path.join(tmp, f"host{n}.json")
-    cmd = [sys.executable, "-m", "unishmem", "run", "-n", str(n), sys.executable, "-m", "unishmem.bench.host_worker",
-           plan_path, out]
-    env = _env(UNISHMEM_BACKEND="host", UNISHMEM_SYMMETRIC_SIZE=str(heap_bytes(plan, n)),
-               UNISHMEM_WAIT_TIMEOUT="120")
+    cmd = [
+        sys.executable,
+        "-m",
+        "unishmem",
+        "run",
+        "-n",
+        str(n),
+        sys.executable,
+        "-m",
+        "unishmem.bench.host_worker",
+        plan_path,
+        out,
+    ]
+    env = _env(UNISHMEM_BACKEND="host", UNISHMEM_SYMMETRIC_SIZE=str(heap_bytes(plan, n)), UNISHMEM_WAIT_TIMEOUT="120")
     return _run(f"host backend, {n} PEs", cmd, env, out, _timeout(plan, n), quiet)
 
 
 def gloo_job(plan: Plan, n: int, plan_path: str, tmp: str, quiet: bool) -> dict:
     out = os.path.join(tmp, f"gloo{n}.json")
-    cmd = [sys.executable, "-m", "unishmem", "run", "-n", str(n), sys.executable, "-m", "unishmem.bench.gloo_worker",
-           plan_path, out]
+    cmd = [
+        sys.executable,
+        "-m",
+        "unishmem",
+        "run",
+        "-n",
+        str(n),
+        sys.executable,
+        "-m",
+        "unishmem.bench.gloo_worker",
+        plan_path,
+        out,
+    ]
     return _run(f"torch.distributed gloo, {n} ranks", cmd, _env(), out, _timeout(plan, n), quiet)
 
 
@@ -110,8 +132,15 @@ def busy_load(n: int):
     """n busy processes for the duration of the block; yields what the report says of them (their
     pids and, filled in when the block ends, the CPU seconds each used). They are killed and reaped
     when the block ends, and end by themselves if the bench dies first."""
-    procs = [subprocess.Popen([sys.executable, "-S", "-c", BUSY, str(os.getpid())], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-S", "-c", BUSY, str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(n)
+    ]
     info = {"processes": n, "pids": [p.pid for p in procs], "cpu_seconds": []}
     try:
         yield info

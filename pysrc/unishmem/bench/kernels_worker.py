@@ -2,6 +2,7 @@
 doing the same work on the same tensors, in the same processes (gloo on the host backend, NCCL or
 RCCL on a GPU backend). Started as `unishmem run -n N python -m unishmem.bench.kernels_worker SPEC OUT`;
 rank 0 writes the figures to OUT."""
+
 from __future__ import annotations
 
 import datetime
@@ -17,6 +18,7 @@ if not torch.cuda.is_available():
 import torch.distributed as dist  # noqa: E402
 
 import unishmem  # noqa: E402
+
 from .gloo_worker import _store  # noqa: E402
 from .timing import measure  # noqa: E402
 
@@ -33,12 +35,21 @@ def cases(rt, size: int):
     reduced = torch.empty(elems, device=dev)
     return [
         ("all_gather", lambda: K.all_gather(x, out=gathered), lambda: dist.all_gather_into_tensor(gathered, x)),
-        ("reduce_scatter", lambda: K.reduce_scatter(x, out=scattered),
-         lambda: dist.reduce_scatter_tensor(scattered, x)),
-        ("all_reduce one_shot", lambda: K.all_reduce(x, algorithm="one_shot", out=reduced),
-         lambda: dist.all_reduce(reduced)),
-        ("all_reduce two_shot", lambda: K.all_reduce(x, algorithm="two_shot", out=reduced),
-         lambda: dist.all_reduce(reduced)),
+        (
+            "reduce_scatter",
+            lambda: K.reduce_scatter(x, out=scattered),
+            lambda: dist.reduce_scatter_tensor(scattered, x),
+        ),
+        (
+            "all_reduce one_shot",
+            lambda: K.all_reduce(x, algorithm="one_shot", out=reduced),
+            lambda: dist.all_reduce(reduced),
+        ),
+        (
+            "all_reduce two_shot",
+            lambda: K.all_reduce(x, algorithm="two_shot", out=reduced),
+            lambda: dist.all_reduce(reduced),
+        ),
         *gemm_cases(rt, size),
         *moe_cases(rt, size),
     ]
@@ -113,8 +124,9 @@ def main(spec_path: str, out_path: str) -> int:
     torch.set_num_threads(1)
     with unishmem.init(heap_size=spec["heap"]) as rt:
         backend = "gloo" if rt.backend == "host" else "nccl"  # RCCL answers to "nccl" on ROCm builds
-        dist.init_process_group(backend, store=_store(rt.n_pes), rank=rt.my_pe, world_size=rt.n_pes,
-                                timeout=datetime.timedelta(seconds=300))
+        dist.init_process_group(
+            backend, store=_store(rt.n_pes), rank=rt.my_pe, world_size=rt.n_pes, timeout=datetime.timedelta(seconds=300)
+        )
 
         def agree_max(x: float) -> float:
             t = torch.tensor([x], dtype=torch.float64, device=rt.device if backend == "nccl" else "cpu")
@@ -123,20 +135,35 @@ def main(spec_path: str, out_path: str) -> int:
 
         def timed(op, barrier) -> float:
             sync = (lambda: (op(), torch.cuda.synchronize())) if rt.device.type == "cuda" else op
-            return measure(sync, barrier, agree_max, budget_s=spec["budget_s"], reps=spec["reps"],
-                           max_iters=spec["max_iters"])["seconds"]
+            return measure(
+                sync, barrier, agree_max, budget_s=spec["budget_s"], reps=spec["reps"], max_iters=spec["max_iters"]
+            )["seconds"]
 
         rows = []
         for size in spec["sizes"]:
             for name, mine, reference in cases(rt, size):
-                rows.append({"kernel": name, "bytes": size, "pes": rt.n_pes, "seconds": timed(mine, rt.barrier_all),
-                             "reference_seconds": timed(reference, dist.barrier)})
+                rows.append(
+                    {
+                        "kernel": name,
+                        "bytes": size,
+                        "pes": rt.n_pes,
+                        "seconds": timed(mine, rt.barrier_all),
+                        "reference_seconds": timed(reference, dist.barrier),
+                    }
+                )
             rt.free_workspaces()  # the next size's buffers fit the heap
         dist.destroy_process_group()
         if rt.my_pe == 0:
             with open(out_path, "w") as f:
-                json.dump({"backend": rt.backend, "reference": f"torch.distributed {backend}",
-                           "interpreted": os.environ.get("TRITON_INTERPRET") == "1", "rows": rows}, f)
+                json.dump(
+                    {
+                        "backend": rt.backend,
+                        "reference": f"torch.distributed {backend}",
+                        "interpreted": os.environ.get("TRITON_INTERPRET") == "1",
+                        "rows": rows,
+                    },
+                    f,
+                )
     return 0
 
 

@@ -3,6 +3,7 @@
 Buffers are numpy arrays (mpi4py's zero-copy path); the timing is the one every implementation uses.
 Run as a file, it imports its two siblings directly rather than the unishmem package, which would
 import torch in every rank for nothing (seconds per rank on a busy 2-core machine)."""
+
 from __future__ import annotations
 
 import json
@@ -35,11 +36,15 @@ def main(plan_path: str, out_path: str) -> int:
         return comm.allreduce(x, op=MPI.MAX)
 
     def timed(op) -> float:
-        return measure(op, comm.Barrier, agree_max, budget_s=plan.budget_s, reps=plan.reps,
-                       max_iters=plan.max_iters)["seconds"]
+        return measure(op, comm.Barrier, agree_max, budget_s=plan.budget_s, reps=plan.reps, max_iters=plan.max_iters)[
+            "seconds"
+        ]
 
-    out: dict = {"pes": n, "library": MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0],
-                 "mpi4py": mpi4py.__version__}
+    out: dict = {
+        "pes": n,
+        "library": MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0],
+        "mpi4py": mpi4py.__version__,
+    }
     if n == 2:
         peer = 1 - me
         out["send"] = {}
@@ -60,26 +65,31 @@ def main(plan_path: str, out_path: str) -> int:
                     comm.Recv(msg, peer, 1)
                     comm.Send(msg, peer, 1)
             return time.perf_counter() - t0
+
         pingpong(1)
         reps = max(5, plan.reps)  # as the host backend's
         iters = iterations(pingpong, agree_max, plan.budget_s, reps, plan.py_pingpong_iters)
         best = best_of(lambda: pingpong(iters) / iters, agree_max, reps)
         if me == 0:  # as the host backend's: the initiator times whole round trips
+
             def step(j):
                 comm.Send(msg, peer, 1)
                 comm.Recv(msg, peer, 1)
         else:
+
             def step(j):
                 comm.Recv(msg, peer, 1)
                 comm.Send(msg, peer, 1)
+
         comm.Barrier()
         out["pingpong"] = summary(long_run(step, long_iters(best, plan.long_run_s, plan.long_run)), best)
     ops = plan.ops_at(n) if n in plan.all_pes() else ()  # a 2-PE job may be there for the point-to-point only
     if ops:
         best = timed(comm.Barrier)
         comm.Barrier()
-        samples = np.array(long_run(lambda j: comm.Barrier(), long_iters(best, plan.long_run_s, plan.long_run)),
-                           dtype=np.float64)
+        samples = np.array(
+            long_run(lambda j: comm.Barrier(), long_iters(best, plan.long_run_s, plan.long_run)), dtype=np.float64
+        )
         comm.Allreduce(MPI.IN_PLACE, samples, MPI.MAX)  # call by call, the slowest rank's, as the host backend's
         out["barrier"] = summary(samples.tolist(), best)
     out["collectives"] = {}

@@ -11,6 +11,7 @@ non-temporal stores for large copies), so a bound taken from one big memcpy was 
 Each reference is measured right before the figures that use it, and the fastest copy seen is the
 one used: on a shared machine that is the honest lower bound.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,17 +32,26 @@ TRAFFIC = {  # op -> (R(S, n), W(S, n), printable formula)
     "broadcast": (lambda s, n: s, lambda s, n: s, "R = S (the root's buffer), W = S"),
     "fcollect": (lambda s, n: n * s, lambda s, n: n * s, "R = n*S (every block), W = n*S"),
     "alltoall": (lambda s, n: s, lambda s, n: s, "R = S (n blocks of S/n), W = S"),
-    "reduce": (lambda s, n: (2 * n - 1) * s / n, lambda s, n: s,
-               "R = S + (n-1)*S/n (reduce 1/n of the vector from n sources, then read the other n-1 "
-               "reduced chunks), W = S"),
+    "reduce": (
+        lambda s, n: (2 * n - 1) * s / n,
+        lambda s, n: s,
+        "R = S + (n-1)*S/n (reduce 1/n of the vector from n sources, then read the other n-1 reduced chunks), W = S",
+    ),
     "reducescatter": (lambda s, n: s, lambda s, n: s / n, "R = S (its block from each of n PEs), W = S/n"),
 }
 PIECE = {  # op -> the size of the blocks it copies (the memcpy reference copies in pieces of it)
-    "put": lambda s, n: s, "get": lambda s, n: s, "broadcast": lambda s, n: s, "fcollect": lambda s, n: s,
-    "alltoall": lambda s, n: s / n, "reduce": lambda s, n: s / n, "reducescatter": lambda s, n: s / n,
+    "put": lambda s, n: s,
+    "get": lambda s, n: s,
+    "broadcast": lambda s, n: s,
+    "fcollect": lambda s, n: s,
+    "alltoall": lambda s, n: s / n,
+    "reduce": lambda s, n: s / n,
+    "reducescatter": lambda s, n: s / n,
 }
-BOUND_FORMULA = ("bound = (R + W) / (2 * B) * max(1, n / cores), B = per-PE memcpy rate with min(n, cores) "
-                 "PEs copying at once, on (R + W) / 2 bytes in pieces of the op's block size")
+BOUND_FORMULA = (
+    "bound = (R + W) / (2 * B) * max(1, n / cores), B = per-PE memcpy rate with min(n, cores) "
+    "PEs copying at once, on (R + W) / 2 bytes in pieces of the op's block size"
+)
 
 FULL_P2P_SIZES = (8, 64, 512, 4 * KiB, 32 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB)
 FULL_COLL_SIZES = (1 * KiB, 4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB)
@@ -53,26 +63,38 @@ MEMCPY_CAP = 64 * MiB  # largest concurrent-memcpy size measured for the bounds
 @dataclass
 class Plan:
     """Everything a worker needs to know; travels to the jobs as JSON."""
+
     quick: bool = False
     p2p_sizes: list = field(default_factory=lambda: list(FULL_P2P_SIZES))
     coll_sizes: list = field(default_factory=lambda: list(FULL_COLL_SIZES))
-    pes: list = field(default_factory=lambda: [2, 4])        # collectives and barrier
-    scale_pes: list = field(default_factory=lambda: [8])     # barrier and reduce only
-    budget_s: float = 0.25       # measuring time per figure (all repetitions)
-    reps: int = 3                # repetitions; the best is kept
+    pes: list = field(default_factory=lambda: [2, 4])  # collectives and barrier
+    scale_pes: list = field(default_factory=lambda: [8])  # barrier and reduce only
+    budget_s: float = 0.25  # measuring time per figure (all repetitions)
+    reps: int = 3  # repetitions; the best is kept
     max_iters: int = 20000
     pingpong_iters: int = 100000  # round trips per repetition, C++ loops
     py_pingpong_iters: int = 20000  # round trips per repetition, Python loops
-    long_run: int = 20000        # calls in the long run of a Python latency (C++: pingpong_iters)
-    long_run_s: float = 2.0      # but fewer where that would take much longer than this
+    long_run: int = 20000  # calls in the long run of a Python latency (C++: pingpong_iters)
+    long_run_s: float = 2.0  # but fewer where that would take much longer than this
 
     @classmethod
-    def make(cls, quick: bool, pes=None, scale_pes=None, max_size=None) -> "Plan":
+    def make(cls, quick: bool, pes=None, scale_pes=None, max_size=None) -> Plan:
         p = cls()
         if quick:
-            p = cls(quick=True, p2p_sizes=list(QUICK_P2P_SIZES), coll_sizes=list(QUICK_COLL_SIZES), pes=[2, 4],
-                    scale_pes=[], budget_s=0.03, reps=2, max_iters=2000, pingpong_iters=20000,
-                    py_pingpong_iters=2000, long_run=2000, long_run_s=0.3)
+            p = cls(
+                quick=True,
+                p2p_sizes=list(QUICK_P2P_SIZES),
+                coll_sizes=list(QUICK_COLL_SIZES),
+                pes=[2, 4],
+                scale_pes=[],
+                budget_s=0.03,
+                reps=2,
+                max_iters=2000,
+                pingpong_iters=20000,
+                py_pingpong_iters=2000,
+                long_run=2000,
+                long_run_s=0.3,
+            )
         if pes is not None:
             p.pes = sorted(set(pes))
         if scale_pes is not None:
@@ -96,7 +118,7 @@ class Plan:
         return json.dumps(asdict(self))
 
     @classmethod
-    def loads(cls, text: str) -> "Plan":
+    def loads(cls, text: str) -> Plan:
         return cls(**json.loads(text))
 
 

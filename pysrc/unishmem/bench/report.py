@@ -1,10 +1,11 @@
 """The benchmark's report: figures beside their references (same run), as a table, JSON and a plot."""
+
 from __future__ import annotations
 
 from .plan import BOUND_FORMULA, COLLECTIVES, TARGETED, TRAFFIC, KiB, MiB, copy_bytes, memcpy_ref, ref_key, traffic
 
-TARGET_FROM = 64 * KiB      # collective targets apply from this size up
-P2P_TARGET_FROM = 1 * MiB   # put/get target
+TARGET_FROM = 64 * KiB  # collective targets apply from this size up
+P2P_TARGET_FROM = 1 * MiB  # put/get target
 TARGET_PES = (2, 4)
 DESCRIPTIONS = {
     "reduce": "all-reduce, float32 sum",
@@ -13,10 +14,20 @@ DESCRIPTIONS = {
     "alltoall": "all-to-all, S = each PE's send buffer",
     "broadcast": "from PE 0",
 }
-MPI_NAMES = {"reduce": "Allreduce", "reducescatter": "Reduce_scatter_block", "fcollect": "Allgather",
-             "alltoall": "Alltoall", "broadcast": "Bcast"}
-GLOO_NAMES = {"reduce": "all_reduce", "reducescatter": "reduce_scatter", "fcollect": "all_gather",
-              "alltoall": "all_to_all_single", "broadcast": "broadcast"}
+MPI_NAMES = {
+    "reduce": "Allreduce",
+    "reducescatter": "Reduce_scatter_block",
+    "fcollect": "Allgather",
+    "alltoall": "Alltoall",
+    "broadcast": "Bcast",
+}
+GLOO_NAMES = {
+    "reduce": "all_reduce",
+    "reducescatter": "reduce_scatter",
+    "fcollect": "all_gather",
+    "alltoall": "all_to_all_single",
+    "broadcast": "broadcast",
+}
 
 
 def _by_size(d: dict | None) -> dict[int, float]:
@@ -35,8 +46,16 @@ def _get(results: dict, n: int, *path):
 def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
     """host/mpi/gloo: {n_pes: that job's JSON}. Every row holds its figure, its references and,
     where the issue sets one, the target and whether this run met it."""
-    report = {"meta": meta, "formulas": {"bound": BOUND_FORMULA, **{op: f[2] for op, f in TRAFFIC.items()}},
-              "put": [], "get": [], "call_costs": [], "pingpong": [], "barrier": [], "collectives": []}
+    report = {
+        "meta": meta,
+        "formulas": {"bound": BOUND_FORMULA, **{op: f[2] for op, f in TRAFFIC.items()}},
+        "put": [],
+        "get": [],
+        "call_costs": [],
+        "pingpong": [],
+        "barrier": [],
+        "collectives": [],
+    }
     two = host.get(2, {})
     memcpy = _by_size(two.get("memcpy"))
     send = _by_size(_get(mpi, 2, "send"))
@@ -44,35 +63,64 @@ def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
         for size, seconds in sorted(_by_size(two.get(kind)).items()):
             ref = memcpy[size]
             ratio = ref / seconds  # bandwidth ratio
-            row = {"bytes": size, "seconds": seconds, "GBps": size / seconds / 1e9,
-                   "reference": {"memcpy_seconds": ref, "memcpy_GBps": size / ref / 1e9,
-                                 "open_mpi_send_GBps": size / send[size] / 1e9 if size in send else None},
-                   "x_memcpy": ratio}
+            row = {
+                "bytes": size,
+                "seconds": seconds,
+                "GBps": size / seconds / 1e9,
+                "reference": {
+                    "memcpy_seconds": ref,
+                    "memcpy_GBps": size / ref / 1e9,
+                    "open_mpi_send_GBps": size / send[size] / 1e9 if size in send else None,
+                },
+                "x_memcpy": ratio,
+            }
             if size >= P2P_TARGET_FROM:
                 row.update(target=">= 0.9x memcpy bandwidth", met=ratio >= 0.9)
             report[kind].append(row)
 
     for name, c in (two.get("call_costs") or {}).items():
-        report["call_costs"].append({"call": name, "seconds": c["python"], "binding_seconds": c["binding"],
-                                     "python_layer_seconds": c["python"] - c["binding"]})
+        report["call_costs"].append(
+            {
+                "call": name,
+                "seconds": c["python"],
+                "binding_seconds": c["binding"],
+                "python_layer_seconds": c["python"] - c["binding"],
+            }
+        )
 
     pp = two.get("pingpong")
     if pp:
         mpi_pp = _get(mpi, 2, "pingpong")
         report["pingpong"] = [
-            _latency("C++ loop: put_signal + signal_wait_until", pp["cpp_signal"], "raw shm atomic ping-pong",
-                     pp["raw_atomic"], (2, "<= 2x the raw shared-memory atomic round trip"),
-                     (1.5, "<= 1.5x the raw shared-memory atomic round trip")),
-            _latency("Python: rt.put_signal + rt.signal_wait_until", pp["python_signal"], "Open MPI Send/Recv (mpi4py)",
-                     mpi_pp, (0.5, "<= 0.5x Open MPI's Send/Recv round trip (mpi4py)"),
-                     (1, "<= Open MPI's Send/Recv round trip (mpi4py)")),
+            _latency(
+                "C++ loop: put_signal + signal_wait_until",
+                pp["cpp_signal"],
+                "raw shm atomic ping-pong",
+                pp["raw_atomic"],
+                (2, "<= 2x the raw shared-memory atomic round trip"),
+                (1.5, "<= 1.5x the raw shared-memory atomic round trip"),
+            ),
+            _latency(
+                "Python: rt.put_signal + rt.signal_wait_until",
+                pp["python_signal"],
+                "Open MPI Send/Recv (mpi4py)",
+                mpi_pp,
+                (0.5, "<= 0.5x Open MPI's Send/Recv round trip (mpi4py)"),
+                (1, "<= Open MPI's Send/Recv round trip (mpi4py)"),
+            ),
         ]
         report["meta"]["pingpong_payload_bytes"] = pp["payload_bytes"]
 
     for n in plan.all_pes():
         b = host[n]["barrier"]
-        row = _latency("rt.barrier_all", b["python"], "Open MPI Barrier", _get(mpi, n, "barrier"),
-                       (0.5, "<= 0.5x Open MPI's barrier"), (1, "<= Open MPI's barrier") if n == 2 else None)
+        row = _latency(
+            "rt.barrier_all",
+            b["python"],
+            "Open MPI Barrier",
+            _get(mpi, n, "barrier"),
+            (0.5, "<= 0.5x Open MPI's barrier"),
+            (1, "<= Open MPI's barrier") if n == 2 else None,
+        )
         row.update(pes=n, cpp_loop=b["cpp"], gloo=_get(gloo, n, "barrier"))
         report["barrier"].append(row)
 
@@ -89,19 +137,33 @@ def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
                 r, w = traffic(op, size, n)
                 ref_mpi = _by_size(_get(mpi, n, "collectives", op)).get(size)
                 ref_gloo = _by_size(_get(gloo, n, "collectives", op)).get(size)
-                row = {"op": op, "pes": n, "bytes": size, "seconds": seconds,
-                       "reference": {"bound_seconds": bound, "read_bytes": r, "write_bytes": w,
-                                     "memcpy_GBps": 1 / per_byte / 1e9, "memcpy_bytes": ref[0],
-                                     "memcpy_piece": ref[1], "cores": host[n]["cores"],
-                                     "open_mpi_seconds": ref_mpi, "gloo_seconds": ref_gloo},
-                       "x_bound": seconds / bound,
-                       "x_faster_than_open_mpi": ref_mpi / seconds if ref_mpi else None,
-                       "x_faster_than_gloo": ref_gloo / seconds if ref_gloo else None}
+                row = {
+                    "op": op,
+                    "pes": n,
+                    "bytes": size,
+                    "seconds": seconds,
+                    "reference": {
+                        "bound_seconds": bound,
+                        "read_bytes": r,
+                        "write_bytes": w,
+                        "memcpy_GBps": 1 / per_byte / 1e9,
+                        "memcpy_bytes": ref[0],
+                        "memcpy_piece": ref[1],
+                        "cores": host[n]["cores"],
+                        "open_mpi_seconds": ref_mpi,
+                        "gloo_seconds": ref_gloo,
+                    },
+                    "x_bound": seconds / bound,
+                    "x_faster_than_open_mpi": ref_mpi / seconds if ref_mpi else None,
+                    "x_faster_than_gloo": ref_gloo / seconds if ref_gloo else None,
+                }
                 if op in TARGETED and n in TARGET_PES and size >= TARGET_FROM:
                     row["target"] = "<= 2x bound, >= 2x faster than Open MPI, >= 3x faster than gloo"
-                    row["met"] = {"bound": row["x_bound"] <= 2,
-                                  "open_mpi": row["x_faster_than_open_mpi"] >= 2 if ref_mpi else None,
-                                  "gloo": row["x_faster_than_gloo"] >= 3 if ref_gloo else None}
+                    row["met"] = {
+                        "bound": row["x_bound"] <= 2,
+                        "open_mpi": row["x_faster_than_open_mpi"] >= 2 if ref_mpi else None,
+                        "gloo": row["x_faster_than_gloo"] >= 3 if ref_gloo else None,
+                    }
                 report["collectives"].append(row)
     return report
 
@@ -109,12 +171,20 @@ def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
 def _latency(figure: str, mine: dict, ref_name: str, ref: dict | None, best_target, median_target) -> dict:
     """A latency row: the figure's and its reference's best, median and p99 (timing.summary), their
     ratios, and the targets (factor, text) on the best run and on the median where the issue sets one."""
-    row = {"figure": figure, "seconds": mine["best"], "median": mine["median"], "p99": mine["p99"],
-           "samples": mine["samples"], "reference": {"name": ref_name, **(ref or {})},
-           "x_reference": mine["best"] / ref["best"] if ref else None,
-           "x_reference_median": mine["median"] / ref["median"] if ref else None}
-    for stat, target, ratio in (("best", best_target, row["x_reference"]),
-                                ("median", median_target, row["x_reference_median"])):
+    row = {
+        "figure": figure,
+        "seconds": mine["best"],
+        "median": mine["median"],
+        "p99": mine["p99"],
+        "samples": mine["samples"],
+        "reference": {"name": ref_name, **(ref or {})},
+        "x_reference": mine["best"] / ref["best"] if ref else None,
+        "x_reference_median": mine["median"] / ref["median"] if ref else None,
+    }
+    for stat, target, ratio in (
+        ("best", best_target, row["x_reference"]),
+        ("median", median_target, row["x_reference_median"]),
+    ):
         if target:
             key = "" if stat == "best" else "median_"
             row[key + "target"] = target[1]
@@ -123,6 +193,7 @@ def _latency(figure: str, mine: dict, ref_name: str, ref: dict | None, best_targ
 
 
 # ---- text -----------------------------------------------------------------------------------------
+
 
 def fmt_time(s: float | None) -> str:
     if s is None:
@@ -165,86 +236,140 @@ LATENCY_HEADER = ["figure", "best", "median", "p99", "samples", "x ref best", "x
 def _latency_rows(first, r: dict, others=()) -> list[list]:
     """Table rows of a latency row (_latency): the figure with its ratios and targets, then its
     reference, then any further figures; `first` leads each row when given (the PE count)."""
+
     def stats(label, d):
-        return [label, fmt_time(d.get("best")), fmt_time(d.get("median")), fmt_time(d.get("p99")),
-                d.get("samples", "-")]
-    targets = "; ".join(f"{stat} {r[key + 'target'].split(' the ')[0].split(' Open')[0]} {mark(r[key + 'met'])}"
-                        for stat, key in (("best", ""), ("median", "median_")) if key + "target" in r)
-    rows = [stats(r["figure"], {"best": r["seconds"], **r}) + [fmt_x(r["x_reference"]), fmt_x(r["x_reference_median"]),
-                                                             targets],
-            stats("  ref: " + r["reference"]["name"], r["reference"]) + ["", "", ""]]
+        return [
+            label,
+            fmt_time(d.get("best")),
+            fmt_time(d.get("median")),
+            fmt_time(d.get("p99")),
+            d.get("samples", "-"),
+        ]
+
+    targets = "; ".join(
+        f"{stat} {r[key + 'target'].split(' the ')[0].split(' Open')[0]} {mark(r[key + 'met'])}"
+        for stat, key in (("best", ""), ("median", "median_"))
+        if key + "target" in r
+    )
+    rows = [
+        stats(r["figure"], {"best": r["seconds"], **r})
+        + [fmt_x(r["x_reference"]), fmt_x(r["x_reference_median"]), targets],
+        stats("  ref: " + r["reference"]["name"], r["reference"]) + ["", "", ""],
+    ]
     rows += [stats("  " + label, d or {}) + ["", "", ""] for label, d in others]
     return [([first] if first != "" else []) + row for row in rows]
 
 
 def text(report: dict) -> str:
     m = report["meta"]
-    out = [f"unishmem bench: {m['backend']} backend, {m['date']}, {m['host']} ({m['cpus']} CPUs), torch {m['torch']}",
-           f"references measured in this run: memcpy and a raw shared-memory atomic ping-pong (C++), "
-           f"{m.get('open_mpi') or 'Open MPI: skipped (' + m['skipped'].get('open_mpi', '?') + ')'}, "
-           f"{m.get('gloo') or 'gloo: skipped (' + m['skipped'].get('gloo', '?') + ')'}",
-           "best: the best of several runs (a run's time being its slowest PE's), as a mean per call; "
-           "median and p99: over one long run timed call by call (each call's time includes one clock read)",
-           f"load: {m['load']['processes']} busy process(es) ran beside every job" if m.get("load", {}).get("processes")
-           else "load: none besides this machine's own", "targets are the issues' (ok / MISS)", ""]
+    out = [
+        f"unishmem bench: {m['backend']} backend, {m['date']}, {m['host']} ({m['cpus']} CPUs), torch {m['torch']}",
+        f"references measured in this run: memcpy and a raw shared-memory atomic ping-pong (C++), "
+        f"{m.get('open_mpi') or 'Open MPI: skipped (' + m['skipped'].get('open_mpi', '?') + ')'}, "
+        f"{m.get('gloo') or 'gloo: skipped (' + m['skipped'].get('gloo', '?') + ')'}",
+        "best: the best of several runs (a run's time being its slowest PE's), as a mean per call; "
+        "median and p99: over one long run timed call by call (each call's time includes one clock read)",
+        f"load: {m['load']['processes']} busy process(es) ran beside every job"
+        if m.get("load", {}).get("processes")
+        else "load: none besides this machine's own",
+        "targets are the issues' (ok / MISS)",
+        "",
+    ]
     if report["put"]:
-        out.append("put / get: PE 0 copies to / from PE 1 (2 PEs, Python rt.put / rt.get); "
-                   "memcpy: private buffers, same process          target >= 0.9x memcpy from 1 MiB")
+        out.append(
+            "put / get: PE 0 copies to / from PE 1 (2 PEs, Python rt.put / rt.get); "
+            "memcpy: private buffers, same process          target >= 0.9x memcpy from 1 MiB"
+        )
         rows = []
         for p, g in zip(report["put"], report["get"]):
-            rows.append([fmt_size(p["bytes"]), fmt_gbps(p["GBps"]), fmt_gbps(g["GBps"]),
-                         fmt_gbps(p["reference"]["memcpy_GBps"]), fmt_x(p["x_memcpy"]) + " " + mark(p.get("met")),
-                         fmt_x(g["x_memcpy"]) + " " + mark(g.get("met")),
-                         fmt_gbps(p["reference"]["open_mpi_send_GBps"])])
-        out += _table(["size", "put GB/s", "get GB/s", "memcpy GB/s", "put/memcpy", "get/memcpy",
-                       "Open MPI Send GB/s"], rows) + [""]
+            rows.append(
+                [
+                    fmt_size(p["bytes"]),
+                    fmt_gbps(p["GBps"]),
+                    fmt_gbps(g["GBps"]),
+                    fmt_gbps(p["reference"]["memcpy_GBps"]),
+                    fmt_x(p["x_memcpy"]) + " " + mark(p.get("met")),
+                    fmt_x(g["x_memcpy"]) + " " + mark(g.get("met")),
+                    fmt_gbps(p["reference"]["open_mpi_send_GBps"]),
+                ]
+            )
+        out += _table(
+            ["size", "put GB/s", "get GB/s", "memcpy GB/s", "put/memcpy", "get/memcpy", "Open MPI Send GB/s"], rows
+        ) + [""]
     if report["call_costs"]:
-        out.append(f"Python per-call cost (PE 0 to PE 1, {m.get('pingpong_payload_bytes', 8)} B, nothing to wait for; "
-                   "best run's mean per call): the call from Python, the binding alone with its arguments ready, "
-                   "and the difference (the Python layer's checks)")
-        rows = [[f"rt.{r['call']}", fmt_time(r["seconds"]), fmt_time(r["binding_seconds"]),
-                 fmt_time(max(r["python_layer_seconds"], 0))] for r in report["call_costs"]]
+        out.append(
+            f"Python per-call cost (PE 0 to PE 1, {m.get('pingpong_payload_bytes', 8)} B, nothing to wait for; "
+            "best run's mean per call): the call from Python, the binding alone with its arguments ready, "
+            "and the difference (the Python layer's checks)"
+        )
+        rows = [
+            [
+                f"rt.{r['call']}",
+                fmt_time(r["seconds"]),
+                fmt_time(r["binding_seconds"]),
+                fmt_time(max(r["python_layer_seconds"], 0)),
+            ]
+            for r in report["call_costs"]
+        ]
         out += _table(["call", "from Python", "binding alone", "Python layer"], rows) + [""]
     if report["pingpong"]:
-        out.append(f"signal ping-pong round trip (2 PEs, {m.get('pingpong_payload_bytes', 8)}-byte payload, "
-                   "signal SET, wait until >=; PE 0 times each round trip)")
+        out.append(
+            f"signal ping-pong round trip (2 PEs, {m.get('pingpong_payload_bytes', 8)}-byte payload, "
+            "signal SET, wait until >=; PE 0 times each round trip)"
+        )
         rows = []
         for r in report["pingpong"]:
             rows += _latency_rows("", r)
         out += _table(LATENCY_HEADER, rows) + [""]
     if report["barrier"]:
-        out.append("barrier (rt.barrier_all from Python; C++ loop: the backend's barrier without Python; "
-                   "call by call, the slowest PE's time)")
+        out.append(
+            "barrier (rt.barrier_all from Python; C++ loop: the backend's barrier without Python; "
+            "call by call, the slowest PE's time)"
+        )
         rows = []
         for r in report["barrier"]:
             rows += _latency_rows(r["pes"], r, [("C++ loop", r["cpp_loop"]), ("gloo barrier", r["gloo"])])
         out += _table(["PEs"] + LATENCY_HEADER, rows) + [""]
     if report["collectives"]:
         out.append(f"collectives (Python rt.<op>); memory-traffic {BOUND_FORMULA}")
-        out.append("targets at 2 and 4 PEs from 64 KiB for reduce, reducescatter, fcollect, alltoall: "
-                   "<= 2x bound, >= 2x faster than Open MPI, >= 3x faster than gloo")
+        out.append(
+            "targets at 2 and 4 PEs from 64 KiB for reduce, reducescatter, fcollect, alltoall: "
+            "<= 2x bound, >= 2x faster than Open MPI, >= 3x faster than gloo"
+        )
         for op in COLLECTIVES:
             rows = [r for r in report["collectives"] if r["op"] == op]
             if not rows:
                 continue
             out.append("")
-            out.append(f"{op} ({DESCRIPTIONS[op]}): {report['formulas'][op]}; "
-                       f"Open MPI {MPI_NAMES[op]}, gloo {GLOO_NAMES[op]}")
+            out.append(
+                f"{op} ({DESCRIPTIONS[op]}): {report['formulas'][op]}; Open MPI {MPI_NAMES[op]}, gloo {GLOO_NAMES[op]}"
+            )
             table = []
             for r in rows:
                 met = r.get("met") or {}
                 ref = r["reference"]
-                table.append([r["pes"], fmt_size(r["bytes"]), fmt_time(r["seconds"]), fmt_time(ref["bound_seconds"]),
-                              fmt_x(r["x_bound"]) + " " + mark(met.get("bound")), fmt_time(ref["open_mpi_seconds"]),
-                              fmt_x(r["x_faster_than_open_mpi"]) + " " + mark(met.get("open_mpi")),
-                              fmt_time(ref["gloo_seconds"]),
-                              fmt_x(r["x_faster_than_gloo"]) + " " + mark(met.get("gloo"))])
-            out += _table(["PEs", "size", "unishmem", "bound", "x bound", "Open MPI", "MPI/unishmem", "gloo",
-                           "gloo/unishmem"], table)
+                table.append(
+                    [
+                        r["pes"],
+                        fmt_size(r["bytes"]),
+                        fmt_time(r["seconds"]),
+                        fmt_time(ref["bound_seconds"]),
+                        fmt_x(r["x_bound"]) + " " + mark(met.get("bound")),
+                        fmt_time(ref["open_mpi_seconds"]),
+                        fmt_x(r["x_faster_than_open_mpi"]) + " " + mark(met.get("open_mpi")),
+                        fmt_time(ref["gloo_seconds"]),
+                        fmt_x(r["x_faster_than_gloo"]) + " " + mark(met.get("gloo")),
+                    ]
+                )
+            out += _table(
+                ["PEs", "size", "unishmem", "bound", "x bound", "Open MPI", "MPI/unishmem", "gloo", "gloo/unishmem"],
+                table,
+            )
     return "\n".join(out)
 
 
 # ---- plot -----------------------------------------------------------------------------------------
+
 
 def plot(report: dict, path: str) -> None:
     import matplotlib
@@ -260,8 +385,11 @@ def plot(report: dict, path: str) -> None:
         ax.plot(sizes, [r["GBps"] for r in report["put"]], "o-", label="put")
         ax.plot(sizes, [r["GBps"] for r in report["get"]], "s-", label="get")
         ax.plot(sizes, [r["reference"]["memcpy_GBps"] for r in report["put"]], "k--", label="memcpy")
-        mpi = [(s, r["reference"]["open_mpi_send_GBps"]) for s, r in zip(sizes, report["put"])
-               if r["reference"]["open_mpi_send_GBps"]]
+        mpi = [
+            (s, r["reference"]["open_mpi_send_GBps"])
+            for s, r in zip(sizes, report["put"])
+            if r["reference"]["open_mpi_send_GBps"]
+        ]
         if mpi:
             ax.plot(*zip(*mpi), "^:", label="Open MPI Send")
     _axes(ax, "put / get bandwidth, 2 PEs", "GB/s")
@@ -272,8 +400,9 @@ def plot(report: dict, path: str) -> None:
             color = f"C{i}"
             sizes = [r["bytes"] for r in mine]
             ax.plot(sizes, [r["seconds"] * 1e6 for r in mine], "o-", color=color, label=f"unishmem {n} PEs")
-            ax.plot(sizes, [r["reference"]["bound_seconds"] * 1e6 for r in mine], ":", color=color,
-                    label=f"bound {n} PEs")
+            ax.plot(
+                sizes, [r["reference"]["bound_seconds"] * 1e6 for r in mine], ":", color=color, label=f"bound {n} PEs"
+            )
             for key, style, name in (("open_mpi_seconds", "^--", "Open MPI"), ("gloo_seconds", "x-.", "gloo")):
                 pts = [(r["bytes"], r["reference"][key] * 1e6) for r in mine if r["reference"][key]]
                 if pts:
@@ -284,9 +413,13 @@ def plot(report: dict, path: str) -> None:
         pes = [r["pes"] for r in report["barrier"]]
         ax.plot(pes, [r["median"] * 1e6 for r in report["barrier"]], "o-", label="rt.barrier_all")
         ax.plot(pes, [r["cpp_loop"]["median"] * 1e6 for r in report["barrier"]], "s-", label="C++ loop")
-        for figure, style, name in ((lambda r: r["reference"], "^--", "Open MPI"), (lambda r: r["gloo"], "x-.", "gloo")):
-            pts = [(r["pes"], figure(r)["median"] * 1e6) for r in report["barrier"] if figure(r) and
-                   "median" in figure(r)]
+        for figure, style, name in (
+            (lambda r: r["reference"], "^--", "Open MPI"),
+            (lambda r: r["gloo"], "x-.", "gloo"),
+        ):
+            pts = [
+                (r["pes"], figure(r)["median"] * 1e6) for r in report["barrier"] if figure(r) and "median" in figure(r)
+            ]
             if pts:
                 ax.plot(*zip(*pts), style, label=name)
         ax.set_xticks(pes)
@@ -300,7 +433,7 @@ def plot(report: dict, path: str) -> None:
             if "median" in r["reference"]:
                 labels.append(r["reference"]["name"].split(" (")[0])
                 values.append(r["reference"]["median"] * 1e6)
-        ax.bar(labels, values, color=["C0", "C7", "C1", "C7"][:len(values)])
+        ax.bar(labels, values, color=["C0", "C7", "C1", "C7"][: len(values)])
         ax.tick_params(axis="x", labelsize=6)
         ax.set_yscale("log")
         ax.set_title("ping-pong round trip, 2 PEs (median)")
@@ -322,4 +455,3 @@ def _axes(ax, title: str, ylabel: str, logx: bool = True, xlabel: str = "bytes")
     ax.grid(True, which="both", alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=7)
-

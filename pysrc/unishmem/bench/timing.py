@@ -10,14 +10,16 @@ Latencies are also timed call by call over one long run (long_run), and reported
 the 99th percentile of those calls: what a user's loop sees, where the best run shows the quietest
 moment. Each call's time includes one clock read, in every implementation alike.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
-def iterations(run: Callable[[int], float], agree_max: Callable[[float], float], budget_s: float, reps: int,
-               max_iters: int) -> int:
+def iterations(
+    run: Callable[[int], float], agree_max: Callable[[float], float], budget_s: float, reps: int, max_iters: int
+) -> int:
     """Calls per timed run: `run(k)` times k calls (every rank the same k)."""
     share = budget_s / reps
     k = 1
@@ -28,9 +30,17 @@ def iterations(run: Callable[[int], float], agree_max: Callable[[float], float],
         k *= 4
 
 
-def measure(op: Callable[[], object], barrier: Callable[[], object], agree_max: Callable[[float], float], *,
-            budget_s: float, reps: int, max_iters: int) -> dict:
+def measure(
+    op: Callable[[], object],
+    barrier: Callable[[], object],
+    agree_max: Callable[[float], float],
+    *,
+    budget_s: float,
+    reps: int,
+    max_iters: int,
+) -> dict:
     """Seconds per call of `op`: {'seconds': best, 'iters': calls per run, 'reps': runs}."""
+
     def run(k: int) -> float:
         barrier()
         t0 = time.perf_counter()

@@ -1,5 +1,6 @@
 """unishmem.kernels: distributed kernels written once in unishmem.language, called on torch
 tensors on the runtime's device. Each call is collective over its team (default: the world)."""
+
 from .collectives import all_gather, all_reduce, reduce_scatter
 from .gemm import ag_gemm, gemm_rs
 from .moe import combine, dispatch

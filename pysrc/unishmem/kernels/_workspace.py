@@ -25,6 +25,7 @@ destroyed (a split of a world-sized team, rt.free_workspaces()), and at finalize
 rt.free_workspaces() also resets every arena's bump pointer; what was carved off the top for nested
 teams stays carved until the world allocation it lies in goes.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -42,9 +43,9 @@ DESC_DIMS = AGREE_WIDTH - 4
 @dataclass
 class Workspace:
     buffers: dict[str, torch.Tensor]  # symmetric
-    members: torch.Tensor             # the team's world PE numbers, int32 on the runtime's device
+    members: torch.Tensor  # the team's world PE numbers, int32 on the runtime's device
     my_index: int
-    arena: Arena | None = None        # where the buffers lie; None: world allocations (rt.zeros)
+    arena: Arena | None = None  # where the buffers lie; None: world allocations (rt.zeros)
     epoch: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -62,10 +63,14 @@ def new_workspace(rt, team, what: str, buffers: dict, **extra) -> Workspace:
     """A workspace of zeroed `buffers` (name -> (shape, dtype)) on `team`: from its arena if it has
     one, else world allocations. Every member calls it alike, after `exchange`."""
     arena = team._arena
-    tensors = (arena.take(rt, team, what, buffers) if arena is not None else
-               {name: rt.zeros(shape, dtype=dtype) for name, (shape, dtype) in buffers.items()})
-    return Workspace(tensors, torch.tensor(_members(rt, team), dtype=torch.int32, device=rt.device), team.my_pe,
-                     arena, extra=extra)
+    tensors = (
+        arena.take(rt, team, what, buffers)
+        if arena is not None
+        else {name: rt.zeros(shape, dtype=dtype) for name, (shape, dtype) in buffers.items()}
+    )
+    return Workspace(
+        tensors, torch.tensor(_members(rt, team), dtype=torch.int32, device=rt.device), team.my_pe, arena, extra=extra
+    )
 
 
 def _describe(desc: list[int], label: str = "shape", variants: tuple = ()) -> str:
@@ -79,12 +84,13 @@ def exchange(rt, team, what: str, desc: list[int], problem: Exception | None) ->
     ValueError naming the members that found one (their desc starts with a negative number)."""
     width = len(desc)
     if team._arena is not None:
-        mine, everyone = team._arena.mine[:width], team._arena.everyone[:team.n_pes * width]
+        mine, everyone = team._arena.mine[:width], team._arena.everyone[: team.n_pes * width]
     else:
         key = ("agree", team._id, width)
         if key not in rt._workspaces:
-            rt._workspaces[key] = new_workspace(rt, team, what, {"mine": ((width,), torch.int64),
-                                                                 "everyone": ((team.n_pes * width,), torch.int64)})
+            rt._workspaces[key] = new_workspace(
+                rt, team, what, {"mine": ((width,), torch.int64), "everyone": ((team.n_pes * width,), torch.int64)}
+            )
         mine, everyone = rt._workspaces[key].buffers.values()
     mine.copy_(torch.tensor(desc, dtype=torch.int64))
     rt.fcollect(everyone, mine, team=team)
@@ -97,20 +103,33 @@ def exchange(rt, team, what: str, desc: list[int], problem: Exception | None) ->
     return rows
 
 
-def _agree(rt, team, what: str, desc: list[int], problem: Exception | None, label: str = "shape",
-           variants: tuple = ()) -> None:
+def _agree(
+    rt, team, what: str, desc: list[int], problem: Exception | None, label: str = "shape", variants: tuple = ()
+) -> None:
     """Every member of `team` calls `what` with the same `desc` and no local `problem`, or every
     one raises (a mismatch would otherwise leave some PEs waiting for data that never comes)."""
     rows = exchange(rt, team, what, desc, problem)
     differ = [i for i, row in enumerate(rows) if row != rows[0]]
     if differ:
-        raise ValueError(f"{what}: the PEs of {team.name} disagree: member 0 passes "
-                         f"{_describe(rows[0], label, variants)}, "
-                         + ", ".join(f"member {i} {_describe(rows[i], label, variants)}" for i in differ))
+        raise ValueError(
+            f"{what}: the PEs of {team.name} disagree: member 0 passes "
+            f"{_describe(rows[0], label, variants)}, "
+            + ", ".join(f"member {i} {_describe(rows[i], label, variants)}" for i in differ)
+        )
 
 
-def workspace(rt, team, what: str, x: torch.Tensor, buffers, problem: Exception | None = None,
-              key: tuple = (), shape: tuple | None = None, label: str = "shape", variants: tuple = ()) -> Workspace:
+def workspace(
+    rt,
+    team,
+    what: str,
+    x: torch.Tensor,
+    buffers,
+    problem: Exception | None = None,
+    key: tuple = (),
+    shape: tuple | None = None,
+    label: str = "shape",
+    variants: tuple = (),
+) -> Workspace:
     """The workspace of kernel `what` for input `x` on `team` (made on first use), after checking
     that every member passes the same dtype and shape and that none found a `problem` with its
     arguments. `buffers`: name -> (shape, dtype), called only on first use. `shape` (at most
@@ -122,11 +141,22 @@ def workspace(rt, team, what: str, x: torch.Tensor, buffers, problem: Exception 
     elif shape is None:
         shape = tuple(x.shape)
     if problem is None and (len(shape) > DESC_DIMS or x.dtype not in DTYPE_CODES):
-        problem = ValueError(f"{what}: x must have at most {DESC_DIMS} dimensions and a dtype of the symmetric "
-                             f"heap; got {x.dtype} of shape {list(shape)}")
-    desc = ([-1] * AGREE_WIDTH if problem else
-            [0, DTYPE_CODES[x.dtype], len(shape), *shape, *[0] * (DESC_DIMS - len(shape)),
-             variants.index(key[0]) if variants else 0])
+        problem = ValueError(
+            f"{what}: x must have at most {DESC_DIMS} dimensions and a dtype of the symmetric "
+            f"heap; got {x.dtype} of shape {list(shape)}"
+        )
+    desc = (
+        [-1] * AGREE_WIDTH
+        if problem
+        else [
+            0,
+            DTYPE_CODES[x.dtype],
+            len(shape),
+            *shape,
+            *[0] * (DESC_DIMS - len(shape)),
+            variants.index(key[0]) if variants else 0,
+        ]
+    )
     full_key = (what, getattr(x, "dtype", None), shape, team._id, *key)
     ws = rt._workspaces.get(full_key)
     if ws is None or problem or rt.backend == "host":  # GPU backends check once per shape: a host collective

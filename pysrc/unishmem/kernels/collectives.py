@@ -5,6 +5,7 @@ signal SET to the call's epoch, NOTE [workspaces]) and then waits for its own sl
 staged into the workspace first and results copied out, so x and out may be any tensors on the
 runtime's device.
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,20 +38,44 @@ def _combine(a, b, OP: tl.constexpr):
 def _all_gather(src, dst, sig, members, epoch, my_index, numel, ITEMSIZE: tl.constexpr):
     # program i sends this PE's block to member i, then waits for member i's block
     i = tl.program_id(0)
-    shl.putmem_signal_nbi_block(dst + my_index * numel, src, numel * ITEMSIZE, sig + my_index, epoch,
-                                shl.SIGNAL_SET, tl.load(members + i))
+    shl.putmem_signal_nbi_block(
+        dst + my_index * numel, src, numel * ITEMSIZE, sig + my_index, epoch, shl.SIGNAL_SET, tl.load(members + i)
+    )
     shl.signal_wait_until(sig + i, shl.CMP_GE, epoch)
 
 
 @jit
-def _reduce(src, recv, sig, red, gathered, sig2, members, epoch, my_index, n, chunk, SCATTER: tl.constexpr,
-            GATHER: tl.constexpr, OP: tl.constexpr, BLOCK: tl.constexpr, ITEMSIZE: tl.constexpr):
+def _reduce(
+    src,
+    recv,
+    sig,
+    red,
+    gathered,
+    sig2,
+    members,
+    epoch,
+    my_index,
+    n,
+    chunk,
+    SCATTER: tl.constexpr,
+    GATHER: tl.constexpr,
+    OP: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ITEMSIZE: tl.constexpr,
+):
     """Push chunk p of src (SCATTER; else all of it) to member p's slot my_index, reduce this PE's
     n slots block by block into red; with GATHER, push each reduced block to every member too."""
     p = tl.program_id(0)
     if p < n:
-        shl.putmem_signal_nbi_block(recv + my_index * chunk, src + p * chunk if SCATTER else src, chunk * ITEMSIZE,
-                                    sig + my_index, epoch, shl.SIGNAL_SET, tl.load(members + p))
+        shl.putmem_signal_nbi_block(
+            recv + my_index * chunk,
+            src + p * chunk if SCATTER else src,
+            chunk * ITEMSIZE,
+            sig + my_index,
+            epoch,
+            shl.SIGNAL_SET,
+            tl.load(members + p),
+        )
     shl.wait_until_all(sig, n, shl.CMP_GE, epoch)
     start = p * BLOCK
     if start < chunk:
@@ -63,16 +88,25 @@ def _reduce(src, recv, sig, red, gathered, sig2, members, epoch, my_index, n, ch
         if GATHER:  # two-shot: every member gets this reduced block; signals per (block, sender)
             size = tl.minimum(BLOCK, chunk - start) * ITEMSIZE
             for j in range(n):
-                shl.putmem_signal_nbi_block(gathered + my_index * chunk + start, red + start, size,
-                                            sig2 + p * n + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
+                shl.putmem_signal_nbi_block(
+                    gathered + my_index * chunk + start,
+                    red + start,
+                    size,
+                    sig2 + p * n + my_index,
+                    epoch,
+                    shl.SIGNAL_SET,
+                    tl.load(members + j),
+                )
             shl.wait_until_all(sig2 + p * n, n, shl.CMP_GE, epoch)
 
 
 def _team(rt, team):
     team = rt._team(team)
     if team.n_pes != rt.n_pes and team._arena is None:  # every member raises alike: none is left waiting
-        raise ValueError(f"unishmem.kernels: {team.name} ({team.n_pes} of {rt.n_pes} PEs) has no team arena for "
-                         f"its workspaces (NOTE [workspaces]): {team._no_arena}")
+        raise ValueError(
+            f"unishmem.kernels: {team.name} ({team.n_pes} of {rt.n_pes} PEs) has no team arena for "
+            f"its workspaces (NOTE [workspaces]): {team._no_arena}"
+        )
     return team
 
 
@@ -112,13 +146,18 @@ def all_gather(x, out=None, team=None):
     shape = (n * x.shape[0], *x.shape[1:]) if problem is None and x.dim() else (n,)
     problem = problem or _check_out(out, shape, x.dtype, "all_gather")
     numel = x.numel() if problem is None else 0
-    ws = workspace(rt, team, "all_gather", x, lambda: {
-        "src": ((numel,), x.dtype), "dst": ((2, n * numel), x.dtype), "sig": ((2, n), torch.uint64)}, problem)
+    ws = workspace(
+        rt,
+        team,
+        "all_gather",
+        x,
+        lambda: {"src": ((numel,), x.dtype), "dst": ((2, n * numel), x.dtype), "sig": ((2, n), torch.uint64)},
+        problem,
+    )
     epoch, parity = ws.next_epoch()
     _stage(ws, x)
     dst, sig = ws.buffers["dst"][parity], ws.buffers["sig"][parity]
-    _all_gather[(n,)](ws.buffers["src"], dst, sig, ws.members, epoch, ws.my_index, numel,
-                      ITEMSIZE=x.element_size())
+    _all_gather[(n,)](ws.buffers["src"], dst, sig, ws.members, epoch, ws.my_index, numel, ITEMSIZE=x.element_size())
     out = torch.empty(shape, dtype=x.dtype, device=rt.device) if out is None else out
     out.view(-1).copy_(dst)
     return out
@@ -150,8 +189,9 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None):
 
     def out_shape(n):
         if x.dim() == 0 or x.shape[0] % n:
-            raise ValueError(f"reduce_scatter: x of shape {list(x.shape)} does not split into {n} equal blocks "
-                             "along dim 0")
+            raise ValueError(
+                f"reduce_scatter: x of shape {list(x.shape)} does not split into {n} equal blocks along dim 0"
+            )
         return (x.shape[0] // n, *x.shape[1:])
 
     team, problem, shape = _reduction_args(rt, x, op, out, team, "reduce_scatter", out_shape)
@@ -176,15 +216,27 @@ def all_reduce(x, op: str = "sum", algorithm: str = "auto", out=None, team=None)
         algorithm = "one_shot" if problem or x.numel() * x.element_size() <= ONE_SHOT_MAX_BYTES else "two_shot"
     two_shot = algorithm == "two_shot"
     chunk = 0 if problem else -(-x.numel() // n) if two_shot else x.numel()
-    ws = workspace(rt, team, "all_reduce", x, lambda: _reduce_buffers(x, n, chunk, gather=two_shot), problem,
-                   key=(algorithm,), variants=ALGORITHMS[1:])
+    ws = workspace(
+        rt,
+        team,
+        "all_reduce",
+        x,
+        lambda: _reduce_buffers(x, n, chunk, gather=two_shot),
+        problem,
+        key=(algorithm,),
+        variants=ALGORITHMS[1:],
+    )
     return _run_reduce(ws, x, op, out, shape, n, chunk, scatter=two_shot, gather=two_shot)
 
 
 def _reduce_buffers(x, n: int, chunk: int, gather: bool) -> dict:
     nblocks = -(-chunk // _block(chunk)) if chunk else 0
-    buffers = {"src": ((max(n * chunk if gather else x.numel(), 1),), x.dtype),
-               "recv": ((2, n * chunk), x.dtype), "red": ((2, chunk), x.dtype), "sig": ((2, n), torch.uint64)}
+    buffers = {
+        "src": ((max(n * chunk if gather else x.numel(), 1),), x.dtype),
+        "recv": ((2, n * chunk), x.dtype),
+        "red": ((2, chunk), x.dtype),
+        "sig": ((2, n), torch.uint64),
+    }
     if gather:
         buffers |= {"gathered": ((2, n * chunk), x.dtype), "sig2": ((2, nblocks * n), torch.uint64)}
     return buffers
@@ -201,9 +253,24 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, scatter: bool, gathe
     gathered, sig2 = (b["gathered"][parity], b["sig2"][parity]) if gather else (red, b["sig"][parity])
     block = _block(chunk)
     grid = (max(n, triton.cdiv(chunk, block)),)
-    _reduce[grid](b["src"], b["recv"][parity], b["sig"][parity], red, gathered, sig2, ws.members, epoch,
-                  ws.my_index, n, chunk, SCATTER=scatter, GATHER=gather, OP=OPS[op], BLOCK=block,
-                  ITEMSIZE=x.element_size())
+    _reduce[grid](
+        b["src"],
+        b["recv"][parity],
+        b["sig"][parity],
+        red,
+        gathered,
+        sig2,
+        ws.members,
+        epoch,
+        ws.my_index,
+        n,
+        chunk,
+        SCATTER=scatter,
+        GATHER=gather,
+        OP=OPS[op],
+        BLOCK=block,
+        ITEMSIZE=x.element_size(),
+    )
     out = torch.empty(shape, dtype=x.dtype, device=rt.device) if out is None else out
     out.view(-1).copy_((gathered if gather else red)[: out.numel()])
     return out
@@ -213,8 +280,20 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, scatter: bool, gathe
 _SIG = {"sig": "*u64", "members": "*i32", "epoch": "i64", "my_index": "i32"}
 COMPILE = {
     _all_gather: {"signature": {"src": "*fp32", "dst": "*fp32", **_SIG, "numel": "i64"}, "constexprs": {"ITEMSIZE": 4}},
-    _reduce: [{"signature": {"src": "*fp32", "recv": "*fp32", "red": "*fp32", "gathered": "*fp32", "sig2": "*u64",
-                             **_SIG, "n": "i32", "chunk": "i64"},
-               "constexprs": {"SCATTER": scatter, "GATHER": scatter, "OP": 0, "BLOCK": 1024, "ITEMSIZE": 4}}
-              for scatter in (False, True)],
+    _reduce: [
+        {
+            "signature": {
+                "src": "*fp32",
+                "recv": "*fp32",
+                "red": "*fp32",
+                "gathered": "*fp32",
+                "sig2": "*u64",
+                **_SIG,
+                "n": "i32",
+                "chunk": "i64",
+            },
+            "constexprs": {"SCATTER": scatter, "GATHER": scatter, "OP": 0, "BLOCK": 1024, "ITEMSIZE": 4},
+        }
+        for scatter in (False, True)
+    ],
 }

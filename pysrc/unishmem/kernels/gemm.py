@@ -22,6 +22,7 @@ in float32 (float32 operands use tl.dot's default precision: TF32 on NVIDIA tens
 are powers of two from 16 (tl.dot's minimum) to 64 by default, smaller for small matrices.
 Workspaces, epochs and parities follow NOTE [workspaces].
 """
+
 from __future__ import annotations
 
 import torch
@@ -62,13 +63,29 @@ def _store_tile(c, acc, rows, pn, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
     """acc into c[:rows, tile pn of N] (c: its first row, row stride N)."""
     rm = tl.arange(0, BLOCK_M)
     rn = pn * BLOCK_N + tl.arange(0, BLOCK_N)
-    tl.store(c + rm[:, None] * N + rn[None, :], acc.to(c.dtype.element_ty),
-             mask=(rm < rows)[:, None] & (rn < N)[None, :])
+    tl.store(
+        c + rm[:, None] * N + rn[None, :], acc.to(c.dtype.element_ty), mask=(rm < rows)[:, None] & (rn < N)[None, :]
+    )
 
 
 @jit(do_not_specialize=["epoch"])  # a new epoch each call: no recompiles for 1 or multiples of 16
-def _ag_gemm(a, b, c, sig, members, epoch, my_index, n, m, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr, ITEMSIZE: tl.constexpr):
+def _ag_gemm(
+    a,
+    b,
+    c,
+    sig,
+    members,
+    epoch,
+    my_index,
+    n,
+    m,
+    N,
+    K,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ITEMSIZE: tl.constexpr,
+):
     """a: [n * m, K] symmetric, this PE's shard already in rows my_index * m...; sig: a word per
     (shard, chunk); c: [n * m, N]."""
     pid = tl.program_id(0)
@@ -78,8 +95,9 @@ def _ag_gemm(a, b, c, sig, members, epoch, my_index, n, m, N, K, BLOCK_M: tl.con
         first = my_index * m + chunk * BLOCK_M
         nbytes = tl.minimum(BLOCK_M, m - chunk * BLOCK_M) * K * ITEMSIZE
         peer = tl.load(members + (my_index + 1 + pid // chunks) % n)
-        shl.putmem_signal_nbi_block(a + first * K, a + first * K, nbytes, sig + my_index * chunks + chunk, epoch,
-                                    shl.SIGNAL_SET, peer)
+        shl.putmem_signal_nbi_block(
+            a + first * K, a + first * K, nbytes, sig + my_index * chunks + chunk, epoch, shl.SIGNAL_SET, peer
+        )
     tiles_n = tl.cdiv(N, BLOCK_N)
     shard = (my_index - pid // (chunks * tiles_n) + n) % n  # local shard first, then my-1, my-2, ...
     chunk = pid % (chunks * tiles_n) // tiles_n
@@ -109,8 +127,25 @@ def _gemm(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_
 
 
 @jit(do_not_specialize=["epoch"])
-def _gemm_rs(a, b, c, stage, recv, sig, members, epoch, my_index, n, m, N, K, BLOCK_M: tl.constexpr,
-             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ITEMSIZE: tl.constexpr):
+def _gemm_rs(
+    a,
+    b,
+    c,
+    stage,
+    recv,
+    sig,
+    members,
+    epoch,
+    my_index,
+    n,
+    m,
+    N,
+    K,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ITEMSIZE: tl.constexpr,
+):
     """a: [n * m, K], b: [K, N], c: [m, N]. stage and recv: [n, tiles, BLOCK_M * BLOCK_N] (recv's
     first index the sender, stage's the owner); sig: a word per (tile, sender)."""
     pid = tl.program_id(0)
@@ -127,8 +162,15 @@ def _gemm_rs(a, b, c, stage, recv, sig, members, epoch, my_index, n, m, N, K, BL
     if owner != my_index:  # the whole tile (zeros outside the matrix), contiguous, with its signal
         staged = stage + (owner * tiles + t) * TILE
         tl.store(staged + offs, acc.to(stage.dtype.element_ty))
-        shl.putmem_signal_nbi_block(recv + (my_index * tiles + t) * TILE, staged, TILE * ITEMSIZE,
-                                    sig + t * n + my_index, epoch, shl.SIGNAL_SET, tl.load(members + owner))
+        shl.putmem_signal_nbi_block(
+            recv + (my_index * tiles + t) * TILE,
+            staged,
+            TILE * ITEMSIZE,
+            sig + t * n + my_index,
+            epoch,
+            shl.SIGNAL_SET,
+            tl.load(members + owner),
+        )
     else:
         for s in range(0, n):
             if s != my_index:
@@ -144,14 +186,37 @@ _INTS = ("epoch", "my_index", "n", "m", "N", "K")
 _BLOCKS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
 _OPTIONS = {"num_stages": NUM_STAGES}
 COMPILE = {
-    _ag_gemm: {"signature": {"a": "*fp16", "b": "*fp16", "c": "*fp16", "sig": "*u64", "members": "*i32",
-                             **{k: "i32" for k in _INTS}},
-               "constexprs": {**_BLOCKS, "ITEMSIZE": 2}, "options": _OPTIONS},
-    _gemm: {"signature": {"a": "*fp16", "b": "*fp16", "c": "*fp16", "M": "i32", "N": "i32", "K": "i32"},
-            "constexprs": _BLOCKS, "options": _OPTIONS},
-    _gemm_rs: {"signature": {"a": "*fp16", "b": "*fp16", "c": "*fp16", "stage": "*fp16", "recv": "*fp16",
-                             "sig": "*u64", "members": "*i32", **{k: "i32" for k in _INTS}},
-               "constexprs": {**_BLOCKS, "ITEMSIZE": 2}, "options": _OPTIONS},
+    _ag_gemm: {
+        "signature": {
+            "a": "*fp16",
+            "b": "*fp16",
+            "c": "*fp16",
+            "sig": "*u64",
+            "members": "*i32",
+            **{k: "i32" for k in _INTS},
+        },
+        "constexprs": {**_BLOCKS, "ITEMSIZE": 2},
+        "options": _OPTIONS,
+    },
+    _gemm: {
+        "signature": {"a": "*fp16", "b": "*fp16", "c": "*fp16", "M": "i32", "N": "i32", "K": "i32"},
+        "constexprs": _BLOCKS,
+        "options": _OPTIONS,
+    },
+    _gemm_rs: {
+        "signature": {
+            "a": "*fp16",
+            "b": "*fp16",
+            "c": "*fp16",
+            "stage": "*fp16",
+            "recv": "*fp16",
+            "sig": "*u64",
+            "members": "*i32",
+            **{k: "i32" for k in _INTS},
+        },
+        "constexprs": {**_BLOCKS, "ITEMSIZE": 2},
+        "options": _OPTIONS,
+    },
 }
 
 
@@ -175,14 +240,16 @@ def _operands(rt, a, b, what: str, a_name: str, b_name: str):
     if problem:
         return problem
     if a.dim() != 2 or b.dim() != 2:
-        return ValueError(f"{what}: {a_name} and {b_name} must be 2-D, got shapes {list(a.shape)} and "
-                          f"{list(b.shape)}")
+        return ValueError(f"{what}: {a_name} and {b_name} must be 2-D, got shapes {list(a.shape)} and {list(b.shape)}")
     if a.dtype not in DTYPES or b.dtype != a.dtype:
-        return TypeError(f"{what}: {a_name} and {b_name} must both be float16 or both float32, got {a.dtype} "
-                         f"and {b.dtype}")
+        return TypeError(
+            f"{what}: {a_name} and {b_name} must both be float16 or both float32, got {a.dtype} and {b.dtype}"
+        )
     if a.shape[1] != b.shape[0]:
-        return ValueError(f"{what}: {a_name} of shape {list(a.shape)} and {b_name} of shape {list(b.shape)} do "
-                          f"not multiply ({a.shape[1]} != {b.shape[0]})")
+        return ValueError(
+            f"{what}: {a_name} of shape {list(a.shape)} and {b_name} of shape {list(b.shape)} do "
+            f"not multiply ({a.shape[1]} != {b.shape[0]})"
+        )
     if 0 in a.shape or 0 in b.shape:
         return ValueError(f"{what}: empty operands ({a_name} {list(a.shape)}, {b_name} {list(b.shape)})")
     return None
@@ -211,28 +278,53 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
         problem = TypeError(f"ag_gemm: overlap must be True or False, got {overlap!r}")
     m, K = a_shard.shape if problem is None else (0, 0)
     N = b.shape[1] if problem is None else 0
-    blocks, bad = _blocks({"block_m": m, "block_n": N, "block_k": K},
-                          {"block_m": block_m, "block_n": block_n, "block_k": block_k})
+    blocks, bad = _blocks(
+        {"block_m": m, "block_n": N, "block_k": K}, {"block_m": block_m, "block_n": block_n, "block_k": block_k}
+    )
     problem = problem or bad
     bm = blocks.get("block_m", 16)
     chunks = triton.cdiv(m, bm)
-    ws = workspace(rt, team, "ag_gemm", a_shard if problem is None else _dummy(), lambda: {
-        "a": ((2, n * m, K), a_shard.dtype), "sig": ((2, n * chunks), torch.uint64)} if overlap else {},
-        problem, key=(bm,), shape=(m, K, N, bm, int(overlap is True)), label="(a_shard rows, K, N, block_m, overlap)")
+    ws = workspace(
+        rt,
+        team,
+        "ag_gemm",
+        a_shard if problem is None else _dummy(),
+        lambda: {"a": ((2, n * m, K), a_shard.dtype), "sig": ((2, n * chunks), torch.uint64)} if overlap else {},
+        problem,
+        key=(bm,),
+        shape=(m, K, N, bm, int(overlap is True)),
+        label="(a_shard rows, K, N, block_m, overlap)",
+    )
     b = b.contiguous()
     c = torch.empty((n * m, N), dtype=a_shard.dtype, device=rt.device)
     bn, bk = blocks["block_n"], blocks["block_k"]
     if not overlap:
         a_full = all_gather(a_shard.contiguous(), team=team)
         _gemm[(triton.cdiv(n * m, bm) * triton.cdiv(N, bn),)](
-            a_full, b, c, n * m, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=NUM_STAGES)
+            a_full, b, c, n * m, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=NUM_STAGES
+        )
         return c
     epoch, parity = ws.next_epoch()
     a_full, sig = ws.buffers["a"][parity], ws.buffers["sig"][parity]
-    a_full[ws.my_index * m:(ws.my_index + 1) * m].copy_(a_shard)
+    a_full[ws.my_index * m : (ws.my_index + 1) * m].copy_(a_shard)
     _ag_gemm[(n * chunks * triton.cdiv(N, bn),)](
-        a_full, b, c, sig, ws.members, epoch, ws.my_index, n, m, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-        ITEMSIZE=a_shard.element_size(), num_stages=NUM_STAGES)
+        a_full,
+        b,
+        c,
+        sig,
+        ws.members,
+        epoch,
+        ws.my_index,
+        n,
+        m,
+        N,
+        K,
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        ITEMSIZE=a_shard.element_size(),
+        num_stages=NUM_STAGES,
+    )
     return c
 
 
@@ -255,19 +347,48 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None):
     if problem is None and M % n:
         problem = ValueError(f"gemm_rs: a has M={M} rows, which do not split into {n} equal blocks")
     m = M // n
-    blocks, bad = _blocks({"block_m": m, "block_n": N, "block_k": K},
-                          {"block_m": block_m, "block_n": block_n, "block_k": block_k})
+    blocks, bad = _blocks(
+        {"block_m": m, "block_n": N, "block_k": K}, {"block_m": block_m, "block_n": block_n, "block_k": block_k}
+    )
     problem = problem or bad
     bm, bn = blocks.get("block_m", 16), blocks.get("block_n", 16)
     tiles = triton.cdiv(m, bm) * triton.cdiv(N, bn)
-    ws = workspace(rt, team, "gemm_rs", a if problem is None else _dummy(), lambda: {
-        "stage": ((2, n * tiles * bm * bn), a.dtype), "recv": ((2, n * tiles * bm * bn), a.dtype),
-        "sig": ((2, tiles * n), torch.uint64)}, problem, key=(bm, bn), shape=(M, N, bm, bn),
-        label="(M, N, block_m, block_n)")
+    ws = workspace(
+        rt,
+        team,
+        "gemm_rs",
+        a if problem is None else _dummy(),
+        lambda: {
+            "stage": ((2, n * tiles * bm * bn), a.dtype),
+            "recv": ((2, n * tiles * bm * bn), a.dtype),
+            "sig": ((2, tiles * n), torch.uint64),
+        },
+        problem,
+        key=(bm, bn),
+        shape=(M, N, bm, bn),
+        label="(M, N, block_m, block_n)",
+    )
     epoch, parity = ws.next_epoch()
     c = torch.empty((m, N), dtype=a.dtype, device=rt.device)
     buf = ws.buffers
-    _gemm_rs[(n * tiles,)](a.contiguous(), b_shard.contiguous(), c, buf["stage"][parity], buf["recv"][parity],
-                           buf["sig"][parity], ws.members, epoch, ws.my_index, n, m, N, K, BLOCK_M=bm, BLOCK_N=bn,
-                           BLOCK_K=blocks["block_k"], ITEMSIZE=a.element_size(), num_stages=NUM_STAGES)
+    _gemm_rs[(n * tiles,)](
+        a.contiguous(),
+        b_shard.contiguous(),
+        c,
+        buf["stage"][parity],
+        buf["recv"][parity],
+        buf["sig"][parity],
+        ws.members,
+        epoch,
+        ws.my_index,
+        n,
+        m,
+        N,
+        K,
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=blocks["block_k"],
+        ITEMSIZE=a.element_size(),
+        num_stages=NUM_STAGES,
+    )
     return c

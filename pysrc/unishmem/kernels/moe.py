@@ -41,6 +41,7 @@ it has every PE's counts of call k+1, sent when that PE has finished call k, so 
 needs one copy; the count slots, written before that wait, have two parities. combine's return
 buffer has two parities: its puts wait for nothing.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,8 +52,8 @@ import triton.language as tl
 
 from .. import jit
 from .. import language as shl
-from ..triton_support import interpreting
 from ..enums import DTYPE_CODES
+from ..triton_support import interpreting
 from ._workspace import Workspace, exchange, new_workspace
 from .collectives import _check_tensor, _team
 
@@ -60,8 +61,23 @@ FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 @jit
-def _dispatch(stage, my_counts, cnt, cnt_sig, recv, recv_sig, members, epoch, me, n, H, L: tl.constexpr,
-              N_BLOCK: tl.constexpr, E_BLOCK: tl.constexpr, ITEMSIZE: tl.constexpr):
+def _dispatch(
+    stage,
+    my_counts,
+    cnt,
+    cnt_sig,
+    recv,
+    recv_sig,
+    members,
+    epoch,
+    me,
+    n,
+    H,
+    L: tl.constexpr,
+    N_BLOCK: tl.constexpr,
+    E_BLOCK: tl.constexpr,
+    ITEMSIZE: tl.constexpr,
+):
     """Program p: this PE's count row to PE p, then (once every count row is here) this PE's rows
     for each of PE p's L experts to their packed place there. stage: this PE's rows sorted by expert."""
     p = tl.program_id(0)
@@ -79,15 +95,35 @@ def _dispatch(stage, my_counts, cnt, cnt_sig, recv, recv_sig, members, epoch, me
         src = tl.sum(tl.sum(tl.where((s == me) & (e < ex), C, 0), 1), 0)
         # at PE p: after every source's rows for its lower experts, then lower sources' for ex
         dst = tl.sum(tl.sum(tl.where(((e >= p * L) & (e < ex)) | ((e == ex) & (s < me)), C, 0), 1), 0)
-        shl.putmem_signal_block(recv + dst * H, stage + src * H, rows * H * ITEMSIZE, recv_sig + j * n + me, epoch,
-                                shl.SIGNAL_SET, pe)
+        shl.putmem_signal_block(
+            recv + dst * H, stage + src * H, rows * H * ITEMSIZE, recv_sig + j * n + me, epoch, shl.SIGNAL_SET, pe
+        )
     shl.wait_until_all(recv_sig, n * L, shl.CMP_GE, epoch)
 
 
 @jit
-def _combine(stage, C, ret, ret_sig, members, pos, weights, out, epoch, me, n, T, H, L: tl.constexpr,
-             K: tl.constexpr, N_BLOCK: tl.constexpr, E_BLOCK: tl.constexpr, BLOCK_T: tl.constexpr,
-             BLOCK_H: tl.constexpr, ITEMSIZE: tl.constexpr):
+def _combine(
+    stage,
+    C,
+    ret,
+    ret_sig,
+    members,
+    pos,
+    weights,
+    out,
+    epoch,
+    me,
+    n,
+    T,
+    H,
+    L: tl.constexpr,
+    K: tl.constexpr,
+    N_BLOCK: tl.constexpr,
+    E_BLOCK: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    ITEMSIZE: tl.constexpr,
+):
     """Programs p < n: the rows PE p sent here, back to where PE p staged them (its rows sorted by
     expert). Then program p sums the weighted returned copies of tokens p*BLOCK_T.. of this PE."""
     p = tl.program_id(0)
@@ -102,8 +138,9 @@ def _combine(stage, C, ret, ret_sig, members, pos, weights, out, epoch, me, n, T
             rows = tl.sum(tl.sum(tl.where((s == p) & (e == ex), Cm, 0), 1), 0)
             src = tl.sum(tl.sum(tl.where(((e >= me * L) & (e < ex)) | ((e == ex) & (s < p)), Cm, 0), 1), 0)
             dst = tl.sum(tl.sum(tl.where((s == p) & (e < ex), Cm, 0), 1), 0)
-            shl.putmem_signal_block(ret + dst * H, stage + src * H, rows * H * ITEMSIZE, ret_sig + ex, epoch,
-                                    shl.SIGNAL_SET, pe)
+            shl.putmem_signal_block(
+                ret + dst * H, stage + src * H, rows * H * ITEMSIZE, ret_sig + ex, epoch, shl.SIGNAL_SET, pe
+            )
     t0 = p * BLOCK_T
     if t0 < T or p == 0:
         # program 0 waits even with no tokens: a PE leaves combine k only once every PE has started
@@ -131,33 +168,59 @@ def _combine(stage, C, ret, ret_sig, members, pos, weights, out, epoch, me, n, T
 # What `unishmem compile` builds (NOTE [COMPILE table] in unishmem/compile.py on main; and
 # tests/test_kernels_compile.py): run-time argument types, constexprs, the options it is launched with.
 COMPILE = {
-    _dispatch: {"signature": {"stage": "*fp16", "my_counts": "*i64", "cnt": "*i64", "cnt_sig": "*u64",
-                              "recv": "*fp16", "recv_sig": "*u64", "members": "*i32", "epoch": "i64", "me": "i32",
-                              "n": "i32", "H": "i32"},
-                "constexprs": {"L": 2, "N_BLOCK": 8, "E_BLOCK": 16, "ITEMSIZE": 2}},
-    _combine: {"signature": {"stage": "*fp16", "C": "*i64", "ret": "*fp16", "ret_sig": "*u64", "members": "*i32",
-                             "pos": "*i64", "weights": "*fp32", "out": "*fp16", "epoch": "i64", "me": "i32",
-                             "n": "i32", "T": "i32", "H": "i32"},
-               "constexprs": {"L": 2, "K": 2, "N_BLOCK": 8, "E_BLOCK": 16, "BLOCK_T": 4, "BLOCK_H": 128,
-                              "ITEMSIZE": 2},
-               "options": {"enable_fp_fusion": False}},  # as launched: w*x then +, never an fma
+    _dispatch: {
+        "signature": {
+            "stage": "*fp16",
+            "my_counts": "*i64",
+            "cnt": "*i64",
+            "cnt_sig": "*u64",
+            "recv": "*fp16",
+            "recv_sig": "*u64",
+            "members": "*i32",
+            "epoch": "i64",
+            "me": "i32",
+            "n": "i32",
+            "H": "i32",
+        },
+        "constexprs": {"L": 2, "N_BLOCK": 8, "E_BLOCK": 16, "ITEMSIZE": 2},
+    },
+    _combine: {
+        "signature": {
+            "stage": "*fp16",
+            "C": "*i64",
+            "ret": "*fp16",
+            "ret_sig": "*u64",
+            "members": "*i32",
+            "pos": "*i64",
+            "weights": "*fp32",
+            "out": "*fp16",
+            "epoch": "i64",
+            "me": "i32",
+            "n": "i32",
+            "T": "i32",
+            "H": "i32",
+        },
+        "constexprs": {"L": 2, "K": 2, "N_BLOCK": 8, "E_BLOCK": 16, "BLOCK_T": 4, "BLOCK_H": 128, "ITEMSIZE": 2},
+        "options": {"enable_fp_fusion": False},
+    },  # as launched: w*x then +, never an fma
 }
 
 
 @dataclass
 class MoEHandle:
     """What combine needs from one dispatch call of this PE (see the module's docstring)."""
+
     ws: Workspace
-    team: object          # the dispatch call's Team: combine runs on it
-    call: int             # the dispatch call's epoch: every PE must combine the same call
-    C: torch.Tensor       # [n, n_experts] int64: rows PE s sent to expert e, this call
-    pos: torch.Tensor     # [T, K] int64: where copy (t, k) sits among this PE's rows sorted by expert
+    team: object  # the dispatch call's Team: combine runs on it
+    call: int  # the dispatch call's epoch: every PE must combine the same call
+    C: torch.Tensor  # [n, n_experts] int64: rows PE s sent to expert e, this call
+    pos: torch.Tensor  # [T, K] int64: where copy (t, k) sits among this PE's rows sorted by expert
     weights: torch.Tensor  # [T, K] topk_weights as passed to dispatch
-    rows: int             # R: rows this PE received
+    rows: int  # R: rows this PE received
     dtype: torch.dtype
     H: int
     L: int
-    capacity: int         # max_tokens of the workspace
+    capacity: int  # max_tokens of the workspace
 
 
 def _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n):
@@ -166,28 +229,37 @@ def _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens,
         if problem:
             return problem
     if tokens.dim() != 2 or tokens.shape[1] < 1 or tokens.dtype not in DTYPE_CODES:
-        return ValueError(f"dispatch: tokens must be [T, H] with H >= 1 and a dtype of the symmetric heap; got "
-                          f"{tokens.dtype} of shape {list(tokens.shape)}")
+        return ValueError(
+            f"dispatch: tokens must be [T, H] with H >= 1 and a dtype of the symmetric heap; got "
+            f"{tokens.dtype} of shape {list(tokens.shape)}"
+        )
     if topk_ids.dim() != 2 or topk_ids.shape[0] != tokens.shape[0] or topk_ids.shape[1] < 1:
-        return ValueError(f"dispatch: topk_ids must be [T, K] with T = {tokens.shape[0]} (tokens' rows) and "
-                          f"K >= 1; got shape {list(topk_ids.shape)}")
+        return ValueError(
+            f"dispatch: topk_ids must be [T, K] with T = {tokens.shape[0]} (tokens' rows) and "
+            f"K >= 1; got shape {list(topk_ids.shape)}"
+        )
     if topk_ids.dtype not in (torch.int32, torch.int64):
         return TypeError(f"dispatch: topk_ids must be int32 or int64, not {topk_ids.dtype}")
     if tuple(topk_weights.shape) != tuple(topk_ids.shape) or topk_weights.dtype not in FLOATS:
-        return ValueError(f"dispatch: topk_weights must be float32, float16 or bfloat16 of shape "
-                          f"{list(topk_ids.shape)} (topk_ids' shape); got {topk_weights.dtype} of shape "
-                          f"{list(topk_weights.shape)}")
+        return ValueError(
+            f"dispatch: topk_weights must be float32, float16 or bfloat16 of shape "
+            f"{list(topk_ids.shape)} (topk_ids' shape); got {topk_weights.dtype} of shape "
+            f"{list(topk_weights.shape)}"
+        )
     if not isinstance(n_experts, int) or isinstance(n_experts, bool) or n_experts < 1 or n_experts % n:
-        return ValueError(f"dispatch: n_experts={n_experts!r} must be a positive multiple of the number of PEs "
-                          f"({n}): the experts split evenly over the PEs")
+        return ValueError(
+            f"dispatch: n_experts={n_experts!r} must be a positive multiple of the number of PEs "
+            f"({n}): the experts split evenly over the PEs"
+        )
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < tokens.shape[0]):
         return ValueError(f"dispatch: max_tokens={max_tokens!r} must be an int >= this PE's T = {tokens.shape[0]}")
     if topk_ids.numel():
         lo, hi = torch.stack([topk_ids.min(), topk_ids.max()]).tolist()
         if lo < 0 or hi >= n_experts:
             bad = lo if lo < 0 else hi
-            return ValueError(f"dispatch: topk_ids holds expert {bad}, outside 0..{n_experts - 1} "
-                              f"(n_experts={n_experts})")
+            return ValueError(
+                f"dispatch: topk_ids holds expert {bad}, outside 0..{n_experts - 1} (n_experts={n_experts})"
+            )
     return None
 
 
@@ -220,8 +292,19 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     team = _team(rt, team)
     n = team.n_pes
     problem = _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n)
-    desc = [-1] * 7 if problem else [0, DTYPE_CODES[tokens.dtype], tokens.shape[1], topk_ids.shape[1], n_experts,
-                                     max_tokens or 0, tokens.shape[0]]
+    desc = (
+        [-1] * 7
+        if problem
+        else [
+            0,
+            DTYPE_CODES[tokens.dtype],
+            tokens.shape[1],
+            topk_ids.shape[1],
+            n_experts,
+            max_tokens or 0,
+            tokens.shape[0],
+        ]
+    )
     rows = exchange(rt, team, "dispatch", desc, problem)
     mismatch = _disagreement("dispatch", rows, range(1, 6), FIELDS)
     if mismatch:
@@ -232,11 +315,17 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     key = ("moe", tokens.dtype, H, K, n_experts, cap, team._id)
     ws = rt._workspaces.get(key)
     if ws is None:
-        buffers = {"stage": ((cap * K, H), tokens.dtype), "my_counts": ((n_experts,), torch.int64),
-                   "cnt": ((2, n, n_experts), torch.int64), "cnt_sig": ((2, n), torch.uint64),
-                   "recv": ((n * cap * K, H), tokens.dtype), "recv_sig": ((n * L,), torch.uint64),
-                   "cstage": ((n * cap * K, H), tokens.dtype), "ret": ((2, cap * K, H), tokens.dtype),
-                   "ret_sig": ((2, n_experts), torch.uint64)}
+        buffers = {
+            "stage": ((cap * K, H), tokens.dtype),
+            "my_counts": ((n_experts,), torch.int64),
+            "cnt": ((2, n, n_experts), torch.int64),
+            "cnt_sig": ((2, n), torch.uint64),
+            "recv": ((n * cap * K, H), tokens.dtype),
+            "recv_sig": ((n * L,), torch.uint64),
+            "cstage": ((n * cap * K, H), tokens.dtype),
+            "ret": ((2, cap * K, H), tokens.dtype),
+            "ret_sig": ((2, n_experts), torch.uint64),
+        }
         ws = rt._workspaces[key] = new_workspace(rt, team, "dispatch", buffers, combine_epoch=0)
     epoch, parity = ws.next_epoch()
     b = ws.buffers
@@ -245,17 +334,32 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     torch.index_select(tokens, 0, order // K, out=b["stage"][: T * K])
     b["my_counts"].copy_(torch.bincount(ids, minlength=n_experts))
     me = ws.my_index
-    _dispatch[(n,)](b["stage"], b["my_counts"], b["cnt"][parity], b["cnt_sig"][parity], b["recv"], b["recv_sig"],
-                    ws.members, epoch, me, n, H, L=L, N_BLOCK=_blocks(n), E_BLOCK=_blocks(n_experts),
-                    ITEMSIZE=tokens.element_size())
+    _dispatch[(n,)](
+        b["stage"],
+        b["my_counts"],
+        b["cnt"][parity],
+        b["cnt_sig"][parity],
+        b["recv"],
+        b["recv_sig"],
+        ws.members,
+        epoch,
+        me,
+        n,
+        H,
+        L=L,
+        N_BLOCK=_blocks(n),
+        E_BLOCK=_blocks(n_experts),
+        ITEMSIZE=tokens.element_size(),
+    )
     C = b["cnt"][parity].clone()
-    counts = C[:, me * L:(me + 1) * L].t().contiguous()
+    counts = C[:, me * L : (me + 1) * L].t().contiguous()
     R = int(counts.sum())
     expert_tokens = b["recv"][:R].clone()
     pos = torch.empty_like(order)
     pos[order] = torch.arange(T * K, device=rt.device)
-    handle = MoEHandle(ws, team, epoch, C, pos.view(T, K), topk_weights.contiguous().clone(), R, tokens.dtype, H, L,
-                       cap)
+    handle = MoEHandle(
+        ws, team, epoch, C, pos.view(T, K), topk_weights.contiguous().clone(), R, tokens.dtype, H, L, cap
+    )
     return expert_tokens, counts, handle
 
 
@@ -272,19 +376,23 @@ def combine(expert_out, handle, *, team=None):
     if problem is None and not isinstance(handle, MoEHandle):
         problem = TypeError(f"combine: handle must be what dispatch returned, got {type(handle).__name__}")
     if problem is None and handle.team is not team:
-        problem = ValueError(f"combine: the handle is from dispatch on {handle.team.name}, not on {team.name}: pass "
-                             "dispatch's team")
+        problem = ValueError(
+            f"combine: the handle is from dispatch on {handle.team.name}, not on {team.name}: pass dispatch's team"
+        )
     if problem is None and not any(v is handle.ws for v in rt._workspaces.values()):
         problem = ValueError("combine: the handle's workspace was freed (rt.free_workspaces()) after its dispatch")
     if problem is None and (tuple(expert_out.shape) != (handle.rows, handle.H) or expert_out.dtype != handle.dtype):
-        problem = ValueError(f"combine: expert_out must be {handle.dtype} of shape [{handle.rows}, {handle.H}] "
-                             f"(expert_tokens' dtype and shape); got {expert_out.dtype} of shape "
-                             f"{list(expert_out.shape)}")
+        problem = ValueError(
+            f"combine: expert_out must be {handle.dtype} of shape [{handle.rows}, {handle.H}] "
+            f"(expert_tokens' dtype and shape); got {expert_out.dtype} of shape "
+            f"{list(expert_out.shape)}"
+        )
     # every PE must pass the handle of the same dispatch call (workspace and its call number)
     desc = [-1] * 5 if problem else [0, handle.call, handle.capacity, DTYPE_CODES[handle.dtype], handle.H]
     rows = exchange(rt, team, "combine", desc, problem)
-    mismatch = _disagreement("combine", rows, (1, 2, 3, 4), ("the dispatch call of the handle", "its capacity",
-                                                           "its dtype", "its H"))
+    mismatch = _disagreement(
+        "combine", rows, (1, 2, 3, 4), ("the dispatch call of the handle", "its capacity", "its dtype", "its H")
+    )
     if mismatch:
         raise mismatch
     ws, T, H, L = handle.ws, handle.pos.shape[0], handle.H, handle.L
@@ -300,7 +408,26 @@ def combine(expert_out, handle, *, team=None):
     block_h = min(_blocks(H), 1024)
     block_t = min(_blocks(T), max(1, tile // block_h))
     _combine[(max(n, triton.cdiv(T, block_t)),)](
-        b["cstage"], handle.C, b["ret"][epoch % 2], b["ret_sig"][epoch % 2], ws.members, handle.pos, handle.weights,
-        out, epoch, ws.my_index, n, T, H, L=L, K=K, N_BLOCK=_blocks(n), E_BLOCK=_blocks(n * L), BLOCK_T=block_t,
-        BLOCK_H=block_h, ITEMSIZE=expert_out.element_size(), enable_fp_fusion=False)
+        b["cstage"],
+        handle.C,
+        b["ret"][epoch % 2],
+        b["ret_sig"][epoch % 2],
+        ws.members,
+        handle.pos,
+        handle.weights,
+        out,
+        epoch,
+        ws.my_index,
+        n,
+        T,
+        H,
+        L=L,
+        K=K,
+        N_BLOCK=_blocks(n),
+        E_BLOCK=_blocks(n * L),
+        BLOCK_T=block_t,
+        BLOCK_H=block_h,
+        ITEMSIZE=expert_out.element_size(),
+        enable_fp_fusion=False,
+    )
     return out

@@ -11,11 +11,12 @@ Launch kernels that use it with @unishmem.jit.
         shl.putmem_signal_block(buf, buf, N * 4, sig, 1, shl.SIGNAL_SET, peer)
         shl.signal_wait_until(sig, shl.CMP_EQ, 1)
 """
+
 import triton.language as tl
 
 from ..enums import CMP as _CMP
 from ..enums import SIGNAL as _SIGNAL
-from ._build import atomic_function, consume_token, device_function
+from ._build import atomic_function, consume_token, device_function  # noqa: F401 (in FUNCTIONS)
 from ._table import ATOMICS, ROWS
 
 SIGNAL_SET = tl.constexpr(int(_SIGNAL.SET))

@@ -6,6 +6,7 @@
 - interpreted (TRITON_INTERPRET=1 calls it with plain interpreter values): it runs the row's host
   implementation on the host backend.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -16,8 +17,18 @@ import triton.language as tl
 from ..errors import NotAvailableError
 from . import _debug, _host
 from ._table import ATOMICS, NULL, ROWS, DeviceFn, Missing, Sym, Triton
-from ._vendor import (AMO_TYPES, CMP_VALUES, CONSUME_TOKEN_CONSTRAINTS, SCOPES, SIGNAL_VALUES, TEAM_TYPE,
-                      THREAD_ID, TYPE_TABLES, VENDOR_OF_BACKEND, WARP_SIZE)
+from ._vendor import (
+    AMO_TYPES,
+    CMP_VALUES,
+    CONSUME_TOKEN_CONSTRAINTS,
+    SCOPES,
+    SIGNAL_VALUES,
+    TEAM_TYPE,
+    THREAD_ID,
+    TYPE_TABLES,
+    VENDOR_OF_BACKEND,
+    WARP_SIZE,
+)
 
 REDUCE_OPS = ("sum", "min", "max", "prod")
 _ROW_INDEX = {row.name: i for i, row in enumerate(ROWS)}  # a wait's function in the debug table
@@ -36,18 +47,20 @@ def _constexpr(value, what: str):
     if isinstance(value, tl.constexpr):
         return value.value
     if isinstance(value, tl.tensor):
-        raise ValueError(f"{what} must be a compile-time constant (tl.constexpr), such as shl.SIGNAL_SET "
-                         f"or shl.CMP_EQ, not a run-time value")
+        raise ValueError(
+            f"{what} must be a compile-time constant (tl.constexpr), such as shl.SIGNAL_SET "
+            f"or shl.CMP_EQ, not a run-time value"
+        )
     return value
 
 
 # ---- compiled ---------------------------------------------------------------------------------
 
+
 def _vendor(semantic) -> str:
     backend = getattr(semantic.builder.options, "backend_name", None)
     if backend not in VENDOR_OF_BACKEND:
-        raise ValueError(f"unishmem.language compiles for CUDA (NVSHMEM) and HIP (rocSHMEM) targets, "
-                         f"not {backend!r}")
+        raise ValueError(f"unishmem.language compiles for CUDA (NVSHMEM) and HIP (rocSHMEM) targets, not {backend!r}")
     return VENDOR_OF_BACKEND[backend]
 
 
@@ -64,13 +77,13 @@ def _elem_type(fn_name: str, args: dict, params) -> tl.dtype | None:
 def _type_name(fn: DeviceFn, vendor: str, elem) -> str:
     names = TYPE_TABLES[fn.types][vendor]
     if elem not in names:
-        raise NotAvailableError(fn.name, vendor, f"{fn.name}: {vendor} has no form for {elem} (it has: "
-                                                 f"{', '.join(str(t) for t in names)})")
+        raise NotAvailableError(
+            fn.name, vendor, f"{fn.name}: {vendor} has no form for {elem} (it has: {', '.join(str(t) for t in names)})"
+        )
     return names[elem]
 
 
-_IR_TYPES = {"size": tl.int64, "pe": tl.int32, "u64": tl.uint64, "i32": tl.int32, "sigop": tl.int32,
-             "cmp": tl.int32}
+_IR_TYPES = {"size": tl.int64, "pe": tl.int32, "u64": tl.uint64, "i32": tl.int32, "sigop": tl.int32, "cmp": tl.int32}
 
 
 def _extern_arg(semantic, kind: str, value, elem, vendor: str, what: str):
@@ -105,8 +118,7 @@ def _call(semantic, symbol: str, args: list, ret: tl.dtype, pure: bool = False):
 def _thread_id(semantic, vendor: str):
     how, what = THREAD_ID[vendor]
     if how == "asm":
-        return tl.core.inline_asm_elementwise(what, "=r", [], dtype=tl.int32, is_pure=True, pack=1,
-                                              _semantic=semantic)
+        return tl.core.inline_asm_elementwise(what, "=r", [], dtype=tl.int32, is_pure=True, pack=1, _semantic=semantic)
     return semantic.cast(_call(semantic, what, [semantic.to_tensor(0)], tl.int64, pure=True), tl.int32)
 
 
@@ -115,7 +127,7 @@ def _branch(semantic, cond, then, otherwise=None, ty=None):
     builder = semantic.builder
     ip = builder.get_insertion_point()
     if_op = builder.create_if_op([ty.to_ir(builder)] if ty else [], cond.handle, otherwise is not None)
-    for block, body in ((if_op.get_then_block(), then), (if_op.get_else_block(), otherwise))[:1 + bool(otherwise)]:
+    for block, body in ((if_op.get_then_block(), then), (if_op.get_else_block(), otherwise))[: 1 + bool(otherwise)]:
         builder.set_insertion_point_to_start(block)
         value = body()
         if ty is not None:
@@ -135,8 +147,11 @@ def _from_thread0(semantic, value, generator, vendor: str):
     n = semantic.builder.options.num_warps * _warp_size(semantic, vendor)
     index = semantic.arange(0, n)
     zero = semantic.to_tensor(0) if not value.dtype.is_floating() else semantic.to_tensor(0.0)
-    spread = semantic.where(semantic.equal(index, semantic.to_tensor(0)), semantic.broadcast_impl_shape(
-        value, [n]), semantic.broadcast_impl_shape(semantic.cast(zero, value.dtype), [n]))
+    spread = semantic.where(
+        semantic.equal(index, semantic.to_tensor(0)),
+        semantic.broadcast_impl_shape(value, [n]),
+        semantic.broadcast_impl_shape(semantic.cast(zero, value.dtype), [n]),
+    )
     return generator.call_JitFunction(tl.sum, [spread], {"axis": 0})
 
 
@@ -185,8 +200,9 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator):
     vendor = _vendor(semantic)
     sym = fn.symbols[vendor]
     if isinstance(sym, Missing):
-        raise NotAvailableError(fn.name, vendor,
-                                f"{fn.name} is not available when compiling for {vendor}: {sym.reason}")
+        raise NotAvailableError(
+            fn.name, vendor, f"{fn.name} is not available when compiling for {vendor}: {sym.reason}"
+        )
     if isinstance(sym, Triton):
         from . import _triton_impl
 
@@ -199,9 +215,12 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator):
 
     def call(s: Sym):
         names = s.args or tuple(n for n, k in fn.params if k != "redop" and not ("{sigop}" in s.template and n == "op"))
-        ext = [_as(semantic, 0, tl.int64) if n == NULL else
-               _extern_arg(semantic, s.arg_kinds.get(n, kinds[n]), args[n], elem, vendor, f"{fn.name}: {n}")
-               for n in names]
+        ext = [
+            _as(semantic, 0, tl.int64)
+            if n == NULL
+            else _extern_arg(semantic, s.arg_kinds.get(n, kinds[n]), args[n], elem, vendor, f"{fn.name}: {n}")
+            for n in names
+        ]
         ret = tl.int32 if s.void or s.then else _result_type(fn.result, elem)
         return _call(semantic, _symbol(fn, s, vendor, args, elem), ext, ret)
 
@@ -211,8 +230,15 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator):
 
     ty = None if fn.result is None else _result_type(fn.result, elem)
     if _debug.enabled(semantic) and fn.name in _debug.WAIT_KINDS:  # NOTE [debug waits]
-        value = _debug.around_wait(fn, _ROW_INDEX[fn.name], args, semantic, generator, vendor,
-                                   lambda: _issue(semantic, vendor, fn.issue, emit, ty, generator))
+        value = _debug.around_wait(
+            fn,
+            _ROW_INDEX[fn.name],
+            args,
+            semantic,
+            generator,
+            vendor,
+            lambda: _issue(semantic, vendor, fn.issue, emit, ty, generator),
+        )
     else:
         value = _issue(semantic, vendor, fn.issue, emit, ty, generator)
     if fn.name in _debug.SIGNALS and _debug.enabled(semantic):
@@ -224,11 +250,13 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator):
 
 # ---- interpreted ------------------------------------------------------------------------------
 
+
 def _torch_dtype(ty: tl.dtype):
     import torch
 
-    return getattr(torch, {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}.get(
-        ty.name, ty.name))
+    return getattr(
+        torch, {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}.get(ty.name, ty.name)
+    )
 
 
 def _py(value, kind: str, what: str, blocks: bool = False):
@@ -276,7 +304,8 @@ def _explain_deadlock(e):
         f"{e}\nUnder TRITON_INTERPRET=1 at most {launch.resident} of the {launch.n_programs} programs of a launch "
         f"are resident at once on a PE (this wait is in program {idx}): a wait on work that a program not yet "
         "started would do cannot finish. Raise @unishmem.jit(resident=...) or UNISHMEM_INTERPRET_RESIDENT, "
-        "or launch no more programs than stay resident (on a GPU too).")
+        "or launch no more programs than stay resident (on a GPU too)."
+    )
     explained.report = getattr(e, "report", None)
     return explained
 
@@ -304,6 +333,7 @@ def _interpreted(row: DeviceFn, host, args: dict):
 
 # ---- generation -------------------------------------------------------------------------------
 
+
 def _make(name: str, params, doc: str, compiled, interpreted, optional=()):
     names = [n for n, _ in params]
 
@@ -312,16 +342,22 @@ def _make(name: str, params, doc: str, compiled, interpreted, optional=()):
         bound.update(zip(names, args))
         bound.update(kwargs)
         if len(args) > len(names) or set(bound) != set(names):
-            raise TypeError(f"{name}({', '.join(names)}) got {len(args)} positional and "
-                            f"{sorted(kwargs)} keyword arguments")
+            raise TypeError(
+                f"{name}({', '.join(names)}) got {len(args)} positional and {sorted(kwargs)} keyword arguments"
+            )
         return interpreted(bound) if _semantic is None else compiled(bound, _semantic, _generator)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc or f"{name}({', '.join(names)})"
     fn.signature = inspect.Signature(
-        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                           default=None if n in optional else inspect.Parameter.empty) for n in names]
-        + [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, default=None) for p in ("_semantic", "_generator")])
+        [
+            inspect.Parameter(
+                n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None if n in optional else inspect.Parameter.empty
+            )
+            for n in names
+        ]
+        + [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, default=None) for p in ("_semantic", "_generator")]
+    )
     setattr(fn, _BUILTIN, True)  # Triton passes _semantic when compiling; the interpreter does not
     return fn
 
@@ -351,7 +387,7 @@ def _atomic_compiled(name: str, fetches: bool, args: dict, semantic, generator):
     pe = _extern_arg(semantic, "pe", args["pe"], elem, vendor, f"{name}: pe")
     raw = _call(semantic, pre + "ptr", [semantic.cast(ptr, tl.int64), pe], tl.int64)
     value = _as(semantic, args["value"], elem) if "value" in args else None
-    op = name[len("atomic_"):]
+    op = name[len("atomic_") :]
     ty = elem if fetches else None
 
     def direct():
@@ -367,8 +403,9 @@ def _atomic_compiled(name: str, fetches: bool, args: dict, semantic, generator):
     def vendor_amo():
         ext = [semantic.cast(ptr, tl.int64)] + [_as(semantic, args[n], elem) for n in ("cond", "value") if n in args]
         symbol = f"{pre}{AMO_TYPES[elem]}_atomic_{op}"
-        return _issue(semantic, vendor, "one", lambda: _call(semantic, symbol, ext + [pe], ty or tl.int32), ty,
-                      generator)
+        return _issue(
+            semantic, vendor, "one", lambda: _call(semantic, symbol, ext + [pe], ty or tl.int32), ty, generator
+        )
 
     return _branch(semantic, semantic.not_equal(raw, semantic.to_tensor(0)), direct, vendor_amo, ty)
 
@@ -383,8 +420,13 @@ def atomic_function(name: str):
         out = _host.atomic(rt, name, **vals)
         return _tensor(out, a["dest"].dtype.element_ty) if fetches else None
 
-    return _make(name, kinds, f"{name}({', '.join(params)}): an atomic on PE pe's dest (NOTE [atomics]).",
-                 lambda a, s, g: _atomic_compiled(name, fetches, a, s, g), interpreted)
+    return _make(
+        name,
+        kinds,
+        f"{name}({', '.join(params)}): an atomic on PE pe's dest (NOTE [atomics]).",
+        lambda a, s, g: _atomic_compiled(name, fetches, a, s, g),
+        interpreted,
+    )
 
 
 def _consume_token_compiled(args: dict, semantic, generator):
@@ -395,9 +437,15 @@ def _consume_token_compiled(args: dict, semantic, generator):
     if not isinstance(token, tl.tensor) or token.type.is_block():
         raise ValueError("consume_token: token must be a scalar run-time value, such as what a wait returned")
     bits = semantic.cast(x, tl.int64)
-    tied = tl.core.inline_asm_elementwise("", CONSUME_TOKEN_CONSTRAINTS[_vendor(semantic)],
-                                          [bits, semantic.cast(token, tl.int64)], dtype=tl.int64, is_pure=True,
-                                          pack=1, _semantic=semantic)
+    tied = tl.core.inline_asm_elementwise(
+        "",
+        CONSUME_TOKEN_CONSTRAINTS[_vendor(semantic)],
+        [bits, semantic.cast(token, tl.int64)],
+        dtype=tl.int64,
+        is_pure=True,
+        pack=1,
+        _semantic=semantic,
+    )
     return semantic.cast(tied, x.type.scalar)
 
 
@@ -405,8 +453,12 @@ def _consume_token_interpreted(args: dict):
     return args["x"]  # the interpreter runs in program order: nothing can be hoisted
 
 
-consume_token = _make("consume_token", (("x", "ptr"), ("token", "u64")),
-                      "`x` unchanged, made data-dependent on `token` (a value a wait returned), so that loads "
-                      "addressed by `x` cannot be issued before the wait (Triton's pipeliner would otherwise "
-                      "move them above it).",
-                      _consume_token_compiled, lambda a: _consume_token_interpreted(a))
+consume_token = _make(
+    "consume_token",
+    (("x", "ptr"), ("token", "u64")),
+    "`x` unchanged, made data-dependent on `token` (a value a wait returned), so that loads "
+    "addressed by `x` cannot be issued before the wait (Triton's pipeliner would otherwise "
+    "move them above it).",
+    _consume_token_compiled,
+    lambda a: _consume_token_interpreted(a),
+)

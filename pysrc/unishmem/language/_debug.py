@@ -24,6 +24,7 @@ records the last signal to that peer. The hang watchdog (unishmem/hang.py) reads
   STATE. A slot is shared by programs whose ids agree modulo SLOTS: grids larger than that
   may show one of them only.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,7 +34,7 @@ import triton.language as tl
 
 LIBRARY = os.path.join(os.path.dirname(__file__), "unishmem_debug_waits.ll")
 LIB_KEY = "unishmem_wait_table"  # extern_libs key; Triton's AMD backend links a library whose key an undefined
-GLOBAL = "unishmem_wait_table"   # call's name contains: the reader below is called unishmem_wait_table_address
+GLOBAL = "unishmem_wait_table"  # call's name contains: the reader below is called unishmem_wait_table_address
 READER = "unishmem_wait_table_address"
 SLOTS, SLOT_WORDS, PEERS, PEER_WORDS = 1024, 8, 128, 4
 STATE, ADDR, VALUE, INFO, SITE, PID, ROW, NELEMS = range(8)
@@ -41,11 +42,16 @@ COUNT, S_ADDR, S_VALUE, S_OP = range(4)
 TABLE_WORDS = SLOTS * SLOT_WORDS + PEERS * PEER_WORDS
 SIGNAL_RECORDS = SLOTS * SLOT_WORDS  # first word of the signal records
 # The waits (hang.py's kinds: 1 signal, 2 value, 3 any of many words, 4 barrier) and the signals.
-WAIT_KINDS = {"signal_wait_until": 1, "wait_until": 2, **{f"wait_until_{k}{v}": 3 for k in ("all", "any", "some")
-                                                          for v in ("", "_vector")},
-              **{n: 4 for n in ("barrier_all", "sync_all", "barrier_all_block", "sync_all_block", "barrier", "sync")}}
-SIGNALS = {"signal_op", *(f"{b}{n}{s}" for b in ("putmem_signal", "put_signal") for n in ("", "_nbi")
-                          for s in ("", "_block", "_warp"))}
+WAIT_KINDS = {
+    "signal_wait_until": 1,
+    "wait_until": 2,
+    **{f"wait_until_{k}{v}": 3 for k in ("all", "any", "some") for v in ("", "_vector")},
+    **{n: 4 for n in ("barrier_all", "sync_all", "barrier_all_block", "sync_all_block", "barrier", "sync")},
+}
+SIGNALS = {
+    "signal_op",
+    *(f"{b}{n}{s}" for b in ("putmem_signal", "put_signal") for n in ("", "_nbi") for s in ("", "_block", "_warp")),
+}
 _DTYPES = {tl.int32: 6, tl.int64: 7, tl.uint32: 10, tl.uint64: 11}  # unishmem.enums.DTYPE_CODES
 
 
@@ -84,8 +90,10 @@ def _guarded(semantic, vendor: str, body):
     from ._build import _branch, _call, _thread_id
 
     table = _call(semantic, READER, [], tl.int64, pure=True)
-    ready = semantic.and_(semantic.not_equal(table, _i64(semantic, 0)),
-                          semantic.equal(_thread_id(semantic, vendor), semantic.to_tensor(0)))
+    ready = semantic.and_(
+        semantic.not_equal(table, _i64(semantic, 0)),
+        semantic.equal(_thread_id(semantic, vendor), semantic.to_tensor(0)),
+    )
     _branch(semantic, ready, lambda: body(table))
     return table
 
@@ -97,11 +105,13 @@ def _release(semantic, ptr, value):
 def _slot(semantic, table):
     pid = [semantic.cast(tl.program_id(a, _semantic=semantic), tl.int64) for a in range(3)]
     nx, ny = (semantic.cast(tl.num_programs(a, _semantic=semantic), tl.int64) for a in range(2))
-    linear = semantic.add(pid[0], semantic.mul(nx, semantic.add(pid[1], semantic.mul(ny, pid[2], True), True),
-                                                True), True)
+    linear = semantic.add(
+        pid[0], semantic.mul(nx, semantic.add(pid[1], semantic.mul(ny, pid[2], True), True), True), True
+    )
     offset = semantic.mul(semantic.mod(linear, _i64(semantic, SLOTS)), _i64(semantic, SLOT_WORDS * 8), True)
-    packed = semantic.or_(pid[0], semantic.or_(semantic.shl(pid[1], _i64(semantic, 20)),
-                                               semantic.shl(pid[2], _i64(semantic, 40))))
+    packed = semantic.or_(
+        pid[0], semantic.or_(semantic.shl(pid[1], _i64(semantic, 20)), semantic.shl(pid[2], _i64(semantic, 40)))
+    )
     return semantic.add(table, offset, True), packed
 
 
@@ -145,8 +155,11 @@ def after_signal(row, args: dict, semantic, vendor: str) -> None:
         pe = semantic.cast(args["pe"], tl.int64)
         offset = semantic.mul(semantic.mod(pe, _i64(semantic, PEERS)), _i64(semantic, PEER_WORDS * 8), True)
         base = semantic.add(semantic.add(table, _i64(semantic, SIGNAL_RECORDS * 8), True), offset, True)
-        for index, value in ((S_ADDR, semantic.cast(args["sig"], tl.int64)), (S_VALUE, args["value"]),
-                             (S_OP, int(_constexpr(args["op"], f"{row.name}: op")))):
+        for index, value in (
+            (S_ADDR, semantic.cast(args["sig"], tl.int64)),
+            (S_VALUE, args["value"]),
+            (S_OP, int(_constexpr(args["op"], f"{row.name}: op"))),
+        ):
             tl.store(_word(semantic, base, index), _i64(semantic, value), _semantic=semantic)
         tl.atomic_add(_word(semantic, base, COUNT), _i64(semantic, 1), sem="release", scope="sys", _semantic=semantic)
 
@@ -177,8 +190,7 @@ def set_module_global(backend: str, module: int, address: int) -> None:
     library, get_global, copy = MODULE_GLOBAL[backend]
     lib = ctypes.CDLL(library)
     dptr, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
-    if getattr(lib, get_global)(ctypes.byref(dptr), ctypes.byref(size), ctypes.c_void_p(module),
-                                GLOBAL.encode()) != 0:
+    if getattr(lib, get_global)(ctypes.byref(dptr), ctypes.byref(size), ctypes.c_void_p(module), GLOBAL.encode()) != 0:
         return  # not found: a module compiled without debug waits
     value = ctypes.c_int64(address)
     status = getattr(lib, copy)(dptr, ctypes.byref(value), ctypes.c_size_t(8))

@@ -2,6 +2,7 @@
 
 The interpreter hands a device function Python values: pointers arrive here as (address, element
 size) of this PE's mapping, and these implementations check them the way the host API does."""
+
 from __future__ import annotations
 
 import ctypes
@@ -26,8 +27,9 @@ def _runtime():
     stop_if_aborted()  # every device call: a program looping on test() or atomics stops too
     rt = runtime()
     if rt.backend != "host":
-        raise UnishmemError(f"device functions under TRITON_INTERPRET=1 need the host backend; "
-                            f"this runtime's backend is {rt.backend!r}")
+        raise UnishmemError(
+            f"device functions under TRITON_INTERPRET=1 need the host backend; this runtime's backend is {rt.backend!r}"
+        )
     return rt
 
 
@@ -102,14 +104,24 @@ def put_elems(rt, dest, source, nelems, pe):
 
 def iput(rt, dest, source, dst_stride, src_stride, nelems, pe):
     for i in range(nelems):
-        put(rt, Ptr(dest.addr + i * dst_stride * dest.itemsize, dest.dtype, dest.itemsize),
-            Ptr(source.addr + i * src_stride * source.itemsize, source.dtype, source.itemsize), dest.itemsize, pe)
+        put(
+            rt,
+            Ptr(dest.addr + i * dst_stride * dest.itemsize, dest.dtype, dest.itemsize),
+            Ptr(source.addr + i * src_stride * source.itemsize, source.dtype, source.itemsize),
+            dest.itemsize,
+            pe,
+        )
 
 
 def iget(rt, dest, source, dst_stride, src_stride, nelems, pe):
     for i in range(nelems):
-        get(rt, Ptr(dest.addr + i * dst_stride * dest.itemsize, dest.dtype, dest.itemsize),
-            Ptr(source.addr + i * src_stride * source.itemsize, source.dtype, source.itemsize), dest.itemsize, pe)
+        get(
+            rt,
+            Ptr(dest.addr + i * dst_stride * dest.itemsize, dest.dtype, dest.itemsize),
+            Ptr(source.addr + i * src_stride * source.itemsize, source.dtype, source.itemsize),
+            dest.itemsize,
+            pe,
+        )
 
 
 def get_elems(rt, dest, source, nelems, pe):
@@ -145,8 +157,9 @@ def _signal(rt, sig: Ptr) -> int:
 
 
 def put_signal(rt, dest, source, nbytes, sig, value, op, pe):
-    rt._native.put_signal(_sym(rt, dest, nbytes, "dest"), source.addr, nbytes, _signal(rt, sig), value, op,
-                          _pe(rt, pe), 0)
+    rt._native.put_signal(
+        _sym(rt, dest, nbytes, "dest"), source.addr, nbytes, _signal(rt, sig), value, op, _pe(rt, pe), 0
+    )
 
 
 def put_signal_elems(rt, dest, source, nelems, sig, value, op, pe):
@@ -190,7 +203,7 @@ def atomic(rt, name: str, dest: Ptr, pe: int, value: int = 0, cond: int = 0):
     from ..runtime import _from_bits
 
     addr, code = _word(rt, dest)
-    op = ATOMIC_OPS[name[len("atomic_"):]]
+    op = ATOMIC_OPS[name[len("atomic_") :]]
     return _from_bits(rt._native.atomic(op, code, addr, _bits(value), _bits(cond), _pe(rt, pe)), dest.dtype)
 
 
@@ -229,8 +242,9 @@ def _wait_some(rt, ivars, nelems, indices, cmp, what, **target):
     if indices.itemsize != 8 or indices.dtype.is_floating_point:
         raise TypeError(f"{what}: indices must point to int64 (size_t) words, not {indices.dtype}")
     first = rt._native.wait_until_any(addr, ivars.itemsize, code, cmp, bits)
-    found = torch.tensor([i for i, b in enumerate(bits)
-                          if i == first or rt._native.test(addr + i * ivars.itemsize, code, cmp, b)])
+    found = torch.tensor(
+        [i for i, b in enumerate(bits) if i == first or rt._native.test(addr + i * ivars.itemsize, code, cmp, b)]
+    )
     ctypes.memmove(indices.addr, found.data_ptr(), found.numel() * 8)
     return found.numel()
 
@@ -305,8 +319,11 @@ def _pair(rt, dest: Ptr, source: Ptr, dest_bytes: int, source_bytes: int, what: 
         raise TypeError(f"{what}: dest points to {dest.dtype} but source to {source.dtype}")
     if dest.dtype not in DTYPE_CODES:
         raise TypeError(f"{what}: {dest.dtype} is not a dtype of the symmetric heap")
-    return (_sym(rt, dest, dest_bytes, f"{what}: dest"), _sym(rt, source, source_bytes, f"{what}: source"),
-            DTYPE_CODES[dest.dtype])
+    return (
+        _sym(rt, dest, dest_bytes, f"{what}: dest"),
+        _sym(rt, source, source_bytes, f"{what}: source"),
+        DTYPE_CODES[dest.dtype],
+    )
 
 
 def broadcast(rt, team, dest, source, nelems, root):
@@ -317,6 +334,7 @@ def broadcast(rt, team, dest, source, nelems, root):
         if not 0 <= root < n_pes:
             raise ValueError(f"broadcast: root={root} is out of range for a team of {n_pes} PEs")
         return d, s, n, code, root
+
     rt._native.broadcast(team, *_collective(rt, team, check), 0)
 
 
@@ -325,6 +343,7 @@ def fcollect(rt, team, dest, source, nelems):
         n = nelems * dest.itemsize
         d, s, code = _pair(rt, dest, source, n * rt._native.team_n_pes(team), n, "fcollect")
         return d, s, n, code
+
     rt._native.fcollect(team, *_collective(rt, team, check), 0)
 
 
@@ -334,6 +353,7 @@ def alltoall(rt, team, dest, source, nelems):
         total = n * rt._native.team_n_pes(team)
         d, s, code = _pair(rt, dest, source, total, total, "alltoall")
         return d, s, n, code
+
     rt._native.alltoall(team, *_collective(rt, team, check), 0)
 
 
@@ -342,4 +362,5 @@ def reduce(rt, team, dest, source, nelems, op):
         n = nelems * dest.itemsize
         d, s, code = _pair(rt, dest, source, n, n, "reduce")
         return d, s, nelems, code, REDUCE_OPS[op]
+
     rt._native.reduce(team, *_collective(rt, team, check), 0)

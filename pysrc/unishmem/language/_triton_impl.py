@@ -17,6 +17,7 @@ Collectives (barrier, sync, broadcast, fcollect, alltoall, reduce on a team) fol
 rule: one program of the grid calls them, every member calls the same collectives on the team in
 the same order. All threads of that program run them (block scope); every signal is issued once.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -26,7 +27,7 @@ import triton.language as tl
 
 from .. import language as shl
 from ..enums import CMP, SIGNAL
-from ._build import REDUCE_OPS, _BUILTIN, _constexpr
+from ._build import _BUILTIN, REDUCE_OPS, _constexpr
 
 # descriptor layout (NOTE [team descriptor]); csrc/vendor/vendor_backend.cpp writes the same
 START = tl.constexpr(0)
@@ -34,7 +35,7 @@ STRIDE = tl.constexpr(1)
 SIZE = tl.constexpr(2)
 SCRATCH_BYTES = tl.constexpr(3)
 EPOCH = tl.constexpr(4)
-ROUNDS_OFFSET = tl.constexpr(64)   # bytes: 32 uint64 round counters (teams of up to 2**32 PEs)
+ROUNDS_OFFSET = tl.constexpr(64)  # bytes: 32 uint64 round counters (teams of up to 2**32 PEs)
 MAX_ROUNDS = 32
 SCRATCH_OFFSET = tl.constexpr(512)  # bytes
 HEADER_BYTES = 512
@@ -64,6 +65,7 @@ setattr(_redop, _BUILTIN, True)
 
 
 # ---- descriptor -------------------------------------------------------------------------------
+
 
 @triton.jit
 def _desc(team):
@@ -96,6 +98,7 @@ def _my_index(d):
 
 # ---- queries ----------------------------------------------------------------------------------
 
+
 @triton.jit
 def team_my_pe_impl(team):
     return _index_of(_desc(team), shl.my_pe())
@@ -115,6 +118,7 @@ def team_translate_pe_impl(src_team, pe, dst_team):
 
 
 # ---- synchronisation --------------------------------------------------------------------------
+
 
 @triton.jit
 def sync_impl(team):
@@ -147,6 +151,7 @@ def barrier_impl(team):
 # ---- collectives ------------------------------------------------------------------------------
 # Each starts with a sync (every member's dest is ready to be written) and ends with a barrier
 # (every put has landed, so dest is complete and source reusable on return).
+
 
 @triton.jit
 def broadcast_impl(team, dest, source, nelems, root):
@@ -244,6 +249,7 @@ def reduce_impl(team, dest, source, nelems, op: tl.constexpr):
 
 # ---- RMA, direct access and the grid barrier ---------------------------------------------------
 
+
 @triton.jit
 def iput(dest, source, dst_stride, src_stride, nelems, pe):
     # rocSHMEM has no strided put: one element at a time, each issued once per program (p)
@@ -265,8 +271,10 @@ def put_tile_block(dest, dest_ld, source, source_ld, rows, row_bytes, pe):
 
 @triton.jit
 def _reachable(remote):
-    tl.device_assert(remote.to(tl.int64) != 0, "load_remote/store_remote: the peer is not reachable by "
-                     "load/store (remote_ptr is null); use get/put for it")
+    tl.device_assert(
+        remote.to(tl.int64) != 0,
+        "load_remote/store_remote: the peer is not reachable by load/store (remote_ptr is null); use get/put for it",
+    )
     return remote
 
 

@@ -1,6 +1,7 @@
 """NOTE [vendor mapping]: every difference between NVSHMEM and rocSHMEM that the device library
 sees lives in this file, once: symbol prefixes and scope suffixes, enum numbering, the type names
 in symbols, the team handle's type, and the warp width. Everything else is written once for both."""
+
 import triton.language as tl
 
 # Triton backend name -> vendor library
@@ -24,19 +25,49 @@ CMP_VALUES = {
 
 # element type -> the type name inside typed symbols (nvshmem_float_put, rocshmem_int_wait_until...)
 RMA_TYPES = {
-    "nvshmem": {tl.float16: "half", tl.bfloat16: "bfloat16", tl.float32: "float", tl.float64: "double",
-                tl.int8: "int8", tl.int16: "int16", tl.int32: "int32", tl.int64: "int64", tl.uint8: "uint8",
-                tl.uint16: "uint16", tl.uint32: "uint32", tl.uint64: "uint64"},
-    "rocshmem": {tl.float32: "float", tl.float64: "double", tl.int8: "schar", tl.int16: "short", tl.int32: "int",
-                 tl.int64: "long", tl.uint8: "uchar", tl.uint16: "ushort", tl.uint32: "uint", tl.uint64: "ulong"},
+    "nvshmem": {
+        tl.float16: "half",
+        tl.bfloat16: "bfloat16",
+        tl.float32: "float",
+        tl.float64: "double",
+        tl.int8: "int8",
+        tl.int16: "int16",
+        tl.int32: "int32",
+        tl.int64: "int64",
+        tl.uint8: "uint8",
+        tl.uint16: "uint16",
+        tl.uint32: "uint32",
+        tl.uint64: "uint64",
+    },
+    "rocshmem": {
+        tl.float32: "float",
+        tl.float64: "double",
+        tl.int8: "schar",
+        tl.int16: "short",
+        tl.int32: "int",
+        tl.int64: "long",
+        tl.uint8: "uchar",
+        tl.uint16: "ushort",
+        tl.uint32: "uint",
+        tl.uint64: "ulong",
+    },
 }
 WAIT_TYPES = {
     "nvshmem": {tl.int32: "int32", tl.int64: "int64", tl.uint64: "uint64"},
     "rocshmem": {tl.int32: "int", tl.int64: "long", tl.uint64: "uint64"},
 }
 REDUCE_TYPES = {
-    "nvshmem": {tl.float16: "half", tl.bfloat16: "bfloat16", tl.float32: "float", tl.float64: "double",
-                tl.int8: "int8", tl.int16: "int16", tl.int32: "int32", tl.int64: "int64", tl.uint8: "uint8"},
+    "nvshmem": {
+        tl.float16: "half",
+        tl.bfloat16: "bfloat16",
+        tl.float32: "float",
+        tl.float64: "double",
+        tl.int8: "int8",
+        tl.int16: "int16",
+        tl.int32: "int32",
+        tl.int64: "int64",
+        tl.uint8: "uint8",
+    },
     "rocshmem": {tl.float32: "float", tl.float64: "double", tl.int16: "short", tl.int32: "int", tl.int64: "long"},
 }
 # The vendor AMOs' type names: C's, which both vendors define for every AMO (NVSHMEM 3.8's bitcode
@@ -65,5 +96,7 @@ EXTERN_LIB_KEY = {"nvshmem": "libnvshmem_device", "rocshmem": "rocshmem"}
 
 # NOTE [debug waits]: the driver calls that set a loaded module's global, per runtime backend:
 # (library, get the global's device address and size, copy host bytes there).
-MODULE_GLOBAL = {"nvshmem": ("libcuda.so.1", "cuModuleGetGlobal_v2", "cuMemcpyHtoD_v2"),
-                 "rocshmem": ("libamdhip64.so", "hipModuleGetGlobal", "hipMemcpyHtoD")}
+MODULE_GLOBAL = {
+    "nvshmem": ("libcuda.so.1", "cuModuleGetGlobal_v2", "cuMemcpyHtoD_v2"),
+    "rocshmem": ("libamdhip64.so", "hipModuleGetGlobal", "hipMemcpyHtoD"),
+}
