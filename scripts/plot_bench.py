@@ -1,6 +1,6 @@
 """Plot a recorded `unishmem bench` run from its text output, for the docs.
 
-The recorded runs predate `unishmem bench --json`, so this reads the printed tables: put/get bandwidth,
+The recorded runs are kept as the text `unishmem bench` printed, so this reads its tables: put/get bandwidth,
 the barrier and the collectives. Every plot is titled with the run's first line (its date and machine).
 
     python scripts/plot_bench.py docs/benchmarks/run-2026-11-30.txt docs/benchmarks
