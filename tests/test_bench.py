@@ -181,6 +181,9 @@ def test_table_prints_each_figure_beside_its_references(quick):
     assert "best  median  p99  samples" in " ".join(out.split()) or "best median p99 samples" in " ".join(out.split())
     assert "median and p99: over one long run timed call by call" in out
     assert "Python per-call cost" in out and "binding alone" in out
+    # targets are introduced as the product's own, in no development-process wording
+    assert "targets: this project's goals for the host backend (ok: met in this run; MISS: not met)" in out
+    assert "issue" not in out.lower()
 
 
 def test_plot_is_a_png(quick):

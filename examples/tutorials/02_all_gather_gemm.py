@@ -49,7 +49,7 @@ def ag_gemm_kernel(
     else:
         token = tl.cast(epoch, tl.uint64)
     # consume_token makes the A addresses depend on the wait, so the pipeliner (num_stages > 1)
-    # cannot issue the first A loads before it (README: writing a distributed kernel, rule 2).
+    # cannot issue the first A loads before it (docs/device-library.md: writing a distributed kernel, rule 2).
     first_row = shl.consume_token(shard * m + tm * BLOCK_M, token)
     rm = tl.arange(0, BLOCK_M)
     rn = tn * BLOCK_N + tl.arange(0, BLOCK_N)

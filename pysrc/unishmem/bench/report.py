@@ -45,7 +45,7 @@ def _get(results: dict, n: int, *path):
 
 def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
     """host/mpi/gloo: {n_pes: that job's JSON}. Every row holds its figure, its references and,
-    where the issue sets one, the target and whether this run met it."""
+    where the project sets one, the target and whether this run met it."""
     report = {
         "meta": meta,
         "formulas": {"bound": BOUND_FORMULA, **{op: f[2] for op, f in TRAFFIC.items()}},
@@ -170,7 +170,7 @@ def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
 
 def _latency(figure: str, mine: dict, ref_name: str, ref: dict | None, best_target, median_target) -> dict:
     """A latency row: the figure's and its reference's best, median and p99 (timing.summary), their
-    ratios, and the targets (factor, text) on the best run and on the median where the issue sets one."""
+    ratios, and the targets (factor, text) on the best run and on the median where the project sets one."""
     row = {
         "figure": figure,
         "seconds": mine["best"],
@@ -272,7 +272,7 @@ def text(report: dict) -> str:
         f"load: {m['load']['processes']} busy process(es) ran beside every job"
         if m.get("load", {}).get("processes")
         else "load: none besides this machine's own",
-        "targets are the issues' (ok / MISS)",
+        "targets: this project's goals for the host backend (ok: met in this run; MISS: not met)",
         "",
     ]
     if report["put"]:

@@ -147,7 +147,7 @@ def _combine(
         # it, hence finished reading its return buffer of combine k-1 (the parity NOTE [workspaces])
         shl.wait_until_all(ret_sig, E, shl.CMP_GE, epoch)
     if t0 < T:
-        token = shl.signal_fetch(ret_sig)  # the loads below depend on it (README rule 2)
+        token = shl.signal_fetch(ret_sig)  # the loads below depend on it (docs/device-library.md, rule 2)
         back = shl.consume_token(ret, token)
         t = t0 + tl.arange(0, BLOCK_T)
         tmask = t < T
