@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The rocshmem backend on an AMD Instinct machine, in one command (issue 11): rocSHMEM >= 3.3 (the
+# The rocshmem backend on an AMD Instinct machine, in one command: rocSHMEM >= 3.3 (the
 # installed one, else built from source), the build with ROCm's clang, `unishmem info`, the SPMD suite
 # with UNISHMEM_BACKEND=rocshmem at 2 PEs, the device-library tests compiled for this machine's gfx arch,
 # and the kernels compiled and linked against rocSHMEM's device bitcode. NOT RUN YET: this project has

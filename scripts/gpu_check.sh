@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The nvshmem backend on a lent NVIDIA GPU, in one prepared command (issue 4). NOT RUN YET: no session of
-# this project has had a GPU; the README says so until one has.
+# The nvshmem backend on a lent NVIDIA GPU, in one prepared command. NOT RUN YET on a GPU:
+# docs/nvidia.md says so until it has.
 #
 #   bash scripts/gpu_check.sh            # summary and logs under $OUT (default ./gpu-check-out)
 #
@@ -59,7 +59,7 @@ for example in ring_allgather ping_pong tutorials/01_notify_wait; do
   { echo "$example: exit status $erc"; tail -n 3 "$log"; } | tee -a "$OUT/summary.txt"
 done
 
-# ---- hang diagnostics (issue 13): a deliberately hung kernel, compiled with debug waits -------------
+# ---- hang diagnostics: a deliberately hung kernel, compiled with debug waits -------------
 # PE 0 waits for a signal nobody sends, PE 1 for PE 0 in barrier_all; the watchdog must print one report
 # (PE 0's wait: signal, heap offset, == 1, it is 0) and end the job with status 124 within the timeout.
 phase "hung kernel with the watchdog, 2 PEs (log: hung_kernel.log)"

@@ -147,7 +147,7 @@ def test_load_runs_busy_processes_beside_the_jobs_and_stops_them(tmp_path):
     assert not os.path.exists(f"/proc/{load['pids'][0]}"), load
 
 
-def test_targets_are_marked_where_the_issue_sets_them(quick):
+def test_targets_are_marked_where_the_goals_set_them(quick):
     report, _, _ = quick
     for row in report["collectives"]:
         targeted = row["op"] != "broadcast" and row["bytes"] >= 64 * 1024

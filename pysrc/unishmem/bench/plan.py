@@ -23,7 +23,7 @@ KiB, MiB = 1 << 10, 1 << 20
 # S is each PE's source buffer: the vector for reduce, the whole send buffer for alltoall and
 # reducescatter, the block each PE contributes for fcollect, the root's buffer for broadcast.
 COLLECTIVES = ("reduce", "reducescatter", "fcollect", "alltoall", "broadcast")
-TARGETED = ("reduce", "reducescatter", "fcollect", "alltoall")  # the targets name these four
+TARGETED = ("reduce", "reducescatter", "fcollect", "alltoall")  # the host backend's speed goals name these four
 SCALING = ("reduce",)  # also measured at the --scale-pes counts, with the barrier
 
 TRAFFIC = {  # op -> (R(S, n), W(S, n), printable formula)
