@@ -1,10 +1,14 @@
-#include "vendor_backend.hpp"
+#include "gpu_backend.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <string_view>
 
-namespace unishmem::vendor {
+#include "../common/dtype.hpp"
+#include "../common/status.hpp"
+
+namespace unishmem::gpu {
 
 namespace {
 
@@ -13,37 +17,23 @@ namespace {
 bool g_library_failed = false;
 bool g_library_active = false;
 
+void require_library_usable() {
+  if (g_library_failed)
+    throw Error(ErrorKind::unavailable, std::string(lib::kName) + " failed to initialise earlier in this process; "
+                                        "it cannot be used again until the process restarts");
+}
+
+// NOTE [status check]: the device runtime's (CUDA / HIP) statuses and the library's.
 void rt_check(int rc, const char* call) {
-  if (rc != 0) throw Error(ErrorKind::generic, std::string(lib::kRuntimeName) + " " + call + " failed: " + lib::rt_error(rc));
+  check_status(rc, ErrorKind::generic, [&](int e) {
+    return std::string(lib::kRuntimeName) + " " + call + " failed: " + lib::rt_error(e);
+  });
 }
 
-template <class T> bool compare(T a, Cmp cmp, T b) {
-  switch (cmp) {
-    case Cmp::eq: return a == b;
-    case Cmp::ne: return a != b;
-    case Cmp::gt: return a > b;
-    case Cmp::ge: return a >= b;
-    case Cmp::lt: return a < b;
-    case Cmp::le: return a <= b;
-  }
-  return false;
-}
-
-const char* cmp_name(Cmp c) {
-  static const char* names[] = {"==", "!=", ">", ">=", "<", "<="};
-  return names[int(c)];
-}
-
-// Compares the bit patterns as values of an integer dtype.
-bool compare_bits(DType type, std::uint64_t a, Cmp cmp, std::uint64_t b) {
-  switch (type) {
-    case DType::i32: return compare<std::int32_t>(std::int32_t(a), cmp, std::int32_t(b));
-    case DType::i64: return compare<std::int64_t>(std::int64_t(a), cmp, std::int64_t(b));
-    case DType::u32: return compare<std::uint32_t>(std::uint32_t(a), cmp, std::uint32_t(b));
-    case DType::u64: return compare<std::uint64_t>(a, cmp, b);
-    default: break;
-  }
-  throw Error(ErrorKind::value, std::string("waits take int32, int64, uint32 or uint64, not ") + dtype_name(type));
+void lib_check(int rc, std::string_view call) {
+  check_status(rc, ErrorKind::generic, [&](int e) {
+    return std::string(lib::kName) + " " + std::string(call) + " returned " + std::to_string(e);
+  });
 }
 
 lib::Stream as_stream(Stream s) { return reinterpret_cast<lib::Stream>(s); }
@@ -53,50 +43,46 @@ void* ptr(Addr a) { return reinterpret_cast<void*>(a); }
 
 // ---- lifetime --------------------------------------------------------------------------------
 
-std::string VendorBackend::unique_id() {
-  if (g_library_failed)
-    throw Error(ErrorKind::unavailable, std::string(lib::kName) + " failed to initialise earlier in this process; "
-                                        "it cannot be used again until the process restarts");
+std::string GpuBackend::unique_id() {
+  require_library_usable();
   lib::UniqueId id;
-  if (int rc = lib::get_uniqueid(&id))
-    throw Error(ErrorKind::unavailable, std::string(lib::kName) + " could not make a unique id (rc " +
-                                            std::to_string(rc) + ", " + lib::status_name(rc) + ")");
+  check_status(lib::get_uniqueid(&id), ErrorKind::unavailable, [](int rc) {
+    return std::string(lib::kName) + " could not make a unique id (rc " + std::to_string(rc) + ", " +
+           lib::status_name(rc) + ")";
+  });
   return std::string(reinterpret_cast<const char*>(&id), sizeof id);
 }
 
-VendorBackend::VendorBackend(const std::string& unique_id, int pe, int n_pes, int device, std::size_t heap_size,
-                             host::WaitPolicy policy, const std::vector<std::pair<int, int>>& node_groups)
-    : pe_(pe), n_pes_(n_pes), device_(device), heap_size_(heap_size), policy_(policy), allocator_(heap_size) {
+GpuBackend::GpuBackend(const std::string& unique_id, int pe, int n_pes, int device, std::size_t heap_size,
+                       WaitPolicy policy, const std::vector<std::pair<int, int>>& node_groups)
+    : BackendBase(pe, n_pes, heap_size, kMaxTeams), device_(device), policy_(policy) {
   const std::string lib_name = lib::kName;
-  if (g_library_failed)
-    throw Error(ErrorKind::unavailable, lib_name + " failed to initialise earlier in this process; it cannot be "
-                                        "used again until the process restarts");
+  require_library_usable();
   if (g_library_active)
     throw Error(ErrorKind::unavailable, lib_name + " is still initialised in this process by an earlier runtime "
                                         "that was abandoned after an error");
   if (unique_id.size() != sizeof(lib::UniqueId))
     throw Error(ErrorKind::value, "unique id has " + std::to_string(unique_id.size()) + " bytes, " + lib_name +
                                       " expects " + std::to_string(sizeof(lib::UniqueId)));
-  if (n_pes < 1 || pe < 0 || pe >= n_pes)
-    throw Error(ErrorKind::value, "PE " + std::to_string(pe) + " of " + std::to_string(n_pes) + " is out of range");
   // The device runtime first: without a usable device the library is never called (a failed
   // init leaves it unusable for the rest of the process).
-  if (int rc = lib::rt_set_device(device))
-    throw Error(ErrorKind::unavailable, std::string(lib::kRuntimeName) + " cannot use device " +
-                                            std::to_string(device) + ": " + lib::rt_error(rc));
-  if (int rc = lib::rt_init_context())
-    throw Error(ErrorKind::unavailable, std::string(lib::kRuntimeName) + " could not initialise device " +
-                                            std::to_string(device) + ": " + lib::rt_error(rc));
+  check_status(lib::rt_set_device(device), ErrorKind::unavailable, [&](int rc) {
+    return std::string(lib::kRuntimeName) + " cannot use device " + std::to_string(device) + ": " + lib::rt_error(rc);
+  });
+  check_status(lib::rt_init_context(), ErrorKind::unavailable, [&](int rc) {
+    return std::string(lib::kRuntimeName) + " could not initialise device " + std::to_string(device) + ": " +
+           lib::rt_error(rc);
+  });
   lib::UniqueId id;
   std::memcpy(&id, unique_id.data(), sizeof id);
   const char* call = "";
-  if (int rc = lib::init_with_uniqueid(pe, n_pes, &id, &call)) {
-    g_library_failed = true;
-    throw Error(ErrorKind::unavailable, lib_name + " did not initialise: " + call + " returned " +
-                                            std::to_string(rc) + " (" + lib::status_name(rc) +
-                                            "); its own message above says more. The library cannot be used "
-                                            "again in this process");
-  }
+  const int init_rc = lib::init_with_uniqueid(pe, n_pes, &id, &call);
+  g_library_failed = init_rc != 0;
+  check_status(init_rc, ErrorKind::unavailable, [&](int rc) {
+    return lib_name + " did not initialise: " + call + " returned " + std::to_string(rc) + " (" +
+           lib::status_name(rc) + "); its own message above says more. The library cannot be used again in this "
+           "process";
+  });
   g_library_active = true;
   try {
     if (lib::my_pe() != pe || lib::n_pes() != n_pes)
@@ -124,7 +110,12 @@ VendorBackend::VendorBackend(const std::string& unique_id, int pe, int n_pes, in
 
     std::vector<int> all(n_pes);
     for (int i = 0; i < n_pes; ++i) all[i] = i;
-    teams_[kTeamWorld] = TeamEntry{lib::team_world(), all, team_identity(all), pe, kTeamWorld, 0};
+    TeamEntry& world = teams_[kTeamWorld].emplace();
+    world.members = all;
+    world.id = team_identity(all);
+    world.my_index = pe;
+    world.channel = kTeamWorld;
+    world.handle = lib::team_world();
     if constexpr (lib::kNodeTeam) {
       add_team(kTeamNode, lib::team_node());
     } else {
@@ -136,9 +127,10 @@ VendorBackend::VendorBackend(const std::string& unique_id, int pe, int n_pes, in
           break;
         }
         lib::Team t = lib::team_invalid();
-        if (int rc = lib::team_split_strided(lib::team_world(), first, 1, count, &t))
-          throw Error(ErrorKind::unavailable, lib_name + " could not make the node team (split_strided rc " +
-                                                  std::to_string(rc) + ")");
+        check_status(lib::team_split_strided(lib::team_world(), first, 1, count, &t), ErrorKind::unavailable,
+                     [&](int rc) {
+                       return lib_name + " could not make the node team (split_strided rc " + std::to_string(rc) + ")";
+                     });
         if (t != lib::team_invalid()) node = t;
       }
       if (!node) throw Error(ErrorKind::unavailable, "no node group given for PE " + std::to_string(pe));
@@ -158,12 +150,12 @@ VendorBackend::VendorBackend(const std::string& unique_id, int pe, int n_pes, in
   }
 }
 
-VendorBackend::~VendorBackend() {
+GpuBackend::~GpuBackend() {
   // NOTE [no collective in destructors]: an unfinalized backend is left alone; finalize()
   // or abandon() decide how to leave.
 }
 
-void VendorBackend::release(bool collective) {
+void GpuBackend::release(bool collective) {
   if (collective && g_library_active) {
     if (desc_) lib::sym_free(desc_);
     desc_ = nullptr;
@@ -184,7 +176,7 @@ void VendorBackend::release(bool collective) {
   finalized_ = true;
 }
 
-void VendorBackend::finalize() {
+void GpuBackend::finalize() {
   if (finalized_) return;
   std::exception_ptr failure;
   try {
@@ -200,34 +192,37 @@ void VendorBackend::finalize() {
   if (failure) std::rethrow_exception(failure);
 }
 
-void VendorBackend::abandon() {
+void GpuBackend::abandon() {
   // The library's own finalize is collective: leaving without peers would hang here, so the
   // library stays initialised (g_library_active) until the process ends.
   if (!finalized_) release(false);
 }
 
-void VendorBackend::module_init(std::uintptr_t module, Stream s) {
+void GpuBackend::module_init(std::uintptr_t module, Stream s) {
   if (finalized_) throw Error(ErrorKind::generic, "the runtime was finalized");
-  if (int rc = lib::module_init(module, as_stream(s)))
-    throw Error(ErrorKind::generic, std::string(lib::kModuleInitCall) + " returned " + std::to_string(rc) +
-                                        ": the module's device bitcode must come from the same " + lib::kName +
-                                        " release as the host library, and the module must use its device state");
+  check_status(lib::module_init(module, as_stream(s)), ErrorKind::generic, [](int rc) {
+    return std::string(lib::kModuleInitCall) + " returned " + std::to_string(rc) +
+           ": the module's device bitcode must come from the same " + lib::kName +
+           " release as the host library, and the module must use its device state";
+  });
 }
 
 // ---- helpers ---------------------------------------------------------------------------------
 
-TeamEntry& VendorBackend::team_ref(int team) {
-  return const_cast<TeamEntry&>(static_cast<const VendorBackend*>(this)->team_ref(team));
+TeamEntry& GpuBackend::team_ref(int team) {
+  return const_cast<TeamEntry&>(static_cast<const GpuBackend*>(this)->team_ref(team));
 }
 
-const TeamEntry& VendorBackend::team_ref(int team) const {
+const TeamEntry& GpuBackend::team_ref(int team) const {
   if (team < 0 || team >= kMaxTeams || !teams_[team])
     throw Error(ErrorKind::value, "team handle " + std::to_string(team) + " is not a team this PE belongs to");
   return *teams_[team];
 }
 
-void VendorBackend::add_team(int slot, lib::Team handle) {
-  TeamEntry t{handle, {}, 0, -1, slot, 0};
+void GpuBackend::add_team(int slot, lib::Team handle) {
+  TeamEntry t;
+  t.handle = handle;
+  t.channel = slot;
   const int n = lib::team_n_pes(handle);
   for (int i = 0; i < n; ++i) t.members.push_back(lib::team_translate_pe(handle, i, lib::team_world()));
   t.id = team_identity(t.members);
@@ -237,11 +232,11 @@ void VendorBackend::add_team(int slot, lib::Team handle) {
   if (desc_ && slot != kTeamNode) write_descriptor(slot);  // the node team's is written at init, after the clear
 }
 
-std::uint64_t* VendorBackend::descriptor(int slot) const {
+std::uint64_t* GpuBackend::descriptor(int slot) const {
   return desc_ + std::size_t(slot) * (lib::kTeamDescriptorBytes / 8);
 }
 
-void VendorBackend::write_descriptor(int slot) {
+void GpuBackend::write_descriptor(int slot) {
   const TeamEntry& t = team_ref(slot);
   const std::int64_t n = std::int64_t(t.members.size());
   const std::int64_t stride = n > 1 ? t.members[1] - t.members[0] : 1;
@@ -259,25 +254,25 @@ void VendorBackend::write_descriptor(int slot) {
   rt_check(lib::rt_stream_sync(stream_), "stream synchronize");  // pinned_ is reused; kernels read it next
 }
 
-void VendorBackend::clear_descriptors(int first, int count) {
+void GpuBackend::clear_descriptors(int first, int count) {
   const std::vector<std::uint64_t> zeros(std::size_t(count) * lib::kTeamDescriptorBytes / 8, 0);
   rt_check(lib::rt_copy_to_device(descriptor(first), zeros.data(), zeros.size() * 8, stream_), "copy to device");
   rt_check(lib::rt_stream_sync(stream_), "stream synchronize");
 }
 
-std::int64_t VendorBackend::team_device_handle(int team) const {
+std::int64_t GpuBackend::team_device_handle(int team) const {
   const TeamEntry& t = team_ref(team);  // checks the slot
   if (desc_) return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(descriptor(team)));
   return lib::team_value(t.handle);
 }
 
-std::uint64_t* VendorBackend::slot(int team, int parity, int pe) const {
+std::uint64_t* GpuBackend::slot(int team, int parity, int pe) const {
   return ctl_ + ((std::size_t(team) * 2 + parity) * n_pes_ + pe) * kRecordWords;
 }
 
-std::uint64_t* VendorBackend::staging() const { return ctl_ + std::size_t(kMaxTeams) * 2 * n_pes_ * kRecordWords; }
+std::uint64_t* GpuBackend::staging() const { return ctl_ + std::size_t(kMaxTeams) * 2 * n_pes_ * kRecordWords; }
 
-void VendorBackend::require_full_mode(const char* call) const {
+void GpuBackend::require_full_mode(const char* call) const {
   if (limited_)
     throw Error(ErrorKind::generic,
                 std::string(lib::kName) + " runs in limited multi-PE-per-GPU mode (several PEs share a GPU without "
@@ -285,7 +280,7 @@ void VendorBackend::require_full_mode(const char* call) const {
                 "an MPS daemon with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE summing to at most 100 over the PEs");
 }
 
-void VendorBackend::team_barrier(int team, bool complete_puts, lib::Stream s) {
+void GpuBackend::team_barrier(int team, bool complete_puts, lib::Stream s) {
   const TeamEntry& t = team_ref(team);
   if (int(t.members.size()) == n_pes_) {  // the world, or a team with the same members
     if (complete_puts)
@@ -296,21 +291,20 @@ void VendorBackend::team_barrier(int team, bool complete_puts, lib::Stream s) {
   }
   require_full_mode("a barrier on a team smaller than the world");
   if constexpr (lib::kTeamBarrierOnStream) {
-    int rc = complete_puts ? lib::barrier_on_stream(t.handle, s) : lib::team_sync_on_stream(t.handle, s);
-    if (rc) throw Error(ErrorKind::generic, std::string(lib::kName) + " team barrier returned " + std::to_string(rc));
+    lib_check(complete_puts ? lib::barrier_on_stream(t.handle, s) : lib::team_sync_on_stream(t.handle, s),
+              "team barrier");
   } else {
     // No team barrier in the library: an all-reduce of one word over the team completes
     // only once every member has contributed, after its own puts completed (quiet).
     if (complete_puts) lib::quiet_on_stream(s);
     rt_check(lib::rt_stream_sync(s), "stream synchronize");
     std::uint64_t* scratch = staging() + kRecordWords;
-    if (int rc = lib::reduce(DType::i32, ReduceOp::sum, t.handle, scratch + 1, scratch, 1, s))
-      throw Error(ErrorKind::generic, std::string(lib::kName) + " reduction used as team barrier returned " +
-                                          std::to_string(rc));
+    lib_check(lib::reduce(DType::i32, ReduceOp::sum, t.handle, scratch + 1, scratch, 1, s),
+              "reduction used as team barrier");
   }
 }
 
-std::vector<std::uint64_t> VendorBackend::enter(int team, Call call, std::uint64_t payload) {
+void GpuBackend::enter(int team, Call call, std::uint64_t payload) {
   const TeamEntry& t = team_ref(team);
   TeamEntry& channel = team_ref(t.channel);
   call.team = team;
@@ -329,28 +323,41 @@ std::vector<std::uint64_t> VendorBackend::enter(int team, Call call, std::uint64
   rt_check(lib::rt_copy_to_host(pinned_, slot(t.channel, parity, 0), std::size_t(n_pes_) * kRecordWords * 8, stream_),
            "copy to host");
   rt_check(lib::rt_stream_sync(stream_), "stream synchronize");
-  std::vector<std::uint64_t> payloads(t.members.size());
+  payloads_.resize(t.members.size());
   std::vector<CallWords> all(t.members.size());
   bool same = true;
   for (std::size_t i = 0; i < t.members.size(); ++i) {
     const std::uint64_t* record = pinned_ + std::size_t(t.members[i]) * kRecordWords;
     std::memcpy(all[i].data(), record, sizeof mine);
-    payloads[i] = record[kCallWords];
+    payloads_[i] = record[kCallWords];
     same = same && all[i] == mine;
   }
   if (!same) raise_mismatch(t.members, all, mine);
-  return payloads;
 }
 
-void VendorBackend::reject_collective(int team) {
-  try {
-    enter(team, Call{.op = CallOp::rejected});
-  } catch (const Error& e) {
-    if (e.kind != ErrorKind::symmetry) throw;  // the mismatch is expected; the caller raises its own error
+void GpuBackend::prepare(const Call& call) {
+  switch (call.op) {
+    case CallOp::split_strided: return require_full_mode("team_split_strided");
+    case CallOp::split_2d: return require_full_mode("team_split_2d");
+    case CallOp::broadcast: return require_full_mode("broadcastmem_on_stream");
+    case CallOp::fcollect: return require_full_mode("fcollectmem_on_stream");
+    case CallOp::alltoall: return require_full_mode("alltoallmem_on_stream");
+    case CallOp::reduce:
+    case CallOp::reducescatter: {
+      const bool scatter = call.op == CallOp::reducescatter;
+      require_full_mode(scatter ? "reducescatter_on_stream" : "reduce_on_stream");
+      if (const char* missing = lib::missing_reduction(call.dtype, scatter))
+        throw Error(ErrorKind::generic, std::string(lib::kName) + " has no " + missing + ": " +
+                                            dtype_name(call.dtype) +
+                                            (scatter ? " reduce-scatter is" : " reductions are") +
+                                            " not available on this backend");
+      return;
+    }
+    default: return;
   }
 }
 
-std::uint64_t VendorBackend::read_local(Addr addr, std::size_t size) {
+std::uint64_t GpuBackend::read_local(Addr addr, std::size_t size) {
   rt_check(lib::rt_copy_to_host(pinned_, ptr(addr), size, stream_), "copy to host");
   rt_check(lib::rt_stream_sync(stream_), "stream synchronize");
   std::uint64_t v = 0;
@@ -359,118 +366,63 @@ std::uint64_t VendorBackend::read_local(Addr addr, std::size_t size) {
 }
 
 template <class Done, class Describe>
-void VendorBackend::wait(Done&& done, Describe&& describe) {
-  host::wait_for(done, describe, policy_, spin_, bell_, [&] {
+void GpuBackend::wait(Done&& done, Describe&& describe) {
+  wait_for(done, describe, policy_, spin_, bell_, [&] {
     if (check_) check_();
   });
 }
 
-// ---- symmetric allocation --------------------------------------------------------------------
+// ---- heap and teams -------------------------------------------------------------------------
 
-Addr VendorBackend::malloc(std::size_t bytes, DType dtype) {
-  enter(kTeamWorld, Call{.op = CallOp::alloc, .dtype = dtype, .bytes = bytes});
-  auto offset = allocator_.allocate(bytes);
-  if (!offset)
-    throw Error(ErrorKind::out_of_memory,
-                "symmetric heap exhausted: requested " + std::to_string(bytes) + " bytes, " +
-                    std::to_string(allocator_.free_bytes()) + " bytes free (largest free block " +
-                    std::to_string(allocator_.largest_free_block()) + ") of " + std::to_string(heap_size_) +
-                    "; raise heap_size or UNISHMEM_SYMMETRIC_SIZE");
-  return heap_base() + *offset;
-}
-
-void VendorBackend::free(Addr local) {
-  const std::size_t offset = local - heap_base();
-  enter(kTeamWorld, Call{.op = CallOp::free, .bytes = offset});
-  if (local < heap_base() || !allocator_.release(offset))
-    throw Error(ErrorKind::value, "heap offset " + std::to_string(offset) + " is not a live symmetric allocation");
-}
-
-Addr VendorBackend::peer_ptr(Addr local, int pe) const {
+Addr GpuBackend::peer_ptr(Addr local, int pe) const {
   const Addr base = peer_base_.at(pe);
   return base ? base + (local - heap_base()) : 0;
 }
 
-// ---- teams -----------------------------------------------------------------------------------
-
-int VendorBackend::team_translate_pe(int src_team, int pe, int dst_team) const {
-  const TeamEntry& src = team_ref(src_team);
-  const TeamEntry& dst = team_ref(dst_team);
-  if (pe < 0 || pe >= int(src.members.size())) return -1;
-  auto it = std::find(dst.members.begin(), dst.members.end(), src.members[pe]);
-  return it == dst.members.end() ? -1 : int(it - dst.members.begin());
-}
-
-int VendorBackend::claim_slots(int parent, const Call& split, int count, int* second) {
-  // The split is checked over the parent, and a new team's slot must be free on every member.
+std::uint64_t GpuBackend::teams_in_use() const {
   std::uint64_t mine = 0;
   for (int s = 0; s < kMaxTeams; ++s)
     if (teams_[s]) mine |= 1ull << s;
-  std::uint64_t taken = 0;
-  for (std::uint64_t t : enter(parent, split, mine)) taken |= t;
-  int found[2] = {-1, -1}, k = 0;
-  for (int s = 0; s < kMaxTeams && k < count; ++s)
-    if (!(taken >> s & 1)) found[k++] = s;
-  if (k < count)
-    throw Error(ErrorKind::generic, "all " + std::to_string(kMaxTeams) + " team slots are in use: destroy teams no longer needed");
-  if (second) *second = found[1];
-  return found[0];
+  return mine;
 }
 
-int VendorBackend::team_split_strided(int parent, int start, int stride, int size) {
-  require_full_mode("team_split_strided");
-  const TeamEntry& p = team_ref(parent);
-  const Call split{.op = CallOp::split_strided, .a = start, .b = stride, .c = size};
-  const int slot = claim_slots(parent, split, 1, nullptr);
+int GpuBackend::split_strided(int parent, int slot, int start, int stride, int size) {
   lib::Team t = lib::team_invalid();
-  if (int rc = lib::team_split_strided(p.handle, start, stride, size, &t))
-    throw Error(ErrorKind::generic, std::string(lib::kName) + " team_split_strided(start=" + std::to_string(start) +
-                                        ", stride=" + std::to_string(stride) + ", size=" + std::to_string(size) +
-                                        ") returned " + std::to_string(rc));
+  lib_check(lib::team_split_strided(team_ref(parent).handle, start, stride, size, &t),
+            "team_split_strided(start=" + std::to_string(start) + ", stride=" + std::to_string(stride) +
+                ", size=" + std::to_string(size) + ")");
   if (t == lib::team_invalid()) return kTeamInvalid;
   add_team(slot, t);
   return slot;
 }
 
-std::pair<int, int> VendorBackend::team_split_2d(int parent, int xrange) {
-  require_full_mode("team_split_2d");
+void GpuBackend::split_2d(int parent, int xslot, int yslot, int xrange) {
   const TeamEntry& p = team_ref(parent);
   const int n = int(p.members.size());
-  xrange = std::max(1, std::min(xrange, n));
-  int yslot = -1;
-  const int xslot = claim_slots(parent, Call{.op = CallOp::split_2d, .a = xrange}, 2, &yslot);
   lib::Team x = lib::team_invalid(), y = lib::team_invalid();
   if constexpr (lib::kSplit2d) {
-    if (int rc = lib::team_split_2d(p.handle, xrange, &x, &y))
-      throw Error(ErrorKind::generic, std::string(lib::kName) + " team_split_2d(xrange=" + std::to_string(xrange) +
-                                          ") returned " + std::to_string(rc));
+    lib_check(lib::team_split_2d(p.handle, xrange, &x, &y), "team_split_2d(xrange=" + std::to_string(xrange) + ")");
   } else {
     // On top of split_strided: every row, then every column, each split called by all PEs
     // of the parent; a PE keeps the one row and the one column it belongs to.
     for (int r = 0; r * xrange < n; ++r) {
       lib::Team t = lib::team_invalid();
-      if (int rc = lib::team_split_strided(p.handle, r * xrange, 1, std::min(xrange, n - r * xrange), &t))
-        throw Error(ErrorKind::generic, std::string(lib::kName) + " team_split_strided for row " + std::to_string(r) +
-                                            " returned " + std::to_string(rc));
+      lib_check(lib::team_split_strided(p.handle, r * xrange, 1, std::min(xrange, n - r * xrange), &t),
+                "team_split_strided for row " + std::to_string(r));
       if (t != lib::team_invalid()) x = t;
     }
     for (int c = 0; c < xrange; ++c) {
       lib::Team t = lib::team_invalid();
-      if (int rc = lib::team_split_strided(p.handle, c, xrange, (n - c + xrange - 1) / xrange, &t))
-        throw Error(ErrorKind::generic, std::string(lib::kName) + " team_split_strided for column " +
-                                            std::to_string(c) + " returned " + std::to_string(rc));
+      lib_check(lib::team_split_strided(p.handle, c, xrange, (n - c + xrange - 1) / xrange, &t),
+                "team_split_strided for column " + std::to_string(c));
       if (t != lib::team_invalid()) y = t;
     }
   }
   add_team(xslot, x);
   add_team(yslot, y);
-  return {xslot, yslot};
 }
 
-void VendorBackend::team_destroy(int team) {
-  if (team == kTeamWorld || team == kTeamNode)
-    throw Error(ErrorKind::value, "the world and node teams cannot be destroyed");
-  enter(team, Call{.op = CallOp::team_destroy});  // collective over the team, as in OpenSHMEM
+void GpuBackend::destroy_team(int team) {
   lib::team_destroy(team_ref(team).handle);
   teams_[team].reset();
   if (desc_) clear_descriptors(team, 1);  // NOTE [team descriptor]: fresh counters for the slot's next team
@@ -478,21 +430,21 @@ void VendorBackend::team_destroy(int team) {
 
 // ---- RMA, signals, atomics -------------------------------------------------------------------
 
-void VendorBackend::put(Addr dest, Addr source, std::size_t bytes, int pe, Stream s) {
+void GpuBackend::put(Addr dest, Addr source, std::size_t bytes, int pe, Stream s) {
   lib::putmem_on_stream(ptr(dest), ptr(source), bytes, pe, as_stream(s));
 }
 
-void VendorBackend::get(Addr dest, Addr source, std::size_t bytes, int pe, Stream s) {
+void GpuBackend::get(Addr dest, Addr source, std::size_t bytes, int pe, Stream s) {
   lib::getmem_on_stream(ptr(dest), ptr(source), bytes, pe, as_stream(s));
 }
 
-void VendorBackend::put_signal(Addr dest, Addr source, std::size_t bytes, Addr sig, std::uint64_t value, SignalOp op,
+void GpuBackend::put_signal(Addr dest, Addr source, std::size_t bytes, Addr sig, std::uint64_t value, SignalOp op,
                                int pe, Stream s) {
   lib::putmem_signal_on_stream(ptr(dest), ptr(source), bytes, static_cast<std::uint64_t*>(ptr(sig)), value, op, pe,
                                as_stream(s));
 }
 
-void VendorBackend::signal_op(Addr sig, std::uint64_t value, SignalOp op, int pe, Stream s) {
+void GpuBackend::signal_op(Addr sig, std::uint64_t value, SignalOp op, int pe, Stream s) {
   if constexpr (lib::kSignalOpOnStream) {
     lib::signal_op_on_stream(static_cast<std::uint64_t*>(ptr(sig)), value, op, pe, as_stream(s));
   } else {
@@ -502,9 +454,9 @@ void VendorBackend::signal_op(Addr sig, std::uint64_t value, SignalOp op, int pe
   }
 }
 
-std::uint64_t VendorBackend::signal_fetch(Addr sig) { return read_local(sig, 8); }
+std::uint64_t GpuBackend::signal_fetch(Addr sig) { return read_local(sig, 8); }
 
-std::uint64_t VendorBackend::signal_wait_until(Addr sig, Cmp cmp, std::uint64_t value, Stream s) {
+std::uint64_t GpuBackend::signal_wait_until(Addr sig, Cmp cmp, std::uint64_t value, Stream s) {
   // A host-side wait (it returns the value seen): after the stream's earlier work, poll the
   // local word. The library's *_wait_until_on_stream is not used: limited mode refuses it.
   rt_check(lib::rt_stream_sync(as_stream(s)), "stream synchronize");
@@ -515,7 +467,7 @@ std::uint64_t VendorBackend::signal_wait_until(Addr sig, Cmp cmp, std::uint64_t 
   return seen;
 }
 
-void VendorBackend::wait_until(Addr p, DType type, Cmp cmp, std::uint64_t value) {
+void GpuBackend::wait_until(Addr p, DType type, Cmp cmp, std::uint64_t value) {
   const std::size_t size = dtype_size(type);
   std::uint64_t seen = 0;
   wait([&] { return compare_bits(type, seen = read_local(p, size), cmp, value); },
@@ -523,11 +475,11 @@ void VendorBackend::wait_until(Addr p, DType type, Cmp cmp, std::uint64_t value)
                     std::to_string(value) + " (its bits are " + std::to_string(seen) + ")"; });
 }
 
-bool VendorBackend::test(Addr p, DType type, Cmp cmp, std::uint64_t value) {
+bool GpuBackend::test(Addr p, DType type, Cmp cmp, std::uint64_t value) {
   return compare_bits(type, read_local(p, dtype_size(type)), cmp, value);
 }
 
-std::size_t VendorBackend::wait_until_any(Addr p, std::size_t stride, DType type, Cmp cmp,
+std::size_t GpuBackend::wait_until_any(Addr p, std::size_t stride, DType type, Cmp cmp,
                                          const std::vector<std::uint64_t>& values) {
   std::size_t found = 0;
   wait([&] {
@@ -542,46 +494,38 @@ std::size_t VendorBackend::wait_until_any(Addr p, std::size_t stride, DType type
   return found;
 }
 
-void VendorBackend::quiet(Stream s) { lib::quiet_on_stream(as_stream(s)); }
-void VendorBackend::fence() { lib::fence(); }
+void GpuBackend::quiet(Stream s) { lib::quiet_on_stream(as_stream(s)); }
+void GpuBackend::fence() { lib::fence(); }
 
-std::uint64_t VendorBackend::atomic(AtomicOp op, DType type, Addr dest, std::uint64_t value, std::uint64_t cond,
+std::uint64_t GpuBackend::atomic(AtomicOp op, DType type, Addr dest, std::uint64_t value, std::uint64_t cond,
                                     int pe) {
   return lib::atomic(op, type, ptr(dest), value, cond, pe);
 }
 
-// ---- synchronisation and collectives ---------------------------------------------------------
-// Each first enters (NOTE [collective descriptor], NOTE [vendor exchange]), so that a PE with
-// other arguments, or one that rejected its own, makes every member raise instead of hang.
+// ---- synchronisation and collectives (checked first by the shared layer) ---------------------
 
-void VendorBackend::barrier(int team, Stream s) {
-  enter(team, Call{.op = CallOp::barrier});
+void GpuBackend::run_barrier(int team, Stream s) {
   team_barrier(team, true, as_stream(s));
   // Returns once the barrier has passed on the stream: host-initiated operations (atomics)
   // issued next cannot overtake stream work that preceded the barrier on any PE.
   rt_check(lib::rt_stream_sync(as_stream(s)), "stream synchronize");
 }
 
-void VendorBackend::sync(int team, Stream s) {
-  enter(team, Call{.op = CallOp::sync});
+void GpuBackend::run_sync(int team, Stream s) {
   team_barrier(team, false, as_stream(s));
   rt_check(lib::rt_stream_sync(as_stream(s)), "stream synchronize");
 }
 
-void VendorBackend::broadcast(int team, Addr dest, Addr source, std::size_t bytes, DType type, int root, Stream s) {
-  require_full_mode("broadcastmem_on_stream");
-  enter(team, Call{.op = CallOp::broadcast, .dtype = type, .root = std::uint32_t(root), .bytes = bytes});
-  if (int rc = lib::broadcastmem_on_stream(team_ref(team).handle, ptr(dest), ptr(source), bytes, root, as_stream(s)))
-    throw Error(ErrorKind::generic, std::string(lib::kName) + " broadcastmem_on_stream returned " + std::to_string(rc));
+void GpuBackend::run_broadcast(int team, Addr dest, Addr source, std::size_t bytes, int root, Stream s) {
+  lib_check(lib::broadcastmem_on_stream(team_ref(team).handle, ptr(dest), ptr(source), bytes, root, as_stream(s)),
+            "broadcastmem_on_stream");
 }
 
-void VendorBackend::fcollect(int team, Addr dest, Addr source, std::size_t bytes, DType type, Stream s) {
-  require_full_mode("fcollectmem_on_stream");
-  enter(team, Call{.op = CallOp::fcollect, .dtype = type, .bytes = bytes});
+void GpuBackend::run_fcollect(int team, Addr dest, Addr source, std::size_t bytes, Stream s) {
   const TeamEntry& t = team_ref(team);
   if constexpr (lib::kFcollectOnStream) {
-    if (int rc = lib::fcollectmem_on_stream(t.handle, ptr(dest), ptr(source), bytes, as_stream(s)))
-      throw Error(ErrorKind::generic, std::string(lib::kName) + " fcollectmem_on_stream returned " + std::to_string(rc));
+    lib_check(lib::fcollectmem_on_stream(t.handle, ptr(dest), ptr(source), bytes, as_stream(s)),
+              "fcollectmem_on_stream");
   } else {
     // On top of puts: this PE's block goes to block my_index of every member, then a team barrier.
     for (int m : t.members) lib::putmem_on_stream(ptr(dest + t.my_index * bytes), ptr(source), bytes, m, as_stream(s));
@@ -589,32 +533,20 @@ void VendorBackend::fcollect(int team, Addr dest, Addr source, std::size_t bytes
   }
 }
 
-void VendorBackend::alltoall(int team, Addr dest, Addr source, std::size_t bytes, DType type, Stream s) {
-  require_full_mode("alltoallmem_on_stream");
-  enter(team, Call{.op = CallOp::alltoall, .dtype = type, .bytes = bytes});
-  if (int rc = lib::alltoallmem_on_stream(team_ref(team).handle, ptr(dest), ptr(source), bytes, as_stream(s)))
-    throw Error(ErrorKind::generic, std::string(lib::kName) + " alltoallmem_on_stream returned " + std::to_string(rc));
+void GpuBackend::run_alltoall(int team, Addr dest, Addr source, std::size_t bytes, Stream s) {
+  lib_check(lib::alltoallmem_on_stream(team_ref(team).handle, ptr(dest), ptr(source), bytes, as_stream(s)),
+            "alltoallmem_on_stream");
 }
 
-void VendorBackend::reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op, Stream s) {
-  require_full_mode("reduce_on_stream");
-  if (const char* missing = lib::missing_reduction(type, false))
-    throw Error(ErrorKind::generic, std::string(lib::kName) + " has no " + missing + ": " + dtype_name(type) +
-                                        " reductions are not available on this backend");
-  enter(team, Call{.op = CallOp::reduce, .dtype = type, .redop = op, .bytes = nelems * dtype_size(type)});
-  if (int rc = lib::reduce(type, op, team_ref(team).handle, ptr(dest), ptr(source), nelems, as_stream(s)))
-    throw Error(ErrorKind::generic, std::string(lib::kName) + " reduction returned " + std::to_string(rc));
+void GpuBackend::run_reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op,
+                            Stream s) {
+  lib_check(lib::reduce(type, op, team_ref(team).handle, ptr(dest), ptr(source), nelems, as_stream(s)), "reduction");
 }
 
-void VendorBackend::reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
-                                  Stream s) {
-  require_full_mode("reducescatter_on_stream");
-  if (const char* missing = lib::missing_reduction(type, true))
-    throw Error(ErrorKind::generic, std::string(lib::kName) + " has no " + missing + ": " + dtype_name(type) +
-                                        " reduce-scatter is not available on this backend");
-  enter(team, Call{.op = CallOp::reducescatter, .dtype = type, .redop = op, .bytes = nelems_out * dtype_size(type)});
-  if (int rc = lib::reducescatter(type, op, team_ref(team).handle, ptr(dest), ptr(source), nelems_out, as_stream(s)))
-    throw Error(ErrorKind::generic, std::string(lib::kName) + " reduce-scatter returned " + std::to_string(rc));
+void GpuBackend::run_reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
+                                   Stream s) {
+  lib_check(lib::reducescatter(type, op, team_ref(team).handle, ptr(dest), ptr(source), nelems_out, as_stream(s)),
+            "reduce-scatter");
 }
 
-}  // namespace unishmem::vendor
+}  // namespace unishmem::gpu
