@@ -32,3 +32,11 @@ function(unishmem_site_paths out)
   endforeach()
   set(${out} ${paths} PARENT_SCOPE)
 endfunction()
+
+# unishmem_missing(<list> <var> <what>): appends <what> to <list> where the find result <var> is unset
+# or NOTFOUND, so that CMake can say every missing piece at once.
+function(unishmem_missing list var what)
+  if(NOT ${var})
+    set(${list} ${${list}} "${what}" PARENT_SCOPE)
+  endif()
+endfunction()

@@ -100,46 +100,38 @@ void BackendBase::reject_collective(int team) {
 }
 
 void BackendBase::barrier(int team, Stream s) {
-  const Turn t = turn();
-  check(team, Call{.op = CallOp::barrier});
-  run_barrier(team, s);
+  collective(team, Call{.op = CallOp::barrier}, [&] { run_barrier(team, s); });
 }
 
 void BackendBase::sync(int team, Stream s) {
-  const Turn t = turn();
-  check(team, Call{.op = CallOp::sync});
-  run_sync(team, s);
+  collective(team, Call{.op = CallOp::sync}, [&] { run_sync(team, s); });
 }
 
 void BackendBase::broadcast(int team, Addr dest, Addr source, std::size_t bytes, DType type, int root, Stream s) {
-  const Turn t = turn();
-  check(team, Call{.op = CallOp::broadcast, .dtype = type, .root = std::uint32_t(root), .bytes = bytes});
-  run_broadcast(team, dest, source, bytes, root, s);
+  collective(team, Call{.op = CallOp::broadcast, .dtype = type, .root = std::uint32_t(root), .bytes = bytes},
+             [&] { run_broadcast(team, dest, source, bytes, root, s); });
 }
 
 void BackendBase::fcollect(int team, Addr dest, Addr source, std::size_t bytes, DType type, Stream s) {
-  const Turn t = turn();
-  check(team, Call{.op = CallOp::fcollect, .dtype = type, .bytes = bytes});
-  run_fcollect(team, dest, source, bytes, s);
+  collective(team, Call{.op = CallOp::fcollect, .dtype = type, .bytes = bytes},
+             [&] { run_fcollect(team, dest, source, bytes, s); });
 }
 
 void BackendBase::alltoall(int team, Addr dest, Addr source, std::size_t bytes, DType type, Stream s) {
-  const Turn t = turn();
-  check(team, Call{.op = CallOp::alltoall, .dtype = type, .bytes = bytes});
-  run_alltoall(team, dest, source, bytes, s);
+  collective(team, Call{.op = CallOp::alltoall, .dtype = type, .bytes = bytes},
+             [&] { run_alltoall(team, dest, source, bytes, s); });
 }
 
 void BackendBase::reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op, Stream s) {
-  const Turn t = turn();
-  check(team, Call{.op = CallOp::reduce, .dtype = type, .redop = op, .bytes = nelems * dtype_size(type)});
-  run_reduce(team, dest, source, nelems, type, op, s);
+  collective(team, Call{.op = CallOp::reduce, .dtype = type, .redop = op, .bytes = nelems * dtype_size(type)},
+             [&] { run_reduce(team, dest, source, nelems, type, op, s); });
 }
 
 void BackendBase::reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
                                 Stream s) {
-  const Turn t = turn();
-  check(team, Call{.op = CallOp::reducescatter, .dtype = type, .redop = op, .bytes = nelems_out * dtype_size(type)});
-  run_reducescatter(team, dest, source, nelems_out, type, op, s);
+  collective(team,
+             Call{.op = CallOp::reducescatter, .dtype = type, .redop = op, .bytes = nelems_out * dtype_size(type)},
+             [&] { run_reducescatter(team, dest, source, nelems_out, type, op, s); });
 }
 
 }  // namespace unishmem

@@ -11,6 +11,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,13 @@ struct TeamInfo {
   int my_index = -1;
   int channel = 0;           // the slot whose barrier and Calls it uses (a full team: the world's)
 };
+
+// The team in slot `team` of a backend's table (const or not); ValueError if this PE has none there.
+template <class Teams> auto& team_in(Teams& teams, int team) {
+  if (team < 0 || team >= int(teams.size()) || !teams[team])
+    throw Error(ErrorKind::value, "team handle " + std::to_string(team) + " is not a team this PE belongs to");
+  return *teams[team];
+}
 
 class BackendBase : public Backend {
  public:
@@ -105,9 +114,12 @@ class BackendBase : public Backend {
   Allocator allocator_;
 
  private:
-  void check(int team, const Call& call) {
+  // A collective call: this PE's turn, the backend's refusal if any, the check, then the work.
+  template <class Run> void collective(int team, const Call& call, Run&& run) {
+    const Turn t = turn();
     prepare(call);
     enter(team, call);
+    run();
   }
   // The first `count` (1 or 2) slots free on every member of `parent`, from the payloads of a
   // split just entered on it.

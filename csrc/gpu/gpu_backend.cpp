@@ -209,16 +209,6 @@ void GpuBackend::module_init(std::uintptr_t module, Stream s) {
 
 // ---- helpers ---------------------------------------------------------------------------------
 
-TeamEntry& GpuBackend::team_ref(int team) {
-  return const_cast<TeamEntry&>(static_cast<const GpuBackend*>(this)->team_ref(team));
-}
-
-const TeamEntry& GpuBackend::team_ref(int team) const {
-  if (team < 0 || team >= kMaxTeams || !teams_[team])
-    throw Error(ErrorKind::value, "team handle " + std::to_string(team) + " is not a team this PE belongs to");
-  return *teams_[team];
-}
-
 void GpuBackend::add_team(int slot, lib::Team handle) {
   TeamEntry t;
   t.handle = handle;

@@ -117,8 +117,8 @@ class GpuBackend final : public BackendBase {
   void run_reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
                          Stream s) override;
 
-  TeamEntry& team_ref(int team);
-  const TeamEntry& team_ref(int team) const;
+  TeamEntry& team_ref(int team) { return team_in(teams_, team); }
+  const TeamEntry& team_ref(int team) const { return team_in(teams_, team); }
   std::uint64_t* slot(int team, int parity, int pe) const;
   std::uint64_t* staging() const;
   void team_barrier(int team, bool complete_puts, lib::Stream s);

@@ -419,16 +419,6 @@ void HostBackend::end_turn() {
 
 // ---- teams and internal exchange -------------------------------------------------------------
 
-Team& HostBackend::team_ref(int team) {
-  return const_cast<Team&>(static_cast<const HostBackend*>(this)->team_ref(team));
-}
-
-const Team& HostBackend::team_ref(int team) const {
-  if (team < 0 || team >= kMaxTeams || !teams_[team])
-    throw Error(ErrorKind::value, "team handle " + std::to_string(team) + " is not a team this PE belongs to");
-  return *teams_[team];
-}
-
 void HostBackend::team_barrier(int team) {
   const int c = team_ref(team).channel;
   Team& t = *teams_[c];

@@ -204,8 +204,8 @@ class HostBackend final : public BackendBase {
   Addr translate(Addr local, int pe) const {
     return local - reinterpret_cast<Addr>(heap(pe_)) + reinterpret_cast<Addr>(heap(pe));
   }
-  Team& team_ref(int team);
-  const Team& team_ref(int team) const;
+  Team& team_ref(int team) { return team_in(teams_, team); }
+  const Team& team_ref(int team) const { return team_in(teams_, team); }
   void make_team(int slot, std::vector<int> members);
 
   // awaited: the PE whose action ends the wait, or -1 when any PE's could. A wait that ends
