@@ -402,3 +402,17 @@ def test_info_says_which_rocshmem_release_enables_what(tmp_path):
     assert old[-1] == "rocSHMEM 3.2.1 is older than 3.3: unishmem's rocshmem backend is not built against it"
     with pytest.raises(ValueError, match="'unknown'"):
         vendor_libs.rocshmem_features("unknown")
+
+
+def test_cxx_reads_no_unishmem_setting_from_the_environment():
+    """C++ receives every UNISHMEM_* setting as a value from Python (read in one place there); it may read only
+    a vendor library's own variables. Every getenv names its variable literally, so the scan below sees them all."""
+    calls = []
+    for folder, _, files in os.walk(os.path.join(ROOT, "csrc")):
+        for name in files:
+            text = open(os.path.join(folder, name)).read()
+            assert "environ" not in text, name
+            calls += [(name, arg) for arg in re.findall(r"getenv\s*\(([^)]*)\)", text)]
+    for name, arg in calls:
+        assert re.fullmatch(r'"[A-Z0-9_]+"', arg.strip()), (name, arg)
+        assert not arg.strip('" ').startswith("UNISHMEM_"), (name, arg)

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <string>
 
+#include "dtype.hpp"
+
 namespace unishmem {
 
-BackendBase::BackendBase(int pe, int n_pes, std::size_t heap_size, int max_teams)
-    : pe_(pe), n_pes_(n_pes), heap_size_(heap_size), allocator_(heap_size), max_teams_(max_teams) {
+BackendBase::BackendBase(int pe, int n_pes, std::size_t heap_size, int max_teams, WaitPolicy policy)
+    : pe_(pe), n_pes_(n_pes), heap_size_(heap_size), allocator_(heap_size), policy_(policy),
+      max_teams_(max_teams) {
   if (n_pes < 1 || pe < 0 || pe >= n_pes)
     throw Error(ErrorKind::value, "PE " + std::to_string(pe) + " of " + std::to_string(n_pes) + " is out of range");
 }
@@ -32,6 +35,37 @@ void BackendBase::free(Addr local) {
   enter(kTeamWorld, Call{.op = CallOp::free, .bytes = offset});
   if (local < heap_base() || !allocator_.release(offset))
     throw Error(ErrorKind::value, "heap offset " + std::to_string(offset) + " is not a live symmetric allocation");
+}
+
+// ---- waits ---------------------------------------------------------------------------------------
+
+std::string BackendBase::signal_wait_text(Addr sig, Cmp cmp, std::uint64_t value, std::uint64_t seen) const {
+  return "signal at heap offset " + std::to_string(sig - heap_base()) + " to become " + cmp_name(cmp) + " " +
+         std::to_string(value) + " (it is " + std::to_string(seen) + ")";
+}
+
+std::string BackendBase::value_wait_text(Addr ptr, DType type, Cmp cmp, std::uint64_t value,
+                                         std::uint64_t seen) const {
+  return with_int_type(type, [&](auto zero) {
+    using T = decltype(zero);
+    return "value at heap offset " + std::to_string(ptr - heap_base()) + " to become " + cmp_name(cmp) + " " +
+           std::to_string(from_bits<T>(value)) + " (it is " + std::to_string(from_bits<T>(seen)) + ")";
+  });
+}
+
+std::string BackendBase::any_wait_text(Addr ptr, std::size_t stride, Cmp cmp,
+                                       const std::vector<std::uint64_t>& values) const {
+  return "any of " + std::to_string(values.size()) + " values from heap offset " + std::to_string(ptr - heap_base()) +
+         " (every " + std::to_string(stride) + " bytes) to become " + cmp_name(cmp) + " " +
+         (values.size() ? std::to_string(values[0]) : "") +
+         (values.size() > 1 && values[1] != values[0] ? ", ..." : "");
+}
+
+std::optional<std::size_t> BackendBase::first_ready(Addr ptr, std::size_t stride, DType type, Cmp cmp,
+                                                    const std::vector<std::uint64_t>& values) {
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (test(ptr + i * stride, type, cmp, values[i])) return i;
+  return std::nullopt;
 }
 
 // ---- teams ---------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@
 #include "../backend.hpp"
 #include "allocator.hpp"
 #include "collective.hpp"
+#include "wait.hpp"
 
 namespace unishmem {
 
@@ -40,7 +41,10 @@ template <class Teams> auto& team_in(Teams& teams, int team) {
 class BackendBase : public Backend {
  public:
   // max_teams: the team slots the backend has (at most 64: slots in use travel as one bitmap word).
-  BackendBase(int pe, int n_pes, std::size_t heap_size, int max_teams);
+  BackendBase(int pe, int n_pes, std::size_t heap_size, int max_teams, WaitPolicy policy);
+
+  // Called periodically by every slow wait (the bindings: Ctrl-C); throws to end it.
+  void set_wait_check(WaitCheck check) { wait_check_ = std::move(check); }
 
   int my_pe() const final { return pe_; }
   int n_pes() const final { return n_pes_; }
@@ -80,6 +84,14 @@ class BackendBase : public Backend {
     return Turn(*this);
   }
 
+  // What a wait waits for, as its stall warning, timeout and hang report say; `seen`: the word's bits now.
+  std::string signal_wait_text(Addr sig, Cmp cmp, std::uint64_t value, std::uint64_t seen) const;
+  std::string value_wait_text(Addr ptr, DType type, Cmp cmp, std::uint64_t value, std::uint64_t seen) const;
+  std::string any_wait_text(Addr ptr, std::size_t stride, Cmp cmp, const std::vector<std::uint64_t>& values) const;
+  // The first i whose word at ptr + i * stride compares true against values[i] (by test()), if any.
+  std::optional<std::size_t> first_ready(Addr ptr, std::size_t stride, DType type, Cmp cmp,
+                                         const std::vector<std::uint64_t>& values);
+
   // ---- what each backend supplies ----
   // The team in a slot; raises ValueError for a slot that holds no team of this PE.
   virtual const TeamInfo& team_info(int team) const = 0;
@@ -112,6 +124,8 @@ class BackendBase : public Backend {
   const int pe_, n_pes_;
   const std::size_t heap_size_;
   Allocator allocator_;
+  WaitPolicy policy_;
+  WaitCheck wait_check_;
 
  private:
   // A collective call: this PE's turn, the backend's refusal if any, the check, then the work.

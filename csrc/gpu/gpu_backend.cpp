@@ -55,7 +55,7 @@ std::string GpuBackend::unique_id() {
 
 GpuBackend::GpuBackend(const std::string& unique_id, int pe, int n_pes, int device, std::size_t heap_size,
                        WaitPolicy policy, const std::vector<std::pair<int, int>>& node_groups)
-    : BackendBase(pe, n_pes, heap_size, kMaxTeams), device_(device), policy_(policy) {
+    : BackendBase(pe, n_pes, heap_size, kMaxTeams, policy), device_(device) {
   const std::string lib_name = lib::kName;
   require_library_usable();
   if (g_library_active)
@@ -358,7 +358,7 @@ std::uint64_t GpuBackend::read_local(Addr addr, std::size_t size) {
 template <class Done, class Describe>
 void GpuBackend::wait(Done&& done, Describe&& describe) {
   wait_for(done, describe, policy_, spin_, bell_, [&] {
-    if (check_) check_();
+    if (wait_check_) wait_check_();
   });
 }
 
@@ -452,8 +452,7 @@ std::uint64_t GpuBackend::signal_wait_until(Addr sig, Cmp cmp, std::uint64_t val
   rt_check(lib::rt_stream_sync(as_stream(s)), "stream synchronize");
   std::uint64_t seen = 0;
   wait([&] { return compare(seen = read_local(sig, 8), cmp, value); },
-       [&] { return "signal at heap offset " + std::to_string(sig - heap_base()) + " to become " + cmp_name(cmp) + " " +
-                    std::to_string(value) + " (it is " + std::to_string(seen) + ")"; });
+       [&] { return signal_wait_text(sig, cmp, value, seen); });
   return seen;
 }
 
@@ -461,8 +460,7 @@ void GpuBackend::wait_until(Addr p, DType type, Cmp cmp, std::uint64_t value) {
   const std::size_t size = dtype_size(type);
   std::uint64_t seen = 0;
   wait([&] { return compare_bits(type, seen = read_local(p, size), cmp, value); },
-       [&] { return "value at heap offset " + std::to_string(p - heap_base()) + " to become " + cmp_name(cmp) + " " +
-                    std::to_string(value) + " (its bits are " + std::to_string(seen) + ")"; });
+       [&] { return value_wait_text(p, type, cmp, value, seen); });
 }
 
 bool GpuBackend::test(Addr p, DType type, Cmp cmp, std::uint64_t value) {
@@ -471,17 +469,10 @@ bool GpuBackend::test(Addr p, DType type, Cmp cmp, std::uint64_t value) {
 
 std::size_t GpuBackend::wait_until_any(Addr p, std::size_t stride, DType type, Cmp cmp,
                                          const std::vector<std::uint64_t>& values) {
-  std::size_t found = 0;
-  wait([&] {
-         for (std::size_t i = 0; i < values.size(); ++i)
-           if (test(p + i * stride, type, cmp, values[i])) return found = i, true;
-         return false;
-       },
-       [&] {
-         return "any of " + std::to_string(values.size()) + " values from heap offset " +
-                std::to_string(p - heap_base()) + " to become " + cmp_name(cmp) + " their targets";
-       });
-  return found;
+  std::optional<std::size_t> found;
+  wait([&] { return (found = first_ready(p, stride, type, cmp, values)).has_value(); },
+       [&] { return any_wait_text(p, stride, cmp, values); });
+  return *found;
 }
 
 void GpuBackend::quiet(Stream s) { lib::quiet_on_stream(as_stream(s)); }

@@ -67,7 +67,6 @@ class GpuBackend final : public BackendBase {
   GpuBackend& operator=(const GpuBackend&) = delete;
 
   static std::string unique_id();  // made on PE 0 and handed to every PE by the bootstrap
-  void set_wait_check(WaitCheck check) { check_ = std::move(check); }
 
   Addr heap_base() const override { return reinterpret_cast<Addr>(heap_); }
   Addr peer_heap_base(int pe) const { return peer_base_.at(pe); }
@@ -132,10 +131,8 @@ class GpuBackend final : public BackendBase {
   void release(bool collective);
 
   int device_;
-  WaitPolicy policy_;
   SpinState spin_;  // stays 0: every poll is a device-to-host copy, so no busy spin
   Doorbell bell_;   // nobody rings it (the device writes): its sleeps are timed
-  WaitCheck check_;
   void* heap_ = nullptr;
   std::uint64_t* ctl_ = nullptr;  // symmetric control buffer (NOTE [vendor exchange])
   std::uint64_t* desc_ = nullptr; // symmetric team descriptors, one per slot (NOTE [team descriptor]); null if unused

@@ -68,7 +68,7 @@ thread_local std::string t_program;  // "program (x, y, z)" on a program's threa
 }  // namespace
 
 HostBackend::HostBackend(std::string token, int pe, int n_pes, std::size_t heap_size, WaitPolicy policy)
-    : BackendBase(pe, n_pes, heap_size, kMaxTeams), token_(std::move(token)), policy_(policy), maps_(n_pes),
+    : BackendBase(pe, n_pes, heap_size, kMaxTeams, policy), token_(std::move(token)), maps_(n_pes),
       pids_(n_pes, 0) {
   // NOTE [wait phases] (common/wait.hpp): spin before sleeping only where every PE can have a core;
   // with more PEs than cores a spinning PE holds the core that the awaited one needs.
@@ -400,7 +400,7 @@ void HostBackend::wait(Done&& done, Describe&& describe, const WaitCond* conds, 
       throw Error(ErrorKind::generic, t_program + " stopped waiting: another program of its launch failed");
     check_deadlock();  // before check_peers: a peer that already reported it may have exited
     check_peers(describe(), awaited);
-    if (external_check_) external_check_();
+    if (wait_check_) wait_check_();
   });
 }
 
@@ -556,9 +556,7 @@ std::uint64_t HostBackend::signal_wait_until(Addr sig, Cmp cmp, std::uint64_t va
   std::uint64_t seen = 0;
   const WaitCond cond{kControlBytes + (sig - heap_base()), value, pe_, int(DType::u64), int(cmp), kWaitSignal};
   wait([&] { return compare(seen = load_acquire(word), cmp, value); },
-       [&] { return "signal at heap offset " + std::to_string(sig - heap_base()) + " to become " + cmp_name(cmp) + " " +
-                    std::to_string(value) + " (it is " + std::to_string(load_acquire(word)) + ")"; },
-       cond);
+       [&] { return signal_wait_text(sig, cmp, value, load_acquire(word)); }, cond);
   return seen;
 }
 
@@ -576,9 +574,7 @@ void HostBackend::wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value)
     const T target = from_bits<T>(value);
     const WaitCond cond{kControlBytes + (ptr - heap_base()), value, pe_, int(type), int(cmp), kWaitValue};
     wait([&] { return compare(load_acquire(word), cmp, target); },
-         [&] { return "value at heap offset " + std::to_string(ptr - heap_base()) + " to become " + cmp_name(cmp) +
-                      " " + std::to_string(target) + " (it is " + std::to_string(load_acquire(word)) + ")"; },
-         cond);
+         [&] { return value_wait_text(ptr, type, cmp, value, to_bits(load_acquire(word))); }, cond);
     return 0;
   });
 }
@@ -589,20 +585,10 @@ std::size_t HostBackend::wait_until_any(Addr ptr, std::size_t stride, DType type
   for (std::size_t i = 0; i < values.size(); ++i)
     conds[i] = WaitCond{kControlBytes + (ptr + i * stride - heap_base()), values[i], pe_, int(type), int(cmp),
                         kWaitAny};
-  std::size_t found = 0;
-  wait([&] {
-         for (std::size_t i = 0; i < values.size(); ++i)
-           if (test(ptr + i * stride, type, cmp, values[i])) return found = i, true;
-         return false;
-       },
-       [&] {
-         return "any of " + std::to_string(values.size()) + " values from heap offset " +
-                std::to_string(ptr - heap_base()) + " (every " + std::to_string(stride) + " bytes) to become " +
-                cmp_name(cmp) + " " + (values.size() ? std::to_string(values[0]) : "") +
-                (values.size() > 1 && values[1] != values[0] ? ", ..." : "");
-       },
-       conds.data(), conds.size());
-  return found;
+  std::optional<std::size_t> found;
+  wait([&] { return (found = first_ready(ptr, stride, type, cmp, values)).has_value(); },
+       [&] { return any_wait_text(ptr, stride, cmp, values); }, conds.data(), conds.size());
+  return *found;
 }
 
 void HostBackend::quiet(Stream) { std::atomic_thread_fence(std::memory_order_seq_cst); }

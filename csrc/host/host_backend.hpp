@@ -130,7 +130,6 @@ class HostBackend final : public BackendBase {
   ~HostBackend() override;
   void attach_peers();
   void unlink_own_segment();
-  void set_wait_check(WaitCheck check) { external_check_ = std::move(check); }
   // NOTE [wait sites]: called on a waiting thread when its wait turns slow; says where it was called
   // (the Python caller, or the kernel line under the interpreter).
   void set_site_provider(std::function<std::string()> site) { site_ = std::move(site); }
@@ -235,8 +234,6 @@ class HostBackend final : public BackendBase {
   void leave(bool collective_barrier, PeState state);
 
   std::string token_;
-  WaitPolicy policy_;
-  WaitCheck external_check_;
   std::function<std::string()> site_;
   std::mutex waiters_mu_;            // guards waiting_, live_ and what this PE publishes of them
   std::vector<Waiter*> waiting_;     // this process's threads in a slow wait
