@@ -33,9 +33,11 @@ const char* dtype_name(DType t);
 // Error kinds map one-to-one onto the Python exception classes (bindings.cpp).
 enum class ErrorKind { generic, symmetry, not_symmetric, peer_failure, out_of_memory, timeout, deadlock, value, unavailable };
 
+// `code`: the status a library call returned (NOTE [status check], common/status.hpp); 0 if none.
 struct Error : std::runtime_error {
   ErrorKind kind;
-  Error(ErrorKind k, const std::string& what) : std::runtime_error(what), kind(k) {}
+  int code;
+  Error(ErrorKind k, const std::string& what, int status = 0) : std::runtime_error(what), kind(k), code(status) {}
 };
 
 constexpr int kTeamWorld = 0;

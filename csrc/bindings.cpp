@@ -4,18 +4,20 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <cstdio>
 #include <optional>
 
 #include "backend.hpp"
+#include "common/wait.hpp"
 #include "fast_calls.hpp"
 #ifdef UNISHMEM_HOST
 #include "host/bench.hpp"
 #include "host/host_backend.hpp"
 #endif
 #if defined(UNISHMEM_NVSHMEM) || defined(UNISHMEM_ROCSHMEM)
-#define UNISHMEM_VENDOR
-#include "vendor/dlpack_view.hpp"
-#include "vendor/vendor_backend.hpp"
+#define UNISHMEM_GPU
+#include "gpu/dlpack_view.hpp"
+#include "gpu/gpu_backend.hpp"
 #endif
 
 namespace py = pybind11;
@@ -58,12 +60,17 @@ void unishmem::set_error(const Error& e) {
     return;
   }
 #endif
-  if (e.kind == ErrorKind::value) {
-    PyErr_SetString(PyExc_ValueError, e.what());
+  py::object cls = e.kind == ErrorKind::value
+                       ? py::reinterpret_borrow<py::object>(PyExc_ValueError)
+                       : py::module_::import("unishmem.errors").attr(error_class(e.kind));
+  if (e.code == 0) {
+    PyErr_SetString(cls.ptr(), e.what());
     return;
   }
-  py::object cls = py::module_::import("unishmem.errors").attr(error_class(e.kind));
-  PyErr_SetString(cls.ptr(), e.what());
+  // NOTE [status check]: the library's status travels on the exception as `.code`.
+  py::object error = cls(e.what());
+  error.attr("code") = e.code;
+  PyErr_SetObject(cls.ptr(), error.ptr());
 }
 
 namespace {
@@ -188,10 +195,32 @@ void check_python_signals() {
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
 
+// NOTE [stall reports] (common/wait.hpp): an UnishmemWarning from the waiting thread, which holds
+// no GIL while it waits; a warning filter that turns it into an error ends the wait with it. The
+// warning names the first frame outside the package: the caller's line that waits.
+void warn_stall(const std::string& what, double seconds) {
+  char waited[32];
+  std::snprintf(waited, sizeof waited, "%.0f", seconds);
+  const std::string message = std::string("still waiting after ") + waited + " s for " + what;
+  py::gil_scoped_acquire gil;
+  const py::module_ package = py::module_::import("unishmem");
+  std::string root = py::str(package.attr("__file__"));  // its Python files (an editable install keeps
+  root.erase(root.rfind('/') + 1);                          // the modules elsewhere)
+  int stacklevel = 1;
+  for (py::object frame = py::module_::import("sys").attr("_getframe")(0); !frame.is_none();
+       frame = frame.attr("f_back"), ++stacklevel) {
+    const std::string file = py::str(frame.attr("f_code").attr("co_filename"));
+    if (file.rfind(root, 0) != 0) break;
+  }
+  if (PyErr_WarnEx(package.attr("UnishmemWarning").ptr(), message.c_str(), stacklevel) != 0)
+    throw py::error_already_set();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   translate_errors();
+  set_stall_reporter(warn_stall);
   bind_interface(m);
   bind_fast_calls(m);
 #ifdef UNISHMEM_HOST
@@ -200,7 +229,7 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
       .def(py::init([](std::string token, int pe, int n_pes, std::size_t heap_size, double stall_warn_s,
                        double timeout_s, double deadlock_s) {
              auto b = std::make_unique<HostBackend>(std::move(token), pe, n_pes, heap_size,
-                                                    host::WaitPolicy{stall_warn_s, timeout_s, deadlock_s});
+                                                    WaitPolicy{stall_warn_s, timeout_s, deadlock_s});
              b->set_wait_check(check_python_signals);
              b->set_site_provider([] {
                py::gil_scoped_acquire gil;
@@ -241,9 +270,9 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   m.def("bench_barrier", &host::bench::barrier_seconds, py::arg("backend"), py::arg("team"), py::arg("iters"),
         py::arg("samples") = 0);
 #endif
-#ifdef UNISHMEM_VENDOR
-  using vendor::VendorBackend;
-  namespace lib = vendor::lib;
+#ifdef UNISHMEM_GPU
+  using gpu::GpuBackend;
+  namespace lib = gpu::lib;
   m.attr("vendor") = lib::kName;
   m.attr("header_version") = lib::kHeaderVersion;
   m.def("library_version", [] {
@@ -251,28 +280,29 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
     lib::library_version(&major, &minor, &patch);
     return py::make_tuple(major, minor, patch);
   }, "The loaded library's own version (callable before init).");
-  m.def("unique_id", [] { return py::bytes(VendorBackend::unique_id()); },
+  m.def("unique_id", [] { return py::bytes(GpuBackend::unique_id()); },
         "A unique id for unique-id init; made on PE 0 only, then handed to every PE.");
-  py::class_<VendorBackend, Backend>(m, "VendorBackend", py::module_local())
+  // Python still names the class VendorBackend (pysrc/unishmem/backends.py).
+  py::class_<GpuBackend, Backend>(m, "VendorBackend", py::module_local())
       .def(py::init([](py::bytes unique_id, int pe, int n_pes, int device, std::size_t heap_size,
                        double stall_warn_s, double timeout_s, std::vector<std::pair<int, int>> node_groups) {
-             auto b = std::make_unique<VendorBackend>(std::string(unique_id), pe, n_pes, device, heap_size,
-                                                      host::WaitPolicy{stall_warn_s, timeout_s}, node_groups);
+             auto b = std::make_unique<GpuBackend>(std::string(unique_id), pe, n_pes, device, heap_size,
+                                                   WaitPolicy{stall_warn_s, timeout_s}, node_groups);
              b->set_wait_check(check_python_signals);
              return b;
            }),
            py::arg("unique_id"), py::arg("pe"), py::arg("n_pes"), py::arg("device"), py::arg("heap_size"),
            py::arg("stall_warn_s"), py::arg("timeout_s"), py::arg("node_groups"))
-      .def_property_readonly("device", &VendorBackend::device)
-      .def_property_readonly("limited_mode", &VendorBackend::limited_mode)
-      .def_property_readonly("init_mode", &VendorBackend::init_mode)
-      .def("module_init", &VendorBackend::module_init, py::arg("module"), py::arg("stream") = 0)
-      .def("heap_view", [](VendorBackend& b, int pe) -> py::object {
+      .def_property_readonly("device", &GpuBackend::device)
+      .def_property_readonly("limited_mode", &GpuBackend::limited_mode)
+      .def_property_readonly("init_mode", &GpuBackend::init_mode)
+      .def("module_init", &GpuBackend::module_init, py::arg("module"), py::arg("stream") = 0)
+      .def("heap_view", [](GpuBackend& b, int pe) -> py::object {
         // PE pe's heap as seen from this process, as a DLPack capsule of bytes on the device.
         const Addr base = b.peer_heap_base(pe);
         if (!base) return py::none();
         return py::reinterpret_steal<py::object>(
-            vendor::dlpack_bytes(reinterpret_cast<void*>(base), b.heap_size(), lib::kDLPackDevice, b.device()));
+            gpu::dlpack_bytes(reinterpret_cast<void*>(base), b.heap_size(), lib::kDLPackDevice, b.device()));
       });
 #endif
 }

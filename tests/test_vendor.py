@@ -149,10 +149,17 @@ def test_native_init_without_a_device_fails_cleanly_and_the_process_goes_on():
             print("INITIALISED")
         except unishmem.BackendUnavailable as e:
             print("UNAVAILABLE", e)
+            print("CODE", e.code)
         print("LIBRARY", ".".join(map(str, mod.library_version())), len(mod.unique_id()))
     """)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert re.search(r"UNAVAILABLE CUDA cannot use device 0: cuda\w+: ", proc.stdout), proc.stdout
+    m = re.search(r"UNAVAILABLE CUDA cannot use device 0: (cuda\w+): ", proc.stdout)
+    assert m, proc.stdout
+    # NOTE [status check]: the exception carries CUDA's own code for the error it names (cudaError_t values
+    # from the CUDA runtime API reference).
+    codes = {"cudaErrorInsufficientDriver": 35, "cudaErrorNoDevice": 100}
+    assert m.group(1) in codes, proc.stdout
+    assert f"CODE {codes[m.group(1)]}\n" in proc.stdout, proc.stdout
     assert f"LIBRARY {WHEEL.version} 128" in proc.stdout, proc.stdout
 
 
@@ -196,7 +203,7 @@ def _configure(build_dir, env, *defines) -> str:
     return proc.stdout
 
 
-# NOTE [rocSHMEM build] (cmake/vendor.cmake): a STAND-IN ROCm prefix holding CMake package files only.
+# NOTE [rocSHMEM build] (cmake/gpu.cmake): a STAND-IN ROCm prefix holding CMake package files only.
 STANDIN_ROCM = os.path.join(ROOT, "tests", "fixtures", "standin_rocm")
 
 
@@ -271,6 +278,17 @@ def _commands_of(commands, target):
     return [c for c in commands if f"CMakeFiles/{target}.dir/" in c["output"]]
 
 
+# Every backend module's sources beyond its own (UNISHMEM_COMMON_SOURCES in CMakeLists.txt).
+COMMON_SOURCES = (
+    "csrc/bindings.cpp",
+    "csrc/fast_calls.cpp",
+    "csrc/common/dtype.cpp",
+    "csrc/common/collective.cpp",
+    "csrc/common/backend_base.cpp",
+    "csrc/common/allocator.cpp",
+    "csrc/common/wait.cpp",
+)
+
 HIP_FLAGS = re.compile(r"(^|\s)(-x\s+hip|--offload-arch=\S+|-fgpu-rdc|--hip-link|--cuda-host-only)(\s|$)")
 
 
@@ -281,14 +299,9 @@ def test_rocm_branch_leaves_host_and_nvshmem_sources_plain_cxx(standin_configure
     host_files = sorted(os.path.relpath(c["file"], ROOT) for c in host)
     assert host_files == sorted(
         [
-            "csrc/bindings.cpp",
-            "csrc/fast_calls.cpp",
-            "csrc/dtype.cpp",
-            "csrc/common/collective.cpp",
+            *COMMON_SOURCES,
             "csrc/host/host_backend.cpp",
-            "csrc/host/allocator.cpp",
             "csrc/host/segment.cpp",
-            "csrc/host/wait.cpp",
             "csrc/host/reduce.cpp",
             "csrc/host/bench.cpp",
         ]
@@ -306,18 +319,7 @@ def test_rocshmem_module_is_one_hip_toolchain_without_lto(standin_configure):
     _, clang, commands, link = standin_configure
     roc = _commands_of(commands, "_rocshmem")
     wrapped = sorted(open(c["file"]).read().split('"')[1] for c in roc)
-    assert wrapped == sorted(
-        os.path.join(ROOT, f)
-        for f in (
-            "csrc/bindings.cpp",
-            "csrc/fast_calls.cpp",
-            "csrc/dtype.cpp",
-            "csrc/common/collective.cpp",
-            "csrc/vendor/vendor_backend.cpp",
-            "csrc/host/allocator.cpp",
-            "csrc/host/wait.cpp",
-        )
-    ), wrapped
+    assert wrapped == sorted(os.path.join(ROOT, f) for f in (*COMMON_SOURCES, "csrc/gpu/gpu_backend.cpp")), wrapped
     for c in roc:
         cmd = c["command"]
         assert cmd.startswith(clang) and c["file"].endswith(".hip"), cmd
@@ -327,7 +329,7 @@ def test_rocshmem_module_is_one_hip_toolchain_without_lto(standin_configure):
 
 
 AMO_BY_COMPARE_SWAP = r"""
-#include "vendor/amo_table.hpp"
+#include "gpu/amo_table.hpp"
 #include <cstdio>
 using namespace unishmem;
 int main() {
@@ -341,7 +343,7 @@ int main() {
       if (was == cond) word = value;
       return was;
     };
-    const std::uint64_t old = vendor::lib::amo_by_compare_swap<std::uint64_t>(op, 0x3C3C, word, cas);
+    const std::uint64_t old = gpu::lib::amo_by_compare_swap<std::uint64_t>(op, 0x3C3C, word, cas);
     std::printf("%d %llu %llu %llu\n", int(op), (unsigned long long)old, (unsigned long long)word,
                 (unsigned long long)tries);
   }
@@ -400,3 +402,17 @@ def test_info_says_which_rocshmem_release_enables_what(tmp_path):
     assert old[-1] == "rocSHMEM 3.2.1 is older than 3.3: unishmem's rocshmem backend is not built against it"
     with pytest.raises(ValueError, match="'unknown'"):
         vendor_libs.rocshmem_features("unknown")
+
+
+def test_cxx_reads_no_unishmem_setting_from_the_environment():
+    """C++ receives every UNISHMEM_* setting as a value from Python (read in one place there); it may read only
+    a vendor library's own variables. Every getenv names its variable literally, so the scan below sees them all."""
+    calls = []
+    for folder, _, files in os.walk(os.path.join(ROOT, "csrc")):
+        for name in files:
+            text = open(os.path.join(folder, name)).read()
+            assert "environ" not in text, name
+            calls += [(name, arg) for arg in re.findall(r"getenv\s*\(([^)]*)\)", text)]
+    for name, arg in calls:
+        assert re.fullmatch(r'"[A-Z0-9_]+"', arg.strip()), (name, arg)
+        assert not arg.strip('" ').startswith("UNISHMEM_"), (name, arg)

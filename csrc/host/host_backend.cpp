@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "../common/dtype.hpp"
 #include "reduce.hpp"
 
 namespace unishmem::host {
@@ -38,34 +39,6 @@ bool process_alive(int pid) {
   return !(close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X'));
 }
 
-template <class T> bool compare(T a, Cmp cmp, T b) {
-  switch (cmp) {
-    case Cmp::eq: return a == b;
-    case Cmp::ne: return a != b;
-    case Cmp::gt: return a > b;
-    case Cmp::ge: return a >= b;
-    case Cmp::lt: return a < b;
-    case Cmp::le: return a <= b;
-  }
-  return false;
-}
-
-const char* cmp_name(Cmp c) {
-  static const char* names[] = {"==", "!=", ">", ">=", "<", "<="};
-  return names[int(c)];
-}
-
-template <class T> T from_bits(std::uint64_t v) {
-  T x;
-  std::memcpy(&x, &v, sizeof(T));  // little-endian: the low bytes
-  return x;
-}
-template <class T> std::uint64_t to_bits(T x) {
-  std::uint64_t v = 0;
-  std::memcpy(&v, &x, sizeof(T));
-  return v;
-}
-
 template <class T> std::uint64_t atomic_typed(AtomicOp op, T* p, T v, T cond) {
   std::atomic_ref<T> a(*p);
   switch (op) {
@@ -87,18 +60,6 @@ template <class T> std::uint64_t atomic_typed(AtomicOp op, T* p, T v, T cond) {
   throw Error(ErrorKind::value, "unknown atomic op " + std::to_string(int(op)));
 }
 
-// Calls fn.template operator()<T>() with T the C++ type of an integer dtype.
-template <class Fn> auto with_int_type(DType type, Fn&& fn) {
-  switch (type) {
-    case DType::i32: return fn(std::int32_t{});
-    case DType::i64: return fn(std::int64_t{});
-    case DType::u32: return fn(std::uint32_t{});
-    case DType::u64: return fn(std::uint64_t{});
-    default: break;
-  }
-  throw Error(ErrorKind::value, "dtype code " + std::to_string(int(type)) + " is not int32, int64, uint32 or uint64");
-}
-
 // Per thread and per doorbell (a peer's arrival, our inbox): programs of a launch wait
 // concurrently, each adapting its own spins.
 thread_local std::optional<std::array<SpinState, 2>> t_spin;
@@ -107,14 +68,12 @@ thread_local std::string t_program;  // "program (x, y, z)" on a program's threa
 }  // namespace
 
 HostBackend::HostBackend(std::string token, int pe, int n_pes, std::size_t heap_size, WaitPolicy policy)
-    : token_(std::move(token)), pe_(pe), n_pes_(n_pes), heap_size_(heap_size), policy_(policy),
-      maps_(n_pes), pids_(n_pes, 0), allocator_(heap_size) {
-  // NOTE [wait phases] (wait.hpp): spin before sleeping only where every PE can have a core;
+    : BackendBase(pe, n_pes, heap_size, kMaxTeams, policy), token_(std::move(token)), maps_(n_pes),
+      pids_(n_pes, 0) {
+  // NOTE [wait phases] (common/wait.hpp): spin before sleeping only where every PE can have a core;
   // with more PEs than cores a spinning PE holds the core that the awaited one needs.
   policy_.max_spin_s = n_pes <= available_cpus() ? kMaxSpin : 0.0;
   policy_.yield = n_pes > available_cpus();
-  if (n_pes < 1 || pe < 0 || pe >= n_pes)
-    throw Error(ErrorKind::value, "PE " + std::to_string(pe) + " of " + std::to_string(n_pes) + " is out of range");
   // Every PE of the job is on this host and maps every segment, so the segments must fit
   // /dev/shm together. attach_peers() reserves them: none is reserved before every PE has
   // checked here (the bootstrap agrees on our creation before anyone attaches).
@@ -441,29 +400,24 @@ void HostBackend::wait(Done&& done, Describe&& describe, const WaitCond* conds, 
       throw Error(ErrorKind::generic, t_program + " stopped waiting: another program of its launch failed");
     check_deadlock();  // before check_peers: a peer that already reported it may have exited
     check_peers(describe(), awaited);
-    if (external_check_) external_check_();
+    if (wait_check_) wait_check_();
   });
 }
 
-HostBackend::Turn HostBackend::collective_turn() {
-  std::unique_lock lock(collective_mu_, std::try_to_lock);
-  if (!lock)  // a sibling program's collective: it ends through its own waits, so this one never holds alone
-    wait([&] { return lock.try_lock(); },
-         [] { return std::string("another program of this PE to finish its collective call"); }, WaitCond{.pe = -1, .kind = kWaitTurn});
-  return Turn{std::move(lock), *this};
+void HostBackend::begin_turn() {
+  bool mine = collective_mu_.try_lock();
+  if (!mine)  // a sibling program's collective: it ends through its own waits, so this one never holds alone
+    wait([&] { return mine || (mine = collective_mu_.try_lock()); },
+         [] { return std::string("another program of this PE to finish its collective call"); },
+         WaitCond{.pe = -1, .kind = kWaitTurn});
+}
+
+void HostBackend::end_turn() {
+  collective_mu_.unlock();
+  if (!finalized_) ring(ctl(pe_)->inbox);  // finalized: the segment is unmapped
 }
 
 // ---- teams and internal exchange -------------------------------------------------------------
-
-Team& HostBackend::team_ref(int team) {
-  return const_cast<Team&>(static_cast<const HostBackend*>(this)->team_ref(team));
-}
-
-const Team& HostBackend::team_ref(int team) const {
-  if (team < 0 || team >= kMaxTeams || !teams_[team])
-    throw Error(ErrorKind::value, "team handle " + std::to_string(team) + " is not a team this PE belongs to");
-  return *teams_[team];
-}
 
 void HostBackend::team_barrier(int team) {
   const int c = team_ref(team).channel;
@@ -513,12 +467,6 @@ std::uint64_t HostBackend::payload(int team, int i) const {
   return ctl(t.members[i])->calls[t.channel][teams_[t.channel]->epoch & 1][kCallWords];
 }
 
-int HostBackend::claim_slot(std::uint64_t taken, int skip) const {
-  for (int s = 0; s < kMaxTeams; ++s)
-    if (!(taken >> s & 1) && s != skip) return s;
-  throw Error(ErrorKind::generic, "all " + std::to_string(kMaxTeams) + " team slots are in use: destroy teams no longer needed");
-}
-
 void HostBackend::make_team(int slot, std::vector<int> members) {
   Team t;
   t.members = std::move(members);
@@ -534,79 +482,30 @@ void HostBackend::make_team(int slot, std::vector<int> members) {
   store_release(ctl(pe_)->teams_in_use.value, ctl(pe_)->teams_in_use.value | (1ull << slot));
 }
 
-// A split is collective over the parent: every member must ask for the same one. Each also
-// publishes the slots it uses, so that the new team's slot is free on all its members.
-int HostBackend::team_split_strided(int parent, int start, int stride, int size) {
-  const auto turn = collective_turn();
-  enter(parent, Call{.op = CallOp::split_strided, .a = start, .b = stride, .c = size}, ctl(pe_)->teams_in_use.value);
+int HostBackend::split_strided(int parent, int slot, int start, int stride, int size) {
   const Team& p = team_ref(parent);
   std::vector<int> members;
   for (int i = 0; i < size; ++i) members.push_back(p.members[start + i * stride]);
   const bool member = std::find(members.begin(), members.end(), pe_) != members.end();
-  std::uint64_t taken = 0;
-  for (std::size_t i = 0; i < p.members.size(); ++i) taken |= payload(parent, int(i));
-  const int slot = claim_slot(taken);
   if (member) make_team(slot, std::move(members));
   team_barrier(parent);  // bases are read before any member of the new team can arrive on it
   return member ? slot : kTeamInvalid;
 }
 
-std::pair<int, int> HostBackend::team_split_2d(int parent, int xrange) {
-  const auto turn = collective_turn();
+void HostBackend::split_2d(int parent, int xslot, int yslot, int xrange) {
   const Team& p = team_ref(parent);
   const int n = int(p.members.size()), me = p.my_index;
-  xrange = std::min(xrange, n);  // a wider row is the whole team, whatever the number
-  enter(parent, Call{.op = CallOp::split_2d, .a = xrange}, ctl(pe_)->teams_in_use.value);
   std::vector<int> xs, ys;
   for (int i = me / xrange * xrange; i < std::min(n, (me / xrange + 1) * xrange); ++i) xs.push_back(p.members[i]);
   for (int i = me % xrange; i < n; i += xrange) ys.push_back(p.members[i]);
-  std::uint64_t taken = 0;
-  for (int i = 0; i < n; ++i) taken |= payload(parent, i);
-  const int xslot = claim_slot(taken), yslot = claim_slot(taken, xslot);
   make_team(xslot, xs);
   make_team(yslot, ys);
   team_barrier(parent);
-  return {xslot, yslot};
 }
 
-void HostBackend::team_destroy(int team) {
-  const auto turn = collective_turn();
-  if (team == kTeamWorld || team == kTeamNode)
-    throw Error(ErrorKind::value, "the world and node teams cannot be destroyed");
-  enter(team, Call{.op = CallOp::team_destroy});  // collective over the team, as in OpenSHMEM
+void HostBackend::destroy_team(int team) {
   teams_[team].reset();
   store_release(ctl(pe_)->teams_in_use.value, ctl(pe_)->teams_in_use.value & ~(1ull << team));
-}
-
-int HostBackend::team_translate_pe(int src_team, int pe, int dst_team) const {
-  const Team& src = team_ref(src_team);
-  const Team& dst = team_ref(dst_team);
-  if (pe < 0 || pe >= int(src.members.size())) return -1;
-  auto it = std::find(dst.members.begin(), dst.members.end(), src.members[pe]);
-  return it == dst.members.end() ? -1 : int(it - dst.members.begin());
-}
-
-// ---- symmetric allocation -------------------------------------------------------------------
-
-Addr HostBackend::malloc(std::size_t bytes, DType dtype) {
-  const auto turn = collective_turn();
-  enter(kTeamWorld, Call{.op = CallOp::alloc, .dtype = dtype, .bytes = bytes});
-  auto offset = allocator_.allocate(bytes);
-  if (!offset)
-    throw Error(ErrorKind::out_of_memory,
-                "symmetric heap exhausted: requested " + std::to_string(bytes) + " bytes, " +
-                    std::to_string(allocator_.free_bytes()) + " bytes free (largest free block " +
-                    std::to_string(allocator_.largest_free_block()) + ") of " + std::to_string(heap_size_) +
-                    "; raise heap_size or UNISHMEM_SYMMETRIC_SIZE");
-  return heap_base() + *offset;
-}
-
-void HostBackend::free(Addr local) {
-  const auto turn = collective_turn();
-  const std::size_t offset = local - heap_base();
-  enter(kTeamWorld, Call{.op = CallOp::free, .bytes = offset});
-  if (local < heap_base() || !allocator_.release(offset))
-    throw Error(ErrorKind::value, "heap offset " + std::to_string(offset) + " is not a live symmetric allocation");
 }
 
 // ---- RMA, signals, atomics ---------------------------------------------------------------------
@@ -657,9 +556,7 @@ std::uint64_t HostBackend::signal_wait_until(Addr sig, Cmp cmp, std::uint64_t va
   std::uint64_t seen = 0;
   const WaitCond cond{kControlBytes + (sig - heap_base()), value, pe_, int(DType::u64), int(cmp), kWaitSignal};
   wait([&] { return compare(seen = load_acquire(word), cmp, value); },
-       [&] { return "signal at heap offset " + std::to_string(sig - heap_base()) + " to become " + cmp_name(cmp) + " " +
-                    std::to_string(value) + " (it is " + std::to_string(load_acquire(word)) + ")"; },
-       cond);
+       [&] { return signal_wait_text(sig, cmp, value, load_acquire(word)); }, cond);
   return seen;
 }
 
@@ -677,9 +574,7 @@ void HostBackend::wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value)
     const T target = from_bits<T>(value);
     const WaitCond cond{kControlBytes + (ptr - heap_base()), value, pe_, int(type), int(cmp), kWaitValue};
     wait([&] { return compare(load_acquire(word), cmp, target); },
-         [&] { return "value at heap offset " + std::to_string(ptr - heap_base()) + " to become " + cmp_name(cmp) +
-                      " " + std::to_string(target) + " (it is " + std::to_string(load_acquire(word)) + ")"; },
-         cond);
+         [&] { return value_wait_text(ptr, type, cmp, value, to_bits(load_acquire(word))); }, cond);
     return 0;
   });
 }
@@ -690,20 +585,10 @@ std::size_t HostBackend::wait_until_any(Addr ptr, std::size_t stride, DType type
   for (std::size_t i = 0; i < values.size(); ++i)
     conds[i] = WaitCond{kControlBytes + (ptr + i * stride - heap_base()), values[i], pe_, int(type), int(cmp),
                         kWaitAny};
-  std::size_t found = 0;
-  wait([&] {
-         for (std::size_t i = 0; i < values.size(); ++i)
-           if (test(ptr + i * stride, type, cmp, values[i])) return found = i, true;
-         return false;
-       },
-       [&] {
-         return "any of " + std::to_string(values.size()) + " values from heap offset " +
-                std::to_string(ptr - heap_base()) + " (every " + std::to_string(stride) + " bytes) to become " +
-                cmp_name(cmp) + " " + (values.size() ? std::to_string(values[0]) : "") +
-                (values.size() > 1 && values[1] != values[0] ? ", ..." : "");
-       },
-       conds.data(), conds.size());
-  return found;
+  std::optional<std::size_t> found;
+  wait([&] { return (found = first_ready(ptr, stride, type, cmp, values)).has_value(); },
+       [&] { return any_wait_text(ptr, stride, cmp, values); }, conds.data(), conds.size());
+  return *found;
 }
 
 void HostBackend::quiet(Stream) { std::atomic_thread_fence(std::memory_order_seq_cst); }
@@ -719,59 +604,37 @@ std::uint64_t HostBackend::atomic(AtomicOp op, DType type, Addr dest, std::uint6
   });
 }
 
-// ---- synchronisation and collectives --------------------------------------------------------
+// ---- synchronisation and collectives (checked first by the shared layer) ----------------------
 // Collectives read peers' sources straight from their mappings between two team barriers.
 
-void HostBackend::reject_collective(int team) {
-  const auto turn = collective_turn();
-  try {
-    enter(team, Call{.op = CallOp::rejected});
-  } catch (const Error& e) {
-    if (e.kind != ErrorKind::symmetry) throw;  // the mismatch is expected; the caller raises its own error
-  }
+void HostBackend::prepare(const Call& call) {
+  if (call.op == CallOp::barrier) quiet(0);  // a barrier completes this PE's writes before it arrives
 }
 
-void HostBackend::barrier(int team, Stream s) {
-  const auto turn = collective_turn();
-  quiet(s);
-  enter(team, Call{.op = CallOp::barrier});
-}
-
-void HostBackend::sync(int team, Stream) {
-  const auto turn = collective_turn();
-  enter(team, Call{.op = CallOp::sync});
-}
-
-void HostBackend::broadcast(int team, Addr dest, Addr source, std::size_t bytes, DType type, int root, Stream) {
-  const auto turn = collective_turn();
+void HostBackend::run_broadcast(int team, Addr dest, Addr source, std::size_t bytes, int root, Stream) {
   const Team& t = team_ref(team);
-  enter(team, Call{.op = CallOp::broadcast, .dtype = type, .root = std::uint32_t(root), .bytes = bytes});
   std::memmove(reinterpret_cast<void*>(dest), reinterpret_cast<const void*>(translate(source, t.members[root])), bytes);
   team_barrier(team);
 }
 
-void HostBackend::fcollect(int team, Addr dest, Addr source, std::size_t bytes, DType type, Stream) {
-  const auto turn = collective_turn();
+void HostBackend::run_fcollect(int team, Addr dest, Addr source, std::size_t bytes, Stream) {
   const Team& t = team_ref(team);
-  enter(team, Call{.op = CallOp::fcollect, .dtype = type, .bytes = bytes});
   for (std::size_t i = 0; i < t.members.size(); ++i)
     std::memcpy(reinterpret_cast<char*>(dest) + i * bytes, reinterpret_cast<const void*>(translate(source, t.members[i])),
                 bytes);
   team_barrier(team);
 }
 
-void HostBackend::alltoall(int team, Addr dest, Addr source, std::size_t bytes, DType type, Stream) {
-  const auto turn = collective_turn();
+void HostBackend::run_alltoall(int team, Addr dest, Addr source, std::size_t bytes, Stream) {
   const Team& t = team_ref(team);
-  enter(team, Call{.op = CallOp::alltoall, .dtype = type, .bytes = bytes});
   for (std::size_t i = 0; i < t.members.size(); ++i)
     std::memcpy(reinterpret_cast<char*>(dest) + i * bytes,
                 reinterpret_cast<const void*>(translate(source + t.my_index * bytes, t.members[i])), bytes);
   team_barrier(team);
 }
 
-void HostBackend::reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op, Stream) {
-  const auto turn = collective_turn();
+void HostBackend::run_reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op,
+                             Stream) {
   // Reduce-scatter then all-gather: each member reduces one chunk, then copies the others'.
   // Safe in place (dest == source): a member only ever writes the chunk that no peer reads.
   const Team& t = team_ref(team);
@@ -779,7 +642,6 @@ void HostBackend::reduce(int team, Addr dest, Addr source, std::size_t nelems, D
   const std::size_t esz = dtype_size(type);
   auto chunk = [&](int i) { return std::pair{nelems * i / n * esz, (nelems * (i + 1) / n - nelems * i / n)}; };
   std::vector<const void*> srcs(n);
-  enter(team, Call{.op = CallOp::reduce, .dtype = type, .redop = op, .bytes = nelems * esz});
   auto [off, len] = chunk(t.my_index);
   for (int i = 0; i < n; ++i) srcs[i] = reinterpret_cast<const void*>(translate(source + off, t.members[i]));
   if (len) reduce_arrays(reinterpret_cast<void*>(dest + off), srcs.data(), n, len, type, op);
@@ -792,15 +654,13 @@ void HostBackend::reduce(int team, Addr dest, Addr source, std::size_t nelems, D
   team_barrier(team);
 }
 
-void HostBackend::reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
-                                Stream) {
-  const auto turn = collective_turn();
+void HostBackend::run_reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type,
+                                    ReduceOp op, Stream) {
   const Team& t = team_ref(team);
   const int n = int(t.members.size());
   const std::size_t off = t.my_index * nelems_out * dtype_size(type);
   std::vector<const void*> srcs(n);
   for (int i = 0; i < n; ++i) srcs[i] = reinterpret_cast<const void*>(translate(source + off, t.members[i]));
-  enter(team, Call{.op = CallOp::reducescatter, .dtype = type, .redop = op, .bytes = nelems_out * dtype_size(type)});
   if (nelems_out) reduce_arrays(reinterpret_cast<void*>(dest), srcs.data(), n, nelems_out, type, op);
   team_barrier(team);
 }
@@ -809,7 +669,7 @@ void HostBackend::finalize() { leave(true, kFinalized); }
 void HostBackend::abandon() { leave(false, kAbandoned); }
 
 void HostBackend::leave(bool collective_barrier, PeState state) {
-  const auto turn = collective_turn();
+  const Turn mine = turn();
   if (finalized_) return;
   std::exception_ptr failure;  // a dead peer must not stop this PE from letting go of its memory
   try {

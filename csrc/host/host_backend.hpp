@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "../backend.hpp"
+#include "../common/backend_base.hpp"
 #include "../common/collective.hpp"
-#include "allocator.hpp"
+#include "../common/wait.hpp"
 #include "segment.hpp"
-#include "wait.hpp"
 
 namespace unishmem::host {
 
@@ -113,19 +113,15 @@ struct ControlArea {
 static_assert(sizeof(ControlArea) <= kControlBytes);
 
 // NOTE [barrier channel]: a team whose members are all the PEs synchronises on the world's
-// counters and Calls, as full teams of the vendor backend use barrier_all: so a collective on
+// counters and Calls, as full teams of the GPU backend use barrier_all: so a collective on
 // the world against one on an equal sub-team (or the node team) meet at one barrier and fail
 // the check, instead of each waiting forever for the other.
-struct Team {
-  std::vector<int> members;         // world PEs, in team order
-  std::uint64_t id = 0;             // team_identity(members)
-  int my_index = -1;
-  int channel = 0;                  // the slot whose counters and Calls it uses
+struct Team : TeamInfo {
   std::vector<std::uint64_t> base;  // a channel's own: each member's arrive value when it was made
   std::uint64_t epoch = 0;          // a channel's own: barriers passed on it
 };
 
-class HostBackend final : public Backend {
+class HostBackend final : public BackendBase {
  public:
   // Creates this PE's segment (after checking that every PE's fits /dev/shm). Then, once every
   // PE has created its own: attach_peers(), which reserves this PE's pages; and once every PE has
@@ -134,7 +130,6 @@ class HostBackend final : public Backend {
   ~HostBackend() override;
   void attach_peers();
   void unlink_own_segment();
-  void set_wait_check(WaitCheck check) { external_check_ = std::move(check); }
   // NOTE [wait sites]: called on a waiting thread when its wait turns slow; says where it was called
   // (the Python caller, or the kernel line under the interpreter).
   void set_site_provider(std::function<std::string()> site) { site_ = std::move(site); }
@@ -154,23 +149,9 @@ class HostBackend final : public Backend {
   void abort_programs();  // every program's wait raises, so a failed launch ends
   static void unlink_job(const std::string& token, int n_pes);
 
-  int my_pe() const override { return pe_; }
-  int n_pes() const override { return n_pes_; }
   Addr heap_base() const override { return reinterpret_cast<Addr>(heap(pe_)); }
-  std::size_t heap_size() const override { return heap_size_; }
   Addr peer_heap_base(int pe) const { return reinterpret_cast<Addr>(heap(pe)); }
-
-  Addr malloc(std::size_t bytes, DType dtype) override;
-  void free(Addr local) override;
-  std::size_t heap_free_bytes() const override { return allocator_.free_bytes(); }
   Addr peer_ptr(Addr local, int pe) const override { return translate(local, pe); }
-
-  int team_my_pe(int team) const override { return team_ref(team).my_index; }
-  int team_n_pes(int team) const override { return int(team_ref(team).members.size()); }
-  int team_translate_pe(int src_team, int pe, int dst_team) const override;
-  int team_split_strided(int parent, int start, int stride, int size) override;
-  std::pair<int, int> team_split_2d(int parent, int xrange) override;
-  void team_destroy(int team) override;
 
   void put(Addr dest, Addr source, std::size_t bytes, int pe, Stream) override;
   void get(Addr dest, Addr source, std::size_t bytes, int pe, Stream) override;
@@ -189,28 +170,41 @@ class HostBackend final : public Backend {
   std::uint64_t atomic(AtomicOp op, DType type, Addr dest, std::uint64_t value, std::uint64_t cond,
                        int pe) override;
 
-  void barrier(int team, Stream) override;
-  void sync(int team, Stream) override;
-  void broadcast(int team, Addr dest, Addr source, std::size_t bytes, DType type, int root, Stream) override;
-  void fcollect(int team, Addr dest, Addr source, std::size_t bytes_per_pe, DType type, Stream) override;
-  void alltoall(int team, Addr dest, Addr source, std::size_t bytes_per_pe, DType type, Stream) override;
-  void reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op, Stream) override;
-  void reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
-                     Stream) override;
-
-  void reject_collective(int team) override;
   void finalize() override;
   void abandon() override;
 
  private:
+  // The shared layer's primitives (NOTE [shared layer]).
+  const TeamInfo& team_info(int team) const override { return team_ref(team); }
+  std::uint64_t teams_in_use() const override { return ctl(pe_)->teams_in_use.value; }
+  // Opens a collective (NOTE [collective descriptor]): publishes `call` and `payload`, passes
+  // a barrier of the team and checks that every member made the same call.
+  void enter(int team, Call call, std::uint64_t payload = 0) override;
+  std::uint64_t payload(int team, int i) const override;
+  void prepare(const Call& call) override;
+  // Collectives of one PE take turns: programs of a launch may call them concurrently. Giving
+  // the turn back rings our inbox, where a sibling waiting for it sleeps.
+  void begin_turn() override;
+  void end_turn() override;
+  int split_strided(int parent, int slot, int start, int stride, int size) override;
+  void split_2d(int parent, int xslot, int yslot, int xrange) override;
+  void destroy_team(int team) override;
+  void run_barrier(int, Stream) override {}
+  void run_sync(int, Stream) override {}
+  void run_broadcast(int team, Addr dest, Addr source, std::size_t bytes, int root, Stream) override;
+  void run_fcollect(int team, Addr dest, Addr source, std::size_t bytes_per_pe, Stream) override;
+  void run_alltoall(int team, Addr dest, Addr source, std::size_t bytes_per_pe, Stream) override;
+  void run_reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op, Stream) override;
+  void run_reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
+                         Stream) override;
+
   ControlArea* ctl(int pe) const { return reinterpret_cast<ControlArea*>(maps_[pe].data()); }
   char* heap(int pe) const { return maps_[pe].data() + kControlBytes; }
   Addr translate(Addr local, int pe) const {
     return local - reinterpret_cast<Addr>(heap(pe_)) + reinterpret_cast<Addr>(heap(pe));
   }
-  Team& team_ref(int team);
-  const Team& team_ref(int team) const;
-  int claim_slot(std::uint64_t taken, int skip = -1) const;
+  Team& team_ref(int team) { return team_in(teams_, team); }
+  const Team& team_ref(int team) const { return team_in(teams_, team); }
   void make_team(int slot, std::vector<int> members);
 
   // awaited: the PE whose action ends the wait, or -1 when any PE's could. A wait that ends
@@ -228,17 +222,6 @@ class HostBackend final : public Backend {
   };
   void set_waiting(Waiter* w, bool waiting);
   void publish_waits();  // with waiters_mu_ held
-  // Collectives of one PE take turns: programs of a launch may call them concurrently. Giving
-  // the turn back rings our inbox, where a sibling waiting for it sleeps.
-  struct Turn {
-    std::unique_lock<std::mutex> lock;
-    HostBackend& b;
-    ~Turn() {
-      lock.unlock();
-      if (!b.finalized_) ring(b.ctl(b.pe_)->inbox);  // finalized: the segment is unmapped
-    }
-  };
-  Turn collective_turn();
   // The doorbell a wait sleeps on: see wait().
   Doorbell& bell_for(int awaited) { return awaited >= 0 ? ctl(awaited)->arrived : ctl(pe_)->inbox; }
   std::string failure_of(int pe, int awaited) const;
@@ -248,18 +231,9 @@ class HostBackend final : public Backend {
   void check_deadlock();
   [[noreturn]] void raise_deadlock();
   void team_barrier(int team);
-  // Opens a collective (NOTE [collective descriptor]): publishes `call` and `payload`, passes
-  // a barrier of the team and checks that every member made the same call.
-  void enter(int team, Call call, std::uint64_t payload = 0);
-  // Member i's payload in the call just entered on `team`.
-  std::uint64_t payload(int team, int i) const;
   void leave(bool collective_barrier, PeState state);
 
   std::string token_;
-  int pe_, n_pes_;
-  std::size_t heap_size_;
-  WaitPolicy policy_;
-  WaitCheck external_check_;
   std::function<std::string()> site_;
   std::mutex waiters_mu_;            // guards waiting_, live_ and what this PE publishes of them
   std::vector<Waiter*> waiting_;     // this process's threads in a slow wait
@@ -269,7 +243,6 @@ class HostBackend final : public Backend {
   std::mutex deadlock_mu_;           // one thread of this PE at a time runs the deadlock check
   std::vector<Mapping> maps_;
   std::vector<int> pids_;
-  Allocator allocator_;
   std::array<std::optional<Team>, kMaxTeams> teams_;
   std::vector<std::uint64_t> deadlock_snapshot_;  // every PE's `waits` when all were first seen waiting
   std::mutex report_mu_;                           // the report of the last deadlock, shared by this PE's threads

@@ -3,7 +3,10 @@ except bad argument values and types, which raise ValueError / TypeError naming 
 
 
 class UnishmemError(RuntimeError):
-    """Base class of unishmem's errors."""
+    """Base class of unishmem's errors. `code` is the status a vendor or device-runtime call returned
+    where one failed (the message names the call), else None."""
+
+    code: int | None = None
 
 
 class NotInitializedError(UnishmemError):

@@ -1,10 +1,11 @@
-// The vendor backend: one source for NVSHMEM and rocSHMEM, compiled against a
-// mapping header (see NOTE [vendor mapping] in nvshmem_map.hpp).
+// The GPU backend: one source for NVSHMEM and rocSHMEM, compiled against a
+// mapping header (see NOTE [vendor mapping] in nvshmem_map.hpp), over the shared layer
+// (NOTE [shared layer] in common/backend_base.hpp).
 //
 // NOTE [vendor heap]: the symmetric heap is ONE vendor allocation made at init;
-// allocations inside it come from the same deterministic allocator as the host
-// backend, so rt.empty() never calls a vendor collective, every PE computes the
-// same offsets, and a peer's copy is its heap base (vendor ptr) plus the offset.
+// allocations inside it come from the shared deterministic allocator (common/),
+// so rt.empty() never calls a vendor collective, every PE computes the same
+// offsets, and a peer's copy is its heap base (vendor ptr) plus the offset.
 //
 // NOTE [vendor exchange]: the Call of every collective call (NOTE [collective
 // descriptor]: malloc, free, splits, destroy, barriers, collectives) travels as a
@@ -23,19 +24,19 @@
 #include <vector>
 
 #include "../backend.hpp"
+#include "../common/backend_base.hpp"
 #include "../common/collective.hpp"
-#include "../host/allocator.hpp"
-#include "../host/wait.hpp"
+#include "../common/wait.hpp"
 
 #if defined(UNISHMEM_NVSHMEM)
 #include "nvshmem_map.hpp"
 #elif defined(UNISHMEM_ROCSHMEM)
 #include "rocshmem_map.hpp"
 #else
-#error "compile the vendor backend with UNISHMEM_NVSHMEM or UNISHMEM_ROCSHMEM"
+#error "compile the GPU backend with UNISHMEM_NVSHMEM or UNISHMEM_ROCSHMEM"
 #endif
 
-namespace unishmem::vendor {
+namespace unishmem::gpu {
 
 constexpr int kMaxTeams = 32;
 constexpr int kRecordWords = kCallWords + 1;  // 64 bytes per PE and call: a Call, then a word not compared
@@ -50,49 +51,31 @@ constexpr int kRecordWords = kCallWords + 1;  // 64 bytes per PE and call: a Cal
 constexpr int kDescStart = 0, kDescStride = 1, kDescSize = 2, kDescScratchBytes = 3;
 constexpr std::size_t kDescScratchOffset = 512;
 
-struct TeamEntry {
-  lib::Team handle;
-  std::vector<int> members;  // world PEs in team order
-  std::uint64_t id = 0;      // team_identity(members)
-  int my_index = -1;
-  int channel = 0;           // whose records and call count it uses: the world's for a full team
-  std::uint64_t epoch = 0;   // a channel's own: calls entered on it so far
+struct TeamEntry : TeamInfo {
+  lib::Team handle{};
+  std::uint64_t epoch = 0;  // a channel's own: calls entered on it so far
 };
 
-class VendorBackend final : public Backend {
+class GpuBackend final : public BackendBase {
  public:
   // Collective over all PEs. node_groups: (first world PE, count) of each node, in order;
   // used only where the library has no node team of its own.
-  VendorBackend(const std::string& unique_id, int pe, int n_pes, int device, std::size_t heap_size,
-                host::WaitPolicy policy, const std::vector<std::pair<int, int>>& node_groups);
-  ~VendorBackend() override;
-  VendorBackend(const VendorBackend&) = delete;
-  VendorBackend& operator=(const VendorBackend&) = delete;
+  GpuBackend(const std::string& unique_id, int pe, int n_pes, int device, std::size_t heap_size,
+             WaitPolicy policy, const std::vector<std::pair<int, int>>& node_groups);
+  ~GpuBackend() override;
+  GpuBackend(const GpuBackend&) = delete;
+  GpuBackend& operator=(const GpuBackend&) = delete;
 
   static std::string unique_id();  // made on PE 0 and handed to every PE by the bootstrap
-  void set_wait_check(host::WaitCheck check) { check_ = std::move(check); }
 
-  int my_pe() const override { return pe_; }
-  int n_pes() const override { return n_pes_; }
   Addr heap_base() const override { return reinterpret_cast<Addr>(heap_); }
-  std::size_t heap_size() const override { return heap_size_; }
   Addr peer_heap_base(int pe) const { return peer_base_.at(pe); }
   int device() const { return device_; }
   bool limited_mode() const { return limited_; }
   std::string init_mode() const { return lib::init_mode(); }
   void module_init(std::uintptr_t module, Stream s);
 
-  Addr malloc(std::size_t bytes, DType dtype) override;
-  void free(Addr local) override;
-  std::size_t heap_free_bytes() const override { return allocator_.free_bytes(); }
   Addr peer_ptr(Addr local, int pe) const override;
-
-  int team_my_pe(int team) const override { return team_ref(team).my_index; }
-  int team_n_pes(int team) const override { return int(team_ref(team).members.size()); }
-  int team_translate_pe(int src_team, int pe, int dst_team) const override;
-  int team_split_strided(int parent, int start, int stride, int size) override;
-  std::pair<int, int> team_split_2d(int parent, int xrange) override;
-  void team_destroy(int team) override;
   std::int64_t team_device_handle(int team) const override;
 
   void put(Addr dest, Addr source, std::size_t bytes, int pe, Stream s) override;
@@ -111,30 +94,34 @@ class VendorBackend final : public Backend {
   std::uint64_t atomic(AtomicOp op, DType type, Addr dest, std::uint64_t value, std::uint64_t cond,
                        int pe) override;
 
-  void barrier(int team, Stream s) override;
-  void sync(int team, Stream s) override;
-  void broadcast(int team, Addr dest, Addr source, std::size_t bytes, DType type, int root, Stream s) override;
-  void fcollect(int team, Addr dest, Addr source, std::size_t bytes_per_pe, DType type, Stream s) override;
-  void alltoall(int team, Addr dest, Addr source, std::size_t bytes_per_pe, DType type, Stream s) override;
-  void reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op, Stream s) override;
-  void reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
-                     Stream s) override;
-
-  void reject_collective(int team) override;
   void finalize() override;
   void abandon() override;
 
  private:
-  TeamEntry& team_ref(int team);
-  const TeamEntry& team_ref(int team) const;
+  // The shared layer's primitives (NOTE [shared layer]).
+  const TeamInfo& team_info(int team) const override { return team_ref(team); }
+  std::uint64_t teams_in_use() const override;
+  void enter(int team, Call call, std::uint64_t payload = 0) override;
+  std::uint64_t payload(int, int i) const override { return payloads_.at(i); }
+  void prepare(const Call& call) override;
+  int split_strided(int parent, int slot, int start, int stride, int size) override;
+  void split_2d(int parent, int xslot, int yslot, int xrange) override;
+  void destroy_team(int team) override;
+  void run_barrier(int team, Stream s) override;
+  void run_sync(int team, Stream s) override;
+  void run_broadcast(int team, Addr dest, Addr source, std::size_t bytes, int root, Stream s) override;
+  void run_fcollect(int team, Addr dest, Addr source, std::size_t bytes_per_pe, Stream s) override;
+  void run_alltoall(int team, Addr dest, Addr source, std::size_t bytes_per_pe, Stream s) override;
+  void run_reduce(int team, Addr dest, Addr source, std::size_t nelems, DType type, ReduceOp op, Stream s) override;
+  void run_reducescatter(int team, Addr dest, Addr source, std::size_t nelems_out, DType type, ReduceOp op,
+                         Stream s) override;
+
+  TeamEntry& team_ref(int team) { return team_in(teams_, team); }
+  const TeamEntry& team_ref(int team) const { return team_in(teams_, team); }
   std::uint64_t* slot(int team, int parity, int pe) const;
   std::uint64_t* staging() const;
-  // Publishes `call` and `payload` to the team, passes its barrier and checks that every
-  // member made the same call (NOTE [collective descriptor]); returns each member's payload.
-  std::vector<std::uint64_t> enter(int team, Call call, std::uint64_t payload = 0);
   void team_barrier(int team, bool complete_puts, lib::Stream s);
   void require_full_mode(const char* call) const;
-  int claim_slots(int parent, const Call& split, int count, int* second);
   void add_team(int slot, lib::Team handle);
   std::uint64_t* descriptor(int slot) const;
   void write_descriptor(int slot);   // NOTE [team descriptor]: the header, from the team's members
@@ -143,22 +130,19 @@ class VendorBackend final : public Backend {
   template <class Done, class Describe> void wait(Done&& done, Describe&& describe);
   void release(bool collective);
 
-  int pe_, n_pes_, device_;
-  std::size_t heap_size_;
-  host::WaitPolicy policy_;
-  host::SpinState spin_;  // stays 0: every poll is a device-to-host copy, so no busy spin
-  host::Doorbell bell_;   // nobody rings it (the device writes): its sleeps are timed
-  host::WaitCheck check_;
+  int device_;
+  SpinState spin_;  // stays 0: every poll is a device-to-host copy, so no busy spin
+  Doorbell bell_;   // nobody rings it (the device writes): its sleeps are timed
   void* heap_ = nullptr;
   std::uint64_t* ctl_ = nullptr;  // symmetric control buffer (NOTE [vendor exchange])
   std::uint64_t* desc_ = nullptr; // symmetric team descriptors, one per slot (NOTE [team descriptor]); null if unused
   std::vector<Addr> peer_base_;   // each PE's heap base in this process's address space; 0 if unreachable
   lib::Stream stream_{};          // private, non-blocking
   std::uint64_t* pinned_ = nullptr;  // page-locked host buffer for records and polled words
-  host::Allocator allocator_;
   std::array<std::optional<TeamEntry>, kMaxTeams> teams_;
+  std::vector<std::uint64_t> payloads_;  // each member's, in the call last entered
   bool limited_ = false;
   bool finalized_ = false;
 };
 
-}  // namespace unishmem::vendor
+}  // namespace unishmem::gpu

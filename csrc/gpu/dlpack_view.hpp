@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace unishmem::vendor {
+namespace unishmem::gpu {
 
 namespace dl {
 struct Device {
@@ -65,4 +65,4 @@ inline PyObject* dlpack_bytes(void* data, std::size_t bytes, int device_type, in
   return capsule;
 }
 
-}  // namespace unishmem::vendor
+}  // namespace unishmem::gpu

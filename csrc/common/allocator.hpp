@@ -6,7 +6,7 @@
 #include <map>
 #include <optional>
 
-namespace unishmem::host {
+namespace unishmem {
 
 class Allocator {
  public:
@@ -28,4 +28,4 @@ class Allocator {
   std::map<std::size_t, std::size_t> used_;  // offset -> rounded size
 };
 
-}  // namespace unishmem::host
+}  // namespace unishmem

@@ -1,7 +1,7 @@
 // NVSHMEM side of the vendor mapping: names, types, enum values and
-// capabilities that csrc/vendor/vendor_backend.cpp is compiled against.
+// capabilities that csrc/gpu/gpu_backend.cpp is compiled against.
 // NOTE [vendor mapping]: this header and rocshmem_map.hpp offer the same names
-// in namespace unishmem::vendor::lib; the backend source has no vendor branches.
+// in namespace unishmem::gpu::lib; the backend source has no vendor branches.
 // Host API only (nvshmem_host.h): the module is initialised through the host
 // library path (nvshmemx_hostlib_init_attr) and needs no device link.
 #pragma once
@@ -17,7 +17,7 @@
 #include "../backend.hpp"
 #include "amo_table.hpp"
 
-namespace unishmem::vendor::lib {
+namespace unishmem::gpu::lib {
 
 constexpr const char* kName = "NVSHMEM";
 constexpr const char* kRuntimeName = "CUDA";
@@ -204,4 +204,4 @@ inline const char* missing_reduction(DType, bool /*scatter*/) { return nullptr; 
 
 UNISHMEM_VENDOR_ATOMICS(nvshmem, "NVSHMEM", UNISHMEM_VENDOR_AMO)
 
-}  // namespace unishmem::vendor::lib
+}  // namespace unishmem::gpu::lib

@@ -6,15 +6,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
-#include <cstdio>
 #include <ctime>
 #include <thread>
 
 #include "../backend.hpp"
 
-namespace unishmem::host {
+namespace unishmem {
 
 void yield_cpu() { sched_yield(); }
 
@@ -24,9 +24,14 @@ int available_cpus() {
   return std::max(1, int(std::thread::hardware_concurrency()));
 }
 
+namespace {
+std::atomic<StallReporter> g_stall_reporter{nullptr};
+}  // namespace
+
+void set_stall_reporter(StallReporter reporter) { g_stall_reporter.store(reporter); }
+
 void report_stall(const std::string& what, double seconds) {
-  std::fprintf(stderr, "[unishmem] still waiting after %.0f s for %s\n", seconds, what.c_str());
-  std::fflush(stderr);
+  if (const StallReporter reporter = g_stall_reporter.load()) reporter(what, seconds);
 }
 
 void raise_timeout(const std::string& what, double seconds) {
@@ -44,4 +49,4 @@ bool futex_sleep(Doorbell& bell, std::uint32_t seen, std::chrono::nanoseconds ti
 
 void futex_wake_all(Doorbell& bell) { syscall(SYS_futex, &bell.seq, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0); }
 
-}  // namespace unishmem::host
+}  // namespace unishmem

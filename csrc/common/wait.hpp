@@ -34,10 +34,10 @@
 #include <functional>
 #include <string>
 
-namespace unishmem::host {
+namespace unishmem {
 
 struct WaitPolicy {
-  double stall_warn_s = 30.0;  // print once what is being waited for
+  double stall_warn_s = 30.0;  // report once what is being waited for (NOTE [stall reports])
   double timeout_s = 300.0;    // then raise; <= 0 waits forever
   double deadlock_s = 5.0;     // every PE waiting this long with no progress is a deadlock; <= 0: never
   double max_spin_s = 0.0;     // the most a wait spins before sleeping (HostBackend sets it)
@@ -67,6 +67,11 @@ constexpr auto kCheckEvery = std::chrono::milliseconds(10);      // dead peers, 
 using WaitCheck = std::function<void()>;
 
 int available_cpus();  // CPUs this process may run on
+// NOTE [stall reports]: a wait that outlives policy.stall_warn_s reports once what it waits for,
+// through the reporter the bindings install at import (a Python warning). It is called on the
+// waiting thread, without the GIL; it may throw to end the wait (warnings turned into errors).
+using StallReporter = void (*)(const std::string& what, double seconds);
+void set_stall_reporter(StallReporter reporter);
 void report_stall(const std::string& what, double seconds);
 [[noreturn]] void raise_timeout(const std::string& what, double seconds);
 // FUTEX_WAIT on bell.seq while it still holds `seen`, for at most `timeout`; false if a signal
@@ -164,4 +169,4 @@ void wait_for(Done&& done, Describe&& describe, const WaitPolicy& policy, SpinSt
   }
 }
 
-}  // namespace unishmem::host
+}  // namespace unishmem

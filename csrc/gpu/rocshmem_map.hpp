@@ -1,10 +1,10 @@
 // rocSHMEM side of the vendor mapping (NOTE [vendor mapping] in nvshmem_map.hpp): the same names in
-// namespace unishmem::vendor::lib, over rocSHMEM's C++ host API (namespace rocshmem).
+// namespace unishmem::gpu::lib, over rocSHMEM's C++ host API (namespace rocshmem).
 //
 // Written against the rocSHMEM headers of ROCm's rocm-systems repository (projects/rocshmem; the
-// build requires rocSHMEM >= 3.3, NOTE [rocSHMEM build] in cmake/vendor.cmake). Never built by
+// build requires rocSHMEM >= 3.3, NOTE [rocSHMEM build] in cmake/gpu.cmake). Never built by
 // CMake on a ROCm machine nor run on AMD hardware (README, "AMD Instinct").
-// Where a capability constant below is false, csrc/vendor/vendor_backend.cpp builds the operation
+// Where a capability constant below is false, csrc/gpu/gpu_backend.cpp builds the operation
 // from other calls; the entry kept here for it raises an Error and is never reached. Two of them are
 // really missing in rocSHMEM (fcollectmem_on_stream, signal_op_on_stream); the others exist in
 // rocSHMEM 3.3/3.5 and are not used YET (each line says which call; switching needs a build against
@@ -24,7 +24,7 @@
 #include "../backend.hpp"
 #include "amo_table.hpp"
 
-namespace unishmem::vendor::lib {
+namespace unishmem::gpu::lib {
 
 using namespace ::rocshmem;
 
@@ -280,4 +280,4 @@ inline void require_host_amo() {
 
 UNISHMEM_VENDOR_ATOMICS(rocshmem, "rocSHMEM", UNISHMEM_ROCSHMEM_AMO)
 
-}  // namespace unishmem::vendor::lib
+}  // namespace unishmem::gpu::lib

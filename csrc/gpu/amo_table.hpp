@@ -8,7 +8,7 @@
 
 #include "../backend.hpp"
 
-namespace unishmem::vendor::lib {
+namespace unishmem::gpu::lib {
 
 template <class T> std::uint64_t amo_bits(T v) {
   static_assert(sizeof(T) <= 8);
@@ -44,7 +44,7 @@ template <class T, class Cas> T amo_by_compare_swap(AtomicOp op, T x, T seen, Ca
   }
 }
 
-}  // namespace unishmem::vendor::lib
+}  // namespace unishmem::gpu::lib
 
 // Defines lib::atomic_<name>(op, dest, value, cond, pe); compare_swap sets `value` where dest == cond.
 #define UNISHMEM_VENDOR_AMO(PREFIX, T, name)                                                               \

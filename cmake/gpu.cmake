@@ -1,56 +1,35 @@
-# Vendor backends: each is built only when its SDK is found; otherwise CMake says which
+# GPU backends: each is built only when its SDK is found; otherwise CMake says which
 # piece is missing and the package builds without it (the host backend never depends on them).
-
-set(_vendor_sources csrc/bindings.cpp csrc/fast_calls.cpp csrc/dtype.cpp csrc/common/collective.cpp csrc/vendor/vendor_backend.cpp
-                    csrc/host/allocator.cpp csrc/host/wait.cpp)
-set(_site_dirs ${Python_SITEARCH} ${Python_SITELIB})
-list(REMOVE_DUPLICATES _site_dirs)
+# Both compile the one GPU source (csrc/gpu) against their library's mapping header.
 
 # ---- NVSHMEM: unishmem._nvshmem -----------------------------------------------------------------
 # Found in NVSHMEM_HOME, else the nvidia-nvshmem-cu12/-cu13 wheel in the target site-packages.
 # CUDA headers and the static CUDA runtime: CUDA_HOME / CUDA_PATH, /usr/local/cuda, else the
 # nvidia-cuda-runtime wheel. CUDA 13 keeps cuda/atomic (needed by the NVSHMEM headers) under include/cccl.
 set(NVSHMEM_HOME "$ENV{NVSHMEM_HOME}" CACHE PATH "NVSHMEM install prefix (else the pip wheel is used)")
-set(_nv_prefixes ${NVSHMEM_HOME})
-foreach(_s IN LISTS _site_dirs)
-  list(APPEND _nv_prefixes "${_s}/nvidia/nvshmem")
-endforeach()
+unishmem_site_paths(_nv_wheels nvidia/nvshmem)
+set(_nv_prefixes ${NVSHMEM_HOME} ${_nv_wheels})
 find_path(UNISHMEM_NVSHMEM_INCLUDE nvshmem_host.h PATHS ${_nv_prefixes} PATH_SUFFIXES include NO_DEFAULT_PATH)
 find_file(UNISHMEM_NVSHMEM_LIBRARY NAMES libnvshmem_host.so.3 libnvshmem_host.so PATHS ${_nv_prefixes}
           PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
 
-set(_cuda_prefixes $ENV{CUDA_HOME} $ENV{CUDA_PATH} /usr/local/cuda)
-foreach(_s IN LISTS _site_dirs)
-  list(APPEND _cuda_prefixes "${_s}/nvidia/cu13" "${_s}/nvidia/cuda_runtime")
-endforeach()
+unishmem_site_paths(_cuda_wheels nvidia/cu13 nvidia/cuda_runtime)
+set(_cuda_prefixes $ENV{CUDA_HOME} $ENV{CUDA_PATH} /usr/local/cuda ${_cuda_wheels})
 find_path(UNISHMEM_CUDA_INCLUDE cuda_runtime.h PATHS ${_cuda_prefixes} PATH_SUFFIXES include NO_DEFAULT_PATH)
 find_library(UNISHMEM_CUDART_STATIC NAMES libcudart_static.a PATHS ${_cuda_prefixes} PATH_SUFFIXES lib64 lib
              NO_DEFAULT_PATH)
-set(_cccl_dirs)
-foreach(_p IN LISTS _cuda_prefixes)
-  list(APPEND _cccl_dirs "${_p}/include/cccl")
-endforeach()
-foreach(_s IN LISTS _site_dirs)
-  list(APPEND _cccl_dirs "${_s}/nvidia/cuda_cccl/include")
-endforeach()
+list(TRANSFORM _cuda_prefixes APPEND /include/cccl OUTPUT_VARIABLE _cccl_dirs)
+unishmem_site_paths(_cccl_wheels nvidia/cuda_cccl/include)
+list(APPEND _cccl_dirs ${_cccl_wheels})
 find_path(UNISHMEM_CUDA_CCCL cuda/atomic PATHS ${UNISHMEM_CUDA_INCLUDE} ${_cccl_dirs} NO_DEFAULT_PATH)
 
 set(_nv_missing)
-if(NOT UNISHMEM_NVSHMEM_INCLUDE)
-  list(APPEND _nv_missing "NVSHMEM headers (nvshmem_host.h: set NVSHMEM_HOME or pip install nvidia-nvshmem-cu13)")
-endif()
-if(NOT UNISHMEM_NVSHMEM_LIBRARY)
-  list(APPEND _nv_missing "libnvshmem_host.so.3")
-endif()
-if(NOT UNISHMEM_CUDA_INCLUDE)
-  list(APPEND _nv_missing "CUDA headers (cuda_runtime.h: set CUDA_HOME)")
-endif()
-if(NOT UNISHMEM_CUDART_STATIC)
-  list(APPEND _nv_missing "the static CUDA runtime (libcudart_static.a)")
-endif()
-if(NOT UNISHMEM_CUDA_CCCL)
-  list(APPEND _nv_missing "CUDA's cuda/atomic header (CCCL)")
-endif()
+unishmem_missing(_nv_missing UNISHMEM_NVSHMEM_INCLUDE
+                 "NVSHMEM headers (nvshmem_host.h: set NVSHMEM_HOME or pip install nvidia-nvshmem-cu13)")
+unishmem_missing(_nv_missing UNISHMEM_NVSHMEM_LIBRARY "libnvshmem_host.so.3")
+unishmem_missing(_nv_missing UNISHMEM_CUDA_INCLUDE "CUDA headers (cuda_runtime.h: set CUDA_HOME)")
+unishmem_missing(_nv_missing UNISHMEM_CUDART_STATIC "the static CUDA runtime (libcudart_static.a)")
+unishmem_missing(_nv_missing UNISHMEM_CUDA_CCCL "CUDA's cuda/atomic header (CCCL)")
 
 if(_nv_missing)
   list(JOIN _nv_missing "; " _why)
@@ -59,9 +38,7 @@ else()
   message(STATUS "unishmem: NVSHMEM backend: headers ${UNISHMEM_NVSHMEM_INCLUDE}, library ${UNISHMEM_NVSHMEM_LIBRARY}, "
                  "CUDA headers ${UNISHMEM_CUDA_INCLUDE}")
   get_filename_component(_nv_libdir "${UNISHMEM_NVSHMEM_LIBRARY}" DIRECTORY)
-  pybind11_add_module(_nvshmem ${_vendor_sources})
-  target_compile_definitions(_nvshmem PRIVATE UNISHMEM_NVSHMEM UNISHMEM_MODULE_NAME=_nvshmem)
-  target_compile_options(_nvshmem PRIVATE -Wall -Wextra)
+  unishmem_add_backend(_nvshmem UNISHMEM_NVSHMEM SOURCES csrc/gpu/gpu_backend.cpp)
   target_include_directories(_nvshmem SYSTEM PRIVATE ${UNISHMEM_NVSHMEM_INCLUDE} ${UNISHMEM_CUDA_INCLUDE}
                                                      ${UNISHMEM_CUDA_CCCL})
   # Linked against the host library only (no device link). Python preloads the library it found
@@ -69,7 +46,6 @@ else()
   target_link_libraries(_nvshmem PRIVATE ${UNISHMEM_NVSHMEM_LIBRARY} ${UNISHMEM_CUDART_STATIC} dl pthread rt)
   set_target_properties(_nvshmem PROPERTIES INSTALL_RPATH "$ORIGIN/../nvidia/nvshmem/lib;${_nv_libdir}"
                                             BUILD_RPATH "${_nv_libdir}")
-  install(TARGETS _nvshmem DESTINATION unishmem)
 endif()
 
 # ---- rocSHMEM: unishmem._rocshmem -----------------------------------------------------------------
@@ -135,19 +111,17 @@ else()
   set(CMAKE_HIP_ARCHITECTURES "${UNISHMEM_ROCM_ARCHS}")
   enable_language(HIP)
   set(_roc_sources)
-  foreach(_src IN LISTS _vendor_sources)
+  foreach(_src IN LISTS UNISHMEM_COMMON_SOURCES ITEMS csrc/gpu/gpu_backend.cpp)
     string(MAKE_C_IDENTIFIER "${_src}" _id)
     set(_wrapper "${CMAKE_CURRENT_BINARY_DIR}/rocshmem_hip/${_id}.hip")
     file(CONFIGURE OUTPUT "${_wrapper}" CONTENT "#include \"${CMAKE_CURRENT_SOURCE_DIR}/${_src}\"\n" @ONLY)
     list(APPEND _roc_sources "${_wrapper}")
   endforeach()
-  pybind11_add_module(_rocshmem NO_EXTRAS ${_roc_sources})
-  target_compile_definitions(_rocshmem PRIVATE UNISHMEM_ROCSHMEM UNISHMEM_MODULE_NAME=_rocshmem)
-  target_compile_options(_rocshmem PRIVATE -Wall -Wextra -fgpu-rdc)
+  unishmem_add_backend(_rocshmem UNISHMEM_ROCSHMEM NO_EXTRAS NO_COMMON SOURCES ${_roc_sources})
+  target_compile_options(_rocshmem PRIVATE -fgpu-rdc)
   target_link_options(_rocshmem PRIVATE -fgpu-rdc --hip-link)
   set_target_properties(_rocshmem PROPERTIES HIP_STANDARD 20 HIP_STANDARD_REQUIRED ON HIP_VISIBILITY_PRESET hidden
                                              HIP_ARCHITECTURES "${UNISHMEM_ROCM_ARCHS}" LINKER_LANGUAGE HIP
                                              POSITION_INDEPENDENT_CODE ON INTERPROCEDURAL_OPTIMIZATION OFF)
   target_link_libraries(_rocshmem PRIVATE roc::rocshmem)
-  install(TARGETS _rocshmem DESTINATION unishmem)
 endif()

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace unishmem::host {
+namespace unishmem {
 
 Allocator::Allocator(std::size_t capacity) : capacity_(capacity / kAlign * kAlign) {
   if (capacity_) free_[0] = capacity_;
@@ -59,4 +59,4 @@ std::size_t Allocator::largest_free_block() const {
   return best;
 }
 
-}  // namespace unishmem::host
+}  // namespace unishmem
