@@ -67,7 +67,7 @@ void unishmem::set_error(const Error& e) {
     PyErr_SetString(cls.ptr(), e.what());
     return;
   }
-  // NOTE [status check]: the library's status travels on the exception as `.code`.
+  // The library's status travels on the exception as `.code` (NOTE [status check]).
   py::object error = cls(e.what());
   error.attr("code") = e.code;
   PyErr_SetObject(cls.ptr(), error.ptr());

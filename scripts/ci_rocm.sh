@@ -25,7 +25,7 @@ SUMMARY="$OUT/summary.txt"
 failed=0
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
-# One toolchain for rocSHMEM and unishmem: ROCm's clang (cmake/vendor.cmake, NOTE [rocSHMEM build]).
+# One toolchain for rocSHMEM and unishmem: ROCm's clang (cmake/gpu.cmake, NOTE [rocSHMEM build]).
 CLANG="$ROCM_PATH/llvm/bin/clang++"
 if [ ! -x "$CLANG" ]; then
   say "no ROCm clang at $CLANG: set ROCM_PATH"

@@ -23,7 +23,7 @@ void require_library_usable() {
                                         "it cannot be used again until the process restarts");
 }
 
-// NOTE [status check]: the device runtime's (CUDA / HIP) statuses and the library's.
+// The device runtime's (CUDA / HIP) statuses and the library's (NOTE [status check]).
 void rt_check(int rc, const char* call) {
   check_status(rc, ErrorKind::generic, [&](int e) {
     return std::string(lib::kRuntimeName) + " " + call + " failed: " + lib::rt_error(e);

@@ -5,7 +5,7 @@ it is given (`_generator.call_JitFunction`) when compiling; a row whose `host` i
 Triton implementation under TRITON_INTERPRET=1, on the host backend's functions.
 
 NOTE [team descriptor]: on rocSHMEM `team.handle` is the address of a descriptor that the runtime
-keeps for each team in the symmetric heap (csrc/vendor: kTeamDescriptorBytes), at the same offset
+keeps for each team in the symmetric heap (csrc/gpu: kTeamDescriptorBytes), at the same offset
 on every member. Words (int64): START, STRIDE, SIZE (the members are world PEs START + i * STRIDE,
 i < SIZE; every team unishmem makes, nested splits and 2-D splits included, is such a progression
 of world PEs, so no parent chain is needed), SCRATCH_BYTES, EPOCH (this PE's count of
@@ -29,7 +29,7 @@ from .. import language as shl
 from ..enums import CMP, SIGNAL
 from ._build import _BUILTIN, REDUCE_OPS, _constexpr
 
-# descriptor layout (NOTE [team descriptor]); csrc/vendor/vendor_backend.cpp writes the same
+# descriptor layout (NOTE [team descriptor]); csrc/gpu/gpu_backend.cpp writes the same
 START = tl.constexpr(0)
 STRIDE = tl.constexpr(1)
 SIZE = tl.constexpr(2)
