@@ -202,7 +202,8 @@ def get(name: str):
 
 
 def seconds(name: str) -> float:
-    if SETTINGS[name].kind not in (SECONDS, SECONDS_OR_OFF):
+    kind = SETTINGS[name].kind
+    if kind is not SECONDS and kind is not SECONDS_OR_OFF:
         raise TypeError(f"{name} is not a setting in seconds")
     return get(name)
 
