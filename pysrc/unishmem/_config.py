@@ -114,6 +114,7 @@ class Setting:
     default: object  # the value when unset; None: `unset` says what happens then
     meaning: str
     unset: str = ""
+    see: str = ""  # a page of docs/ (a markdown link) that says more
 
 
 # A team arena's default where UNISHMEM_TEAM_ARENA is unset: this fraction of the heap, at most this.
@@ -122,20 +123,23 @@ TEAM_ARENA_FRACTION, TEAM_ARENA_MAX = 16, 64 << 20
 SETTINGS = {
     s.name: s
     for s in (
-        Setting("UNISHMEM_BACKEND", BACKEND, "auto", "the backend init() opens when its `backend` argument is 'auto'"),
+        Setting(
+            "UNISHMEM_BACKEND", BACKEND, "auto", "the backend `init()` opens when its `backend` argument is `'auto'`"
+        ),
         Setting(
             "UNISHMEM_SYMMETRIC_SIZE",
             BYTES,
             1 << 30,
-            "symmetric heap bytes per PE when init() is given no `heap_size`",
+            "symmetric heap bytes per PE when `init()` is given no `heap_size`",
         ),
-        Setting("UNISHMEM_WAIT_TIMEOUT", SECONDS, 300.0, "a wait gives up (WaitTimeout) after this long"),
+        Setting("UNISHMEM_WAIT_TIMEOUT", SECONDS, 300.0, "a wait gives up (`WaitTimeout`) after this long"),
         Setting("UNISHMEM_STALL_WARN", SECONDS_OR_OFF, 30.0, "a wait says once what it waits for after this long"),
         Setting(
             "UNISHMEM_DEADLOCK_TIMEOUT",
             SECONDS_OR_OFF,
             5.0,
-            "host backend: every PE waiting this long with no wait able to finish raises DeadlockError",
+            "host backend: every PE waiting this long with no wait able to finish raises `DeadlockError`",
+            see="[Debugging a hung kernel](debugging-hung-kernels.md)",
         ),
         Setting(
             "UNISHMEM_BOOTSTRAP_TIMEOUT",
@@ -147,29 +151,33 @@ SETTINGS = {
             "UNISHMEM_HANG_TIMEOUT",
             SECONDS_OR_OFF,
             0.0,
-            "a launch of a @unishmem.jit kernel running this long makes the watchdog report what every PE "
+            "a launch of a `@unishmem.jit` kernel running this long makes the watchdog report what every PE "
             "waits for and end the job with status 124 (`unishmem run --hang-timeout S`)",
+            see="[Debugging a hung kernel](debugging-hung-kernels.md)",
         ),
         Setting(
             "UNISHMEM_DEBUG_WAITS",
             FLAG,
             False,
-            "1: @unishmem.jit kernels without debug_waits= record their waits for the hang report",
+            "1: `@unishmem.jit` kernels without `debug_waits=` record their waits for the hang report",
+            see="[Debugging a hung kernel](debugging-hung-kernels.md)",
         ),
         Setting(
             "UNISHMEM_INTERPRET_RESIDENT",
             PROGRAMS,
             64,
-            "under TRITON_INTERPRET=1, programs of a launch alive at once on each PE, for kernels without "
-            "@unishmem.jit(resident=...); 1 runs them one after another",
+            "under `TRITON_INTERPRET=1`, programs of a launch alive at once on each PE, for kernels without "
+            "`@unishmem.jit(resident=...)`; 1 runs them one after another",
+            see="[Triton device library](device-library.md)",
         ),
         Setting(
             "UNISHMEM_TEAM_ARENA",
             BYTES_OR_0,
             None,
-            "symmetric bytes reserved for the unishmem.kernels workspaces of each team smaller than the world "
+            "symmetric bytes reserved for the `unishmem.kernels` workspaces of each team smaller than the world "
             "when a world-sized team is split; 0 reserves none",
             unset=f"a {TEAM_ARENA_FRACTION}th of the heap, at most {TEAM_ARENA_MAX >> 20}M",
+            see="[Kernels](kernels.md)",
         ),
         Setting(
             "UNISHMEM_SECRET",
@@ -177,6 +185,7 @@ SETTINGS = {
             None,
             "the rendezvous secret, the same on every rank; a multi-host job without one is not authenticated",
             unset="one host: a random one per job; several: none (a warning)",
+            see="[Launching a job](launching.md#who-can-join-a-job)",
         ),
     )
 }
@@ -249,7 +258,10 @@ def markdown() -> str:
         "| Variable | Value | Default | Meaning |",
         "|---|---|---|---|",
     ]
-    lines += [f"| `{s.name}` | {s.kind.doc()} | {_default_text(s)} | {s.meaning} |" for s in SETTINGS.values()]
+    lines += [
+        f"| `{s.name}` | {s.kind.doc()} | {_default_text(s)} | {s.meaning}{f' ({s.see})' if s.see else ''} |"
+        for s in SETTINGS.values()
+    ]
     lines += [
         "",
         "## Set by `unishmem run`",
