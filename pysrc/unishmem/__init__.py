@@ -6,6 +6,7 @@ import os
 import re
 import threading
 
+from . import _config
 from .enums import CMP, SIGNAL
 from .errors import (
     BackendUnavailable,
@@ -51,7 +52,6 @@ __all__ = [
     "jit",
 ]
 
-DEFAULT_HEAP_SIZE = 1 << 30
 _lock = threading.Lock()
 _current: Runtime | None = None
 
@@ -77,13 +77,8 @@ def init(backend: str = "auto", heap_size=None, device=None, group=None) -> Runt
 
     global _current
     if backend == "auto":
-        backend = os.environ.get("UNISHMEM_BACKEND", "auto")
-    if heap_size is None and "UNISHMEM_SYMMETRIC_SIZE" in os.environ:
-        try:
-            heap_size = parse_size(os.environ["UNISHMEM_SYMMETRIC_SIZE"])
-        except ValueError as e:
-            raise ValueError(f"UNISHMEM_SYMMETRIC_SIZE: {e}") from None
-    heap_size = parse_size(DEFAULT_HEAP_SIZE if heap_size is None else heap_size)
+        backend = _config.get("UNISHMEM_BACKEND")
+    heap_size = parse_size(_config.get("UNISHMEM_SYMMETRIC_SIZE") if heap_size is None else heap_size)
     args = (backend, heap_size, None if device is None else str(device), id(group) if group is not None else None)
     with _lock:
         if _current is not None:
@@ -125,12 +120,11 @@ def _hang_dir(boot) -> str | None:
     `unishmem run`'s private directory, else one that every rank agrees on in this user's own."""
     import secrets
 
-    from ._config import seconds
     from .rendezvous import private_dir
 
-    if not seconds("UNISHMEM_HANG_TIMEOUT"):
+    if not _config.seconds("UNISHMEM_HANG_TIMEOUT"):
         return None
-    path = os.environ.get("UNISHMEM_HANG_DIR") or os.path.join(
+    path = _config.protocol("UNISHMEM_HANG_DIR") or os.path.join(
         private_dir(), f"hang-{boot.broadcast(secrets.token_hex(8))}"
     )
     os.makedirs(path, mode=0o700, exist_ok=True)

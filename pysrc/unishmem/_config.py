@@ -1,45 +1,72 @@
-"""UNISHMEM_* settings: read when needed, checked, and named when wrong."""
+"""NOTE [settings]: every UNISHMEM_* variable is read here, checked when read and named when wrong.
+
+SETTINGS is the one table of what a user may set: name, kind of value, default and meaning.
+PROTOCOL lists what `unishmem run` sets for the processes it starts, which nobody else should.
+docs/settings.md is both tables as `unishmem settings` prints them (tests/test_config.py checks
+that it matches). Each is read when it is needed, not at import: a program or a test may
+change one before the next init, split or launch. The C++ backends read no variable: they get values.
+"""
 
 from __future__ import annotations
 
+import math
 import os
-
-# name -> (default, whether 0 is allowed: it turns the check off)
-SECONDS = {
-    "UNISHMEM_WAIT_TIMEOUT": (300.0, False),  # before a wait gives up
-    "UNISHMEM_STALL_WARN": (30.0, True),  # before a wait says what it waits for
-    "UNISHMEM_DEADLOCK_TIMEOUT": (5.0, True),  # of every PE waiting before a deadlock is declared
-    "UNISHMEM_BOOTSTRAP_TIMEOUT": (120.0, False),  # one step of init's rendezvous waits for a rank
-    "UNISHMEM_HANG_TIMEOUT": (0.0, True),  # a launch runs before the hang watchdog reports; 0: off
-}
+from collections.abc import Callable
+from dataclasses import dataclass
 
 
-def seconds(name: str) -> float:
-    default, zero_ok = SECONDS[name]
-    text = os.environ.get(name)
-    if text is None:
-        return default
+@dataclass(frozen=True)
+class Kind:
+    """What a setting's value is: `doc` says it in the docs, `parse(name, text)` returns the value
+    or raises a ValueError naming the variable and its text."""
+
+    doc: Callable[[], str]
+    parse: Callable[[str, str], object]
+
+
+def _seconds(zero_ok: bool) -> Kind:
+    need = "a number of seconds >= 0" if zero_ok else "a positive number of seconds"
+
+    def parse(name: str, text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan  # fails the test below like any other bad number
+        if not (value >= 0 if zero_ok else value > 0) or value == math.inf:
+            raise ValueError(f"{name}={text!r} is not {need}")
+        return value
+
+    return Kind(lambda: "seconds >= 0; 0: off" if zero_ok else "seconds > 0", parse)
+
+
+def _bytes(name: str, text: str) -> int:
+    from . import parse_size
+
     try:
-        value = float(text)
+        return parse_size(text)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+
+
+def _bytes_or_0(name: str, text: str) -> int:
+    from . import parse_size
+
+    if text.strip() == "0":
+        return 0
+    try:
+        return parse_size(text)
     except ValueError:
-        value = float("nan")
-    if not (value >= 0 if zero_ok else value > 0) or value == float("inf"):
-        need = "a number of seconds >= 0" if zero_ok else "a positive number of seconds"
-        raise ValueError(f"{name}={text!r} is not {need}")
-    return value
+        raise ValueError(f"{name}={text!r} is not a byte count such as 0, 16777216 or '64M'") from None
 
 
-# Under TRITON_INTERPRET=1, programs of one launch resident at once on each PE. A GPU keeps many
-# (an SM holds several; an H200 has 132 SMs); here each is a thread, and 64 covers the grids that
-# communicating and persistent kernels are tested with at little memory. 1 runs them one after another.
-RESIDENT_DEFAULT = 64
+def _max_resident() -> int:
+    from .backends import native_module
+
+    return native_module("host").max_resident_programs
 
 
 def resident(value, what: str) -> int:
-    """value as a residency cap, or a ValueError naming `what` (a setting or an argument)."""
-    from .backends import native_module
-
-    max_resident_programs = native_module("host").max_resident_programs
+    """value (a setting's text or an argument) as a residency cap, or a ValueError naming `what`."""
     if isinstance(value, str):
         try:
             number = int(value.strip())
@@ -47,31 +74,202 @@ def resident(value, what: str) -> int:
             number = None
     else:
         number = value if isinstance(value, int) and not isinstance(value, bool) else None
-    if number is None or not 1 <= number <= max_resident_programs:
-        raise ValueError(f"{what}={value!r} is not a whole number of programs from 1 to {max_resident_programs}")
+    most = _max_resident()
+    if number is None or not 1 <= number <= most:
+        raise ValueError(f"{what}={value!r} is not a whole number of programs from 1 to {most}")
     return number
 
 
-def interpret_resident() -> int:
-    text = os.environ.get("UNISHMEM_INTERPRET_RESIDENT")
-    return RESIDENT_DEFAULT if text is None else resident(text, "UNISHMEM_INTERPRET_RESIDENT")
+def _flag(name: str, text: str) -> bool:
+    if text.strip() not in ("", "0", "1"):
+        raise ValueError(f"{name}={text!r} is not 0 or 1")
+    return text.strip() == "1"
 
 
-# UNISHMEM_TEAM_ARENA: bytes of symmetric memory reserved for the kernel workspaces of each team
-# smaller than the world, when a world-sized team is split (NOTE [workspaces] in
-# unishmem/kernels/_workspace.py); 0 reserves none. Default: a sixteenth of the heap, at most 64 MiB.
-TEAM_ARENA_MAX_DEFAULT = 64 << 20
+def _backend_names() -> tuple[str, ...]:
+    from .backends import NAMES
+
+    return ("auto", *NAMES)
+
+
+def _backend(name: str, text: str) -> str:
+    if text not in _backend_names():
+        raise ValueError(f"{name}={text!r} is not one of {', '.join(_backend_names())}")
+    return text
+
+
+SECONDS, SECONDS_OR_OFF = _seconds(zero_ok=False), _seconds(zero_ok=True)
+BYTES = Kind(lambda: "bytes: 4096, 512M, 2G, 1.5GiB", _bytes)
+BYTES_OR_0 = Kind(lambda: "bytes, or 0", _bytes_or_0)
+PROGRAMS = Kind(lambda: f"programs, 1 to {_max_resident()}", lambda name, text: resident(text, name))
+FLAG = Kind(lambda: "0 or 1", _flag)
+BACKEND = Kind(lambda: ", ".join(_backend_names()), _backend)
+TEXT = Kind(lambda: "text", lambda name, text: text or None)  # empty: as if unset
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: Kind
+    default: object  # the value when unset; None: `unset` says what happens then
+    meaning: str
+    unset: str = ""
+    see: str = ""  # a page of docs/ (a markdown link) that says more
+
+
+# A team arena's default where UNISHMEM_TEAM_ARENA is unset: this fraction of the heap, at most this.
+TEAM_ARENA_FRACTION, TEAM_ARENA_MAX = 16, 64 << 20
+
+SETTINGS = {
+    s.name: s
+    for s in (
+        Setting(
+            "UNISHMEM_BACKEND", BACKEND, "auto", "the backend `init()` opens when its `backend` argument is `'auto'`"
+        ),
+        Setting(
+            "UNISHMEM_SYMMETRIC_SIZE",
+            BYTES,
+            1 << 30,
+            "symmetric heap bytes per PE when `init()` is given no `heap_size`",
+        ),
+        Setting("UNISHMEM_WAIT_TIMEOUT", SECONDS, 300.0, "a wait gives up (`WaitTimeout`) after this long"),
+        Setting("UNISHMEM_STALL_WARN", SECONDS_OR_OFF, 30.0, "a wait says once what it waits for after this long"),
+        Setting(
+            "UNISHMEM_DEADLOCK_TIMEOUT",
+            SECONDS_OR_OFF,
+            5.0,
+            "host backend: every PE waiting this long with no wait able to finish raises `DeadlockError`",
+            see="[Debugging a hung kernel](debugging-hung-kernels.md)",
+        ),
+        Setting(
+            "UNISHMEM_BOOTSTRAP_TIMEOUT",
+            SECONDS,
+            120.0,
+            "one step of init's rendezvous waits this long for a rank before naming the ranks missing",
+        ),
+        Setting(
+            "UNISHMEM_HANG_TIMEOUT",
+            SECONDS_OR_OFF,
+            0.0,
+            "a launch of a `@unishmem.jit` kernel running this long makes the watchdog report what every PE "
+            "waits for and end the job with status 124 (`unishmem run --hang-timeout S`)",
+            see="[Debugging a hung kernel](debugging-hung-kernels.md)",
+        ),
+        Setting(
+            "UNISHMEM_DEBUG_WAITS",
+            FLAG,
+            False,
+            "1: `@unishmem.jit` kernels without `debug_waits=` record their waits for the hang report",
+            see="[Debugging a hung kernel](debugging-hung-kernels.md)",
+        ),
+        Setting(
+            "UNISHMEM_INTERPRET_RESIDENT",
+            PROGRAMS,
+            64,
+            "under `TRITON_INTERPRET=1`, programs of a launch alive at once on each PE, for kernels without "
+            "`@unishmem.jit(resident=...)`; 1 runs them one after another",
+            see="[Triton device library](device-library.md)",
+        ),
+        Setting(
+            "UNISHMEM_TEAM_ARENA",
+            BYTES_OR_0,
+            None,
+            "symmetric bytes reserved for the `unishmem.kernels` workspaces of each team smaller than the world "
+            "when a world-sized team is split; 0 reserves none",
+            unset=f"a {TEAM_ARENA_FRACTION}th of the heap, at most {TEAM_ARENA_MAX >> 20}M",
+            see="[Kernels](kernels.md)",
+        ),
+        Setting(
+            "UNISHMEM_SECRET",
+            TEXT,
+            None,
+            "the rendezvous secret, the same on every rank; a multi-host job without one is not authenticated",
+            unset="one host: a random one per job; several: none (a warning)",
+            see="[Launching a job](launching.md#who-can-join-a-job)",
+        ),
+    )
+}
+
+# Set by `unishmem run` for each process it starts (launcher.py); a process started otherwise has none.
+PROTOCOL = {
+    "UNISHMEM_RENDEZVOUS": "the address of the job's rendezvous server; its presence means `unishmem run` started us",
+    "UNISHMEM_RANK": "this process's rank",
+    "UNISHMEM_WORLD_SIZE": "the number of ranks",
+    "UNISHMEM_LOCAL_RANK": "this process's rank on its host",
+    "UNISHMEM_LOCAL_WORLD_SIZE": "the number of ranks on its host",
+    "UNISHMEM_JOB_TOKEN": "names the job's shared-memory segments, which the launcher removes at the end",
+    "UNISHMEM_HANG_DIR": "the launcher's private directory where the PEs leave their hang reports",
+    "UNISHMEM_SECRET": "(also a setting) the secret the launcher made for the job",
+}
+
+
+def get(name: str):
+    """The value of setting `name`: its default when unset, else its text checked."""
+    setting = SETTINGS[name]
+    text = os.environ.get(name)
+    return setting.default if text is None else setting.kind.parse(name, text)
+
+
+def seconds(name: str) -> float:
+    kind = SETTINGS[name].kind
+    if kind is not SECONDS and kind is not SECONDS_OR_OFF:
+        raise TypeError(f"{name} is not a setting in seconds")
+    return get(name)
 
 
 def team_arena(heap_size: int) -> int:
-    text = os.environ.get("UNISHMEM_TEAM_ARENA")
-    if text is None:
-        return min(TEAM_ARENA_MAX_DEFAULT, heap_size // 16)
-    if text.strip() == "0":
-        return 0
-    from . import parse_size
+    """UNISHMEM_TEAM_ARENA's bytes for a job whose heap has heap_size bytes."""
+    value = get("UNISHMEM_TEAM_ARENA")
+    return min(TEAM_ARENA_MAX, heap_size // TEAM_ARENA_FRACTION) if value is None else value
 
-    try:
-        return parse_size(text)
-    except ValueError:
-        raise ValueError(f"UNISHMEM_TEAM_ARENA={text!r} is not a byte count such as 0, 16777216 or '64M'") from None
+
+def protocol(name: str) -> str | None:
+    """The value `unishmem run` gave PROTOCOL variable `name`, None if it gave none."""
+    if name not in PROTOCOL:
+        raise KeyError(f"{name} is not a variable unishmem run sets")
+    return os.environ.get(name)
+
+
+def _default_text(setting: Setting) -> str:
+    value = setting.default
+    if value is None:
+        return setting.unset
+    if setting.kind is FLAG:
+        return str(int(value))
+    if setting.kind is BYTES:
+        for shift, unit in ((30, "G"), (20, "M"), (10, "K")):
+            if value % (1 << shift) == 0:
+                return f"{value >> shift}{unit}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def markdown() -> str:
+    """docs/settings.md: both tables."""
+    lines = [
+        "# Settings",
+        "",
+        "<!-- generated by `unishmem settings > docs/settings.md`: edit SETTINGS in pysrc/unishmem/_config.py -->",
+        "",
+        "unishmem reads these environment variables when it needs them (at `init()`, a team split or a kernel",
+        "launch). A value that is not of its kind raises a `ValueError` naming the variable and the value.",
+        "",
+        "| Variable | Value | Default | Meaning |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| `{s.name}` | {s.kind.doc()} | {_default_text(s)} | {s.meaning}{f' ({s.see})' if s.see else ''} |"
+        for s in SETTINGS.values()
+    ]
+    lines += [
+        "",
+        "## Set by `unishmem run`",
+        "",
+        "The launcher's protocol with the processes it starts; not meant to be set by hand.",
+        "",
+        "| Variable | Meaning |",
+        "|---|---|",
+    ]
+    lines += [f"| `{name}` | {meaning} |" for name, meaning in PROTOCOL.items()]
+    return "\n".join(lines) + "\n"

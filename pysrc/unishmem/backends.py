@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import vendor_libs
+from . import _config, vendor_libs
 from ._config import seconds
 from .bootstrap import Bootstrap, hostname
 from .errors import BackendUnavailable, SymmetryError, UnishmemError
@@ -83,7 +83,7 @@ def open_host(boot: Bootstrap, heap_size: int, device) -> Opened:
     _host = native_module("host")
     # Each init of the job has segments of its own (a re-init must not meet the last one's names); the
     # launcher removes every segment under its job token.
-    job = os.environ.get("UNISHMEM_JOB_TOKEN") or boot.broadcast(secrets.token_hex(8))
+    job = _config.protocol("UNISHMEM_JOB_TOKEN") or boot.broadcast(secrets.token_hex(8))
     token = f"{job}-{boot.init}"
     wait_timeout, stall_warn = seconds("UNISHMEM_WAIT_TIMEOUT"), seconds("UNISHMEM_STALL_WARN")
     deadlock = seconds("UNISHMEM_DEADLOCK_TIMEOUT")

@@ -25,7 +25,7 @@ import time
 import warnings
 from dataclasses import dataclass
 
-from . import rendezvous
+from . import _config, rendezvous
 from ._config import seconds
 from .errors import UnishmemError
 
@@ -231,7 +231,7 @@ def _mpi_like_placement() -> Placement | None:
 
 def _job_secret(multi_host: bool) -> bytes:
     """UNISHMEM_SECRET where the user gives one; across hosts there is no other way to share one."""
-    text = os.environ.get("UNISHMEM_SECRET")
+    text = _config.get("UNISHMEM_SECRET")
     if text:
         return text.encode()
     if multi_host:
@@ -451,13 +451,14 @@ def discover(group=None) -> Bootstrap:
     if group is not None:
         return GroupBootstrap(group, init)
     timeout = seconds("UNISHMEM_BOOTSTRAP_TIMEOUT")
-    if "UNISHMEM_RENDEZVOUS" in os.environ:  # unishmem run
+    address = _config.protocol("UNISHMEM_RENDEZVOUS")
+    if address is not None:  # unishmem run
         p = _placement(
             "UNISHMEM_RANK", "UNISHMEM_WORLD_SIZE", "UNISHMEM_LOCAL_RANK", "UNISHMEM_LOCAL_WORLD_SIZE", "unishmem run"
         )
         client = rendezvous.Client(
-            os.environ["UNISHMEM_RENDEZVOUS"],
-            os.environ.get("UNISHMEM_SECRET", "").encode(),
+            address,
+            (_config.get("UNISHMEM_SECRET") or "").encode(),
             p.rank,
             p.size,
             init,

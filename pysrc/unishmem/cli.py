@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument("program", nargs=argparse.REMAINDER, help="prog.py [args], -m module [args], or a command")
     sub.add_parser("info", help="backends built, libraries found, devices")
+    sub.add_parser("settings", help="the UNISHMEM_* environment variables, as docs/settings.md (markdown)")
     bench = sub.add_parser(
         "bench",
         help="measure the host backend beside memcpy, raw atomics, Open MPI and gloo",
@@ -251,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(_split_program(argv if argv is not None else sys.argv[1:]))
     if args.command == "info":
         return _info()
+    if args.command == "settings":
+        from ._config import markdown
+
+        print(markdown(), end="")
+        return 0
     if args.command == "bench":
         return _bench(bench, args)
     if args.command == "compile":

@@ -480,11 +480,26 @@ class Runtime:
             offset = addr - self._base
             if own.offset <= offset and offset + nbytes <= own.offset + own.nbytes:
                 return addr, nbytes  # fast path: inside the live allocation it was made by
+        return self._range(addr, nbytes, name), nbytes
+
+    # NOTE [address checks]: the checks below take addresses, not tensors. The host API calls them
+    # for what its tensors turn out to be; device functions under TRITON_INTERPRET=1 (language/_host.py),
+    # which get pointers, call the same ones, so both raise the same errors for the same memory.
+
+    def _heap(self, addr: int, nbytes: int, name: str) -> int:
+        """addr, if nbytes bytes from it lie in the symmetric heap."""
+        if nbytes < 0:
+            raise ValueError(f"{name}: negative size {nbytes}")
         if not self._in_heap(addr, nbytes):
             raise NotSymmetricError(
                 f"{name} (at {addr:#x}, {nbytes} bytes) is not in the symmetric heap; "
                 "allocate it with rt.empty()/zeros()/signals()"
             )
+        return addr
+
+    def _range(self, addr: int, nbytes: int, name: str) -> int:
+        """addr, if nbytes bytes from it lie in one live symmetric allocation."""
+        self._heap(addr, nbytes, name)
         offset = addr - self._base
         i = bisect.bisect_right(self._offsets, offset) - 1
         alloc = self._allocs[self._offsets[i]] if i >= 0 else None
@@ -495,7 +510,12 @@ class Runtime:
                 f"{name} spans {nbytes} bytes from heap offset {offset}, past the end of its "
                 f"allocation ({alloc.nbytes} bytes at offset {alloc.offset})"
             )
-        return addr, nbytes
+        return addr
+
+    def _aligned(self, addr: int, size: int, name: str) -> int:
+        if addr % size:  # atomics and waits need a naturally aligned word
+            raise ValueError(f"{name} at heap offset {addr - self._base} is not {size}-byte aligned")
+        return addr
 
     def _signal(self, sig, name: str = "signal") -> int:
         addr, nbytes = self._symmetric(sig, name)
@@ -504,9 +524,7 @@ class Runtime:
                 f"{name} must be a 1-element torch.uint64 view of rt.signals(), got "
                 f"{sig.dtype} with {sig.numel()} elements"
             )
-        if addr & 7:  # atomics need a naturally aligned word
-            raise ValueError(f"{name} at heap offset {addr - self._base} is not 8-byte aligned")
-        return addr
+        return self._aligned(addr, 8, name)
 
     def _word(self, t, name: str, dtypes) -> int:
         addr, _ = self._symmetric(t, name)
@@ -515,9 +533,7 @@ class Runtime:
                 f"{name} must be a 1-element symmetric tensor of {', '.join(map(str, dtypes))}; got "
                 f"{t.dtype} with {t.numel()} elements"
             )
-        if addr % t.element_size():  # atomics need a naturally aligned word
-            raise ValueError(f"{name} at heap offset {addr - self._base} is not {t.element_size()}-byte aligned")
-        return addr
+        return self._aligned(addr, t.element_size(), name)
 
     def _team(self, team) -> Team:
         if team is None:
@@ -670,8 +686,7 @@ class Runtime:
                 f"{', '.join(map(str, WAIT_DTYPES))}; got {ivars.dtype} of shape {list(ivars.shape)}"
             )
         addr, _ = self._symmetric(ivars, f"{what}: ivars")
-        if addr % ivars.element_size():
-            raise ValueError(f"{what}: ivars at heap offset {addr - self._base} is not aligned")
+        self._aligned(addr, ivars.element_size(), f"{what}: ivars")
         n = ivars.numel()
         values = value.tolist() if isinstance(value, torch.Tensor) else value
         if isinstance(values, (list, tuple)):
@@ -820,9 +835,7 @@ class Runtime:
         s, sn = self._symmetric(source, "source")
         if dest.dtype != source.dtype or dn != (sn if dest_elems is None else dest_elems * source.element_size()):
             self._same_kind(dest, source, what, dest_elems)
-        if d < s + sn and s < d + dn and not (in_place_ok and d == s):
-            raise ValueError(f"{what}: dest and source overlap")
-        return d, s, sn
+        return _disjoint(d, dn, s, sn, what, in_place_ok), s, sn
 
     def broadcast(self, dest, source, root: int, team=None, stream=None) -> None:
         """Copy `source` of the team's PE `root` into every member's `dest`."""
@@ -855,19 +868,14 @@ class Runtime:
 
     def _reduction(self, dest, source, op, what: str, stream):
         def check(t):
-            if op not in REDUCE_OPS:
-                raise ValueError(f"{what}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
-            if source.dtype not in _REDUCE_DTYPE_SET:
-                raise TypeError(
-                    f"{what}: dtype {source.dtype} is not supported (supported: {', '.join(map(str, REDUCE_DTYPES))})"
-                )
+            dtype_code, op_code = _reduce_codes(op, source.dtype, what)
             if what == "reducescatter" and source.numel() % t.n_pes:
                 raise ValueError(f"reducescatter: {source.numel()} elements do not split into {t.n_pes} blocks")
             scatter = what == "reducescatter"
             d, s, _ = self._pair(
                 dest, source, what, source.numel() // t.n_pes if scatter else None, in_place_ok=not scatter
             )
-            return d, s, dest.numel(), DTYPE_CODES[source.dtype], REDUCE_OPS[op], self._stream_of(stream)
+            return d, s, dest.numel(), dtype_code, op_code, self._stream_of(stream)
 
         return check
 
@@ -878,6 +886,23 @@ class Runtime:
     def reducescatter(self, dest, source, op: str = "sum", team=None, stream=None) -> None:
         """Reduce `source` over `team`; member i receives block i of the result in `dest`."""
         self._collective(team, self._reduction(dest, source, op, "reducescatter", stream), self._native.reducescatter)
+
+
+def _disjoint(d: int, dn: int, s: int, sn: int, what: str, in_place_ok: bool) -> int:
+    """d, if a collective's dest (dn bytes at d) and source (sn at s) do not overlap; `in_place_ok`:
+    dest may be source."""
+    if d < s + sn and s < d + dn and not (in_place_ok and d == s):
+        raise ValueError(f"{what}: dest and source overlap")
+    return d
+
+
+def _reduce_codes(op, dtype: torch.dtype, what: str) -> tuple[int, int]:
+    """(dtype code, op code) of a reduction of `dtype` by `op`, checked."""
+    if op not in REDUCE_OPS:
+        raise ValueError(f"{what}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
+    if dtype not in _REDUCE_DTYPE_SET:
+        raise TypeError(f"{what}: dtype {dtype} is not supported (supported: {', '.join(map(str, REDUCE_DTYPES))})")
+    return DTYPE_CODES[dtype], REDUCE_OPS[op]
 
 
 def _address(t: torch.Tensor) -> int:

@@ -333,11 +333,11 @@ class Kernel:
     def _run_programs(self, args, grid, kwargs):
         from triton.runtime.interpreter import GridExecutor, InterpreterError
 
-        from ._config import interpret_resident
+        from . import _config
 
         fn = self.jit_function
         launch = _Launch(
-            self.resident if self.resident is not None else interpret_resident(),
+            self.resident if self.resident is not None else _config.get("UNISHMEM_INTERPRET_RESIDENT"),
             bool(kwargs.get("launch_cooperative_grid")),
             self.fn.__name__,
         )

@@ -12,6 +12,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from .. import _config
 from ..rendezvous import parse_address
 from .plan import Plan, elements
 from .timing import long_iters, long_run, measure, summary
@@ -19,12 +20,12 @@ from .timing import long_iters, long_run, measure, summary
 
 def _store(size: int):
     # A FileStore beside the launcher's rendezvous socket: in its private directory, and nothing listens.
-    _, socket_path = parse_address(os.environ["UNISHMEM_RENDEZVOUS"])
+    _, socket_path = parse_address(_config.protocol("UNISHMEM_RENDEZVOUS"))
     return dist.FileStore(os.path.join(os.path.dirname(socket_path), "gloo.store"), size)
 
 
 def _init() -> None:
-    rank, size = int(os.environ["UNISHMEM_RANK"]), int(os.environ["UNISHMEM_WORLD_SIZE"])
+    rank, size = int(_config.protocol("UNISHMEM_RANK")), int(_config.protocol("UNISHMEM_WORLD_SIZE"))
     dist.init_process_group(
         "gloo", store=_store(size), rank=rank, world_size=size, timeout=datetime.timedelta(seconds=120)
     )

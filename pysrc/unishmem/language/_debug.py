@@ -61,7 +61,9 @@ def enabled(semantic) -> bool:
 
 
 def env_enabled() -> bool:
-    return os.environ.get("UNISHMEM_DEBUG_WAITS", "0") not in ("", "0")
+    from .._config import get
+
+    return get("UNISHMEM_DEBUG_WAITS")
 
 
 def site_key(module: str, qualname: str) -> int:

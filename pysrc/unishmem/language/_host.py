@@ -1,7 +1,10 @@
 """Device functions under TRITON_INTERPRET=1: each one calls the host backend's C++ primitives.
 
 The interpreter hands a device function Python values: pointers arrive here as (address, element
-size) of this PE's mapping, and these implementations check them the way the host API does."""
+size) of this PE's mapping. Addresses, PEs, codes and collective arguments go through the host API's
+own checks (NOTE [address checks] in runtime.py), so a device function refuses what the host API
+refuses with the same error; only what pointers alone have (their element type) is checked here.
+Values are converted to the word they go to, as a compiled call converts them, not range-checked."""
 
 from __future__ import annotations
 
@@ -9,8 +12,9 @@ import ctypes
 
 import numpy as np
 
-from ..enums import ATOMIC_OPS, DTYPE_CODES, REDUCE_OPS
-from ..errors import NotSymmetricError, UnishmemError
+from ..enums import ATOMIC_OPS, DTYPE_CODES, WAIT_DTYPES
+from ..errors import UnishmemError
+from ..runtime import _check_pe, _cmp_code, _disjoint, _from_bits, _reduce_codes
 
 
 class Ptr:
@@ -31,20 +35,6 @@ def _runtime():
             f"device functions under TRITON_INTERPRET=1 need the host backend; this runtime's backend is {rt.backend!r}"
         )
     return rt
-
-
-def _pe(rt, pe: int, what: str = "pe") -> int:
-    if not 0 <= pe < rt.n_pes:
-        raise ValueError(f"{what}={pe} is out of range: there are {rt.n_pes} PEs (0..{rt.n_pes - 1})")
-    return pe
-
-
-def _sym(rt, p: Ptr, nbytes: int, what: str) -> int:
-    if nbytes < 0:
-        raise ValueError(f"{what}: negative size {nbytes}")
-    if not rt._in_heap(p.addr, nbytes):
-        raise NotSymmetricError(f"{what} ({p.addr:#x}, {nbytes} bytes) is not in the symmetric heap")
-    return p.addr
 
 
 def _team(rt, team: int):
@@ -82,20 +72,20 @@ def team_translate_pe(rt, src_team, pe, dst_team):
 
 
 def remote_ptr(rt, ptr, pe):
+    # Only in the heap, not in a live allocation: a block's masked-off lanes may point past its end.
     if not isinstance(ptr.addr, int):  # a block of pointers: every one in the heap, all moved alike
         for addr in (int(ptr.addr.min()), int(ptr.addr.max())):
-            _sym(rt, Ptr(addr, ptr.dtype, ptr.itemsize), 0, "remote_ptr: ptr")
-        return ptr.addr.astype(np.int64) + (rt._native.peer_ptr(rt._base, _pe(rt, pe)) - rt._base)
-    _sym(rt, ptr, 0, "remote_ptr: ptr")
-    return rt._native.peer_ptr(ptr.addr, _pe(rt, pe))
+            rt._heap(addr, 0, "remote_ptr: ptr")
+        return ptr.addr.astype(np.int64) + (rt._native.peer_ptr(rt._base, _check_pe(pe, rt.n_pes)) - rt._base)
+    return rt._native.peer_ptr(rt._heap(ptr.addr, 0, "remote_ptr: ptr"), _check_pe(pe, rt.n_pes))
 
 
 def put(rt, dest, source, nbytes, pe):
-    rt._native.put(_sym(rt, dest, nbytes, "dest"), source.addr, nbytes, _pe(rt, pe), 0)
+    rt._native.put(rt._range(dest.addr, nbytes, "dest"), source.addr, nbytes, _check_pe(pe, rt.n_pes), 0)
 
 
 def get(rt, dest, source, nbytes, pe):
-    rt._native.get(dest.addr, _sym(rt, source, nbytes, "source"), nbytes, _pe(rt, pe), 0)
+    rt._native.get(dest.addr, rt._range(source.addr, nbytes, "source"), nbytes, _check_pe(pe, rt.n_pes), 0)
 
 
 def put_elems(rt, dest, source, nelems, pe):
@@ -132,34 +122,26 @@ def p(rt, dest, value, pe):
     import torch
 
     local = torch.tensor([value], dtype=dest.dtype)
-    rt._native.put(_sym(rt, dest, dest.itemsize, "dest"), local.data_ptr(), dest.itemsize, _pe(rt, pe), 0)
+    put(rt, dest, Ptr(local.data_ptr(), dest.dtype, dest.itemsize), dest.itemsize, pe)
 
 
 def g(rt, source, pe):
     import torch
 
     local = torch.empty(1, dtype=source.dtype)
-    rt._native.get(local.data_ptr(), _sym(rt, source, source.itemsize, "source"), source.itemsize, _pe(rt, pe), 0)
+    get(rt, Ptr(local.data_ptr(), source.dtype, source.itemsize), source, source.itemsize, pe)
     return local.item()
 
 
-def _aligned(rt, p: Ptr, what: str) -> int:
-    if p.addr % p.itemsize:  # atomics need a naturally aligned word
-        raise ValueError(f"{what} at heap offset {p.addr - rt._base} is not {p.itemsize}-byte aligned")
-    return p.addr
-
-
 def _signal(rt, sig: Ptr) -> int:
-    if sig.itemsize != 8:
+    if sig.itemsize != 8:  # as compiled: any 8-byte word is a signal's uint64
         raise TypeError(f"sig must point to a uint64 signal word, not {sig.dtype}")
-    _sym(rt, sig, 8, "sig")
-    return _aligned(rt, sig, "sig")
+    return rt._aligned(rt._range(sig.addr, 8, "sig"), 8, "sig")
 
 
 def put_signal(rt, dest, source, nbytes, sig, value, op, pe):
-    rt._native.put_signal(
-        _sym(rt, dest, nbytes, "dest"), source.addr, nbytes, _signal(rt, sig), value, op, _pe(rt, pe), 0
-    )
+    d = rt._range(dest.addr, nbytes, "dest")
+    rt._native.put_signal(d, source.addr, nbytes, _signal(rt, sig), *rt._signal_args(_bits(value), op, pe), 0)
 
 
 def put_signal_elems(rt, dest, source, nelems, sig, value, op, pe):
@@ -167,11 +149,11 @@ def put_signal_elems(rt, dest, source, nelems, sig, value, op, pe):
 
 
 def signal_op(rt, sig, value, op, pe):
-    rt._native.signal_op(_signal(rt, sig), value, op, _pe(rt, pe), 0)
+    rt._native.signal_op(_signal(rt, sig), *rt._signal_args(_bits(value), op, pe), 0)
 
 
 def signal_wait_until(rt, sig, cmp, value):
-    return rt._native.signal_wait_until(_signal(rt, sig), cmp, value, 0)
+    return rt._native.signal_wait_until(_signal(rt, sig), _cmp_code(cmp), _bits(value), 0)
 
 
 def signal_fetch(rt, sig):
@@ -179,32 +161,31 @@ def signal_fetch(rt, sig):
 
 
 def _word(rt, ptr: Ptr) -> tuple[int, int]:
-    if ptr.dtype not in DTYPE_CODES or ptr.itemsize not in (4, 8) or ptr.dtype.is_floating_point:
+    if ptr.dtype not in WAIT_DTYPES:  # the atomics' too (enums.ATOMIC_DTYPES)
         raise TypeError(f"point-to-point waits and atomics take int32, int64, uint32 or uint64 words, not {ptr.dtype}")
-    _sym(rt, ptr, ptr.itemsize, "ptr")
-    return _aligned(rt, ptr, "ptr"), DTYPE_CODES[ptr.dtype]
+    return rt._aligned(rt._range(ptr.addr, ptr.itemsize, "ptr"), ptr.itemsize, "ptr"), DTYPE_CODES[ptr.dtype]
 
 
 def _bits(value: int) -> int:
+    """value's low 64 bits: a compiled call converts it to the word's type, and the backend takes the low bytes."""
     return int(value) & (2**64 - 1)
 
 
 def wait_until(rt, ptr, cmp, value):
     addr, code = _word(rt, ptr)
-    rt._native.wait_until(addr, code, cmp, _bits(value))
+    rt._native.wait_until(addr, code, _cmp_code(cmp), _bits(value))
 
 
 def test(rt, ptr, cmp, value):
     addr, code = _word(rt, ptr)
-    return int(rt._native.test(addr, code, cmp, _bits(value)))
+    return int(rt._native.test(addr, code, _cmp_code(cmp), _bits(value)))
 
 
 def atomic(rt, name: str, dest: Ptr, pe: int, value: int = 0, cond: int = 0):
-    from ..runtime import _from_bits
-
     addr, code = _word(rt, dest)
     op = ATOMIC_OPS[name[len("atomic_") :]]
-    return _from_bits(rt._native.atomic(op, code, addr, _bits(value), _bits(cond), _pe(rt, pe)), dest.dtype)
+    out = rt._native.atomic(op, code, addr, _bits(value), _bits(cond), _check_pe(pe, rt.n_pes))
+    return _from_bits(out, dest.dtype)
 
 
 def _words(rt, ivars: Ptr, nelems: int, what: str, values: Ptr | None = None, value: int = 0):
@@ -214,7 +195,7 @@ def _words(rt, ivars: Ptr, nelems: int, what: str, values: Ptr | None = None, va
     addr, code = _word(rt, ivars)
     if nelems < 1:
         raise ValueError(f"{what}: nelems={nelems} must be >= 1")
-    _sym(rt, ivars, nelems * ivars.itemsize, f"{what}: ivars")
+    rt._range(ivars.addr, nelems * ivars.itemsize, f"{what}: ivars")
     if values is None:
         return addr, code, [_bits(value)] * nelems
     if values.dtype != ivars.dtype:
@@ -226,13 +207,14 @@ def _words(rt, ivars: Ptr, nelems: int, what: str, values: Ptr | None = None, va
 
 def _wait_all(rt, ivars, nelems, cmp, what, **target):
     addr, code, bits = _words(rt, ivars, nelems, what, **target)
+    cmp = _cmp_code(cmp)
     for i, b in enumerate(bits):
         rt._native.wait_until(addr + i * ivars.itemsize, code, cmp, b)
 
 
 def _wait_any(rt, ivars, nelems, cmp, what, **target):
     addr, code, bits = _words(rt, ivars, nelems, what, **target)
-    return rt._native.wait_until_any(addr, ivars.itemsize, code, cmp, bits)
+    return rt._native.wait_until_any(addr, ivars.itemsize, code, _cmp_code(cmp), bits)
 
 
 def _wait_some(rt, ivars, nelems, indices, cmp, what, **target):
@@ -241,6 +223,7 @@ def _wait_some(rt, ivars, nelems, indices, cmp, what, **target):
     addr, code, bits = _words(rt, ivars, nelems, what, **target)
     if indices.itemsize != 8 or indices.dtype.is_floating_point:
         raise TypeError(f"{what}: indices must point to int64 (size_t) words, not {indices.dtype}")
+    cmp = _cmp_code(cmp)
     first = rt._native.wait_until_any(addr, ivars.itemsize, code, cmp, bits)
     found = torch.tensor(
         [i for i, b in enumerate(bits) if i == first or rt._native.test(addr + i * ivars.itemsize, code, cmp, b)]
@@ -297,11 +280,7 @@ def _collective(rt, team: int, check):
     except ValueError:
         rt._native.reject_collective(0)  # no team to enter: the others are likely in the world
         raise
-    try:
-        return check()
-    except (TypeError, ValueError):
-        rt._native.reject_collective(team)
-        raise
+    return rt._checked(team, check)  # on the host backend a team's handle is its slot
 
 
 def barrier(rt, team):
@@ -314,22 +293,21 @@ def sync(rt, team):
     rt._native.sync(team, 0)
 
 
-def _pair(rt, dest: Ptr, source: Ptr, dest_bytes: int, source_bytes: int, what: str):
+def _pair(rt, dest: Ptr, source: Ptr, dest_bytes: int, source_bytes: int, what: str, in_place_ok: bool = False):
+    """(dest, source, dtype code) of a collective, checked as the host API checks them."""
+    d = rt._range(dest.addr, dest_bytes, "dest")
+    s = rt._range(source.addr, source_bytes, "source")
     if dest.dtype != source.dtype:
         raise TypeError(f"{what}: dest points to {dest.dtype} but source to {source.dtype}")
     if dest.dtype not in DTYPE_CODES:
         raise TypeError(f"{what}: {dest.dtype} is not a dtype of the symmetric heap")
-    return (
-        _sym(rt, dest, dest_bytes, f"{what}: dest"),
-        _sym(rt, source, source_bytes, f"{what}: source"),
-        DTYPE_CODES[dest.dtype],
-    )
+    return _disjoint(d, dest_bytes, s, source_bytes, what, in_place_ok), s, DTYPE_CODES[dest.dtype]
 
 
 def broadcast(rt, team, dest, source, nelems, root):
     def check():
         n = nelems * dest.itemsize
-        d, s, code = _pair(rt, dest, source, n, n, "broadcast")
+        d, s, code = _pair(rt, dest, source, n, n, "broadcast", in_place_ok=True)
         n_pes = rt._native.team_n_pes(team)
         if not 0 <= root < n_pes:
             raise ValueError(f"broadcast: root={root} is out of range for a team of {n_pes} PEs")
@@ -359,8 +337,9 @@ def alltoall(rt, team, dest, source, nelems):
 
 def reduce(rt, team, dest, source, nelems, op):
     def check():
+        dtype_code, op_code = _reduce_codes(op, source.dtype, "reduce")
         n = nelems * dest.itemsize
-        d, s, code = _pair(rt, dest, source, n, n, "reduce")
-        return d, s, nelems, code, REDUCE_OPS[op]
+        d, s, _ = _pair(rt, dest, source, n, n, "reduce", in_place_ok=True)
+        return d, s, nelems, dtype_code, op_code
 
     rt._native.reduce(team, *_collective(rt, team, check), 0)
