@@ -238,7 +238,7 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
              return b;
            }),
            py::arg("token"), py::arg("pe"), py::arg("n_pes"), py::arg("heap_size"), py::arg("stall_warn_s"),
-           py::arg("timeout_s"), py::arg("deadlock_s") = 5.0)
+           py::arg("timeout_s"), py::arg("deadlock_s"))
       .def("attach_peers", &HostBackend::attach_peers)
       // NOTE [programs] (host_backend.hpp): the concurrent interpreter's bookkeeping.
       .def("begin_programs", &HostBackend::begin_programs)
@@ -287,7 +287,7 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
       .def(py::init([](py::bytes unique_id, int pe, int n_pes, int device, std::size_t heap_size,
                        double stall_warn_s, double timeout_s, std::vector<std::pair<int, int>> node_groups) {
              auto b = std::make_unique<GpuBackend>(std::string(unique_id), pe, n_pes, device, heap_size,
-                                                   WaitPolicy{stall_warn_s, timeout_s}, node_groups);
+                                                   WaitPolicy{stall_warn_s, timeout_s, /*deadlock_s: host only*/ 0}, node_groups);
              b->set_wait_check(check_python_signals);
              return b;
            }),

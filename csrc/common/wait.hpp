@@ -36,10 +36,11 @@
 
 namespace unishmem {
 
+// Python passes the seconds (their defaults live once, in pysrc/unishmem/_config.py).
 struct WaitPolicy {
-  double stall_warn_s = 30.0;  // report once what is being waited for (NOTE [stall reports])
-  double timeout_s = 300.0;    // then raise; <= 0 waits forever
-  double deadlock_s = 5.0;     // every PE waiting this long with no progress is a deadlock; <= 0: never
+  double stall_warn_s = 0;     // report once what is being waited for (NOTE [stall reports]); <= 0: never
+  double timeout_s = 0;        // then raise; <= 0 waits forever
+  double deadlock_s = 0;       // every PE waiting this long with no progress is a deadlock; <= 0: never
   double max_spin_s = 0.0;     // the most a wait spins before sleeping (HostBackend sets it)
   bool yield = false;          // yield before sleeping (HostBackend sets it where PEs outnumber cores)
 };
