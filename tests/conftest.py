@@ -1,5 +1,3 @@
-import glob
-
 import pytest
 import spmd
 
@@ -7,10 +5,10 @@ import spmd
 @pytest.fixture(autouse=True, scope="session")
 def no_segments_left_behind():
     """Every job must remove its shared-memory segments, whatever happened to it."""
-    before = set(glob.glob("/dev/shm/unishmem-*"))
+    before = spmd.segments()
     yield
     spmd.close_jobs()  # the last job may still be finalizing
-    left = set(glob.glob("/dev/shm/unishmem-*")) - before
+    left = spmd.segments_left(before)
     assert not left, f"shared-memory segments left behind: {sorted(left)}"
 
 

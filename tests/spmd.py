@@ -26,6 +26,7 @@ Run this file as `spmd.py run PLAN OUTDIR` on each PE (a job does that).
 from __future__ import annotations
 
 import functools
+import glob
 import importlib.util
 import json
 import os
@@ -81,6 +82,23 @@ def launch(args: list[str], n_pes: int, timeout: float = JOB_TIMEOUT_S, env=None
     """`unishmem run -n n_pes args...` with captured output."""
     cmd = [sys.executable, "-m", "unishmem", "run", "-n", str(n_pes), *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+
+
+def segments() -> set[str]:
+    return set(glob.glob("/dev/shm/unishmem-*"))
+
+
+def segments_left(before: set[str]) -> set[str]:
+    """Segments made since `before` that no live process maps: left behind by jobs that ended. (Those
+    of jobs running now, this session's or others' on the machine, are in use, not left behind.)"""
+    mapped = set()
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps) as f:
+                mapped.update(line.split(None, 5)[-1].strip() for line in f if "/dev/shm/unishmem-" in line)
+        except OSError:  # the process ended, or is not ours to read
+            continue
+    return {path for path in segments() - before if path not in mapped}
 
 
 def module_env(module_file: str) -> dict:
@@ -170,9 +188,11 @@ class _Job:
                 self.records.setdefault((rec["module"], rec["name"]), {})[rec["pe"]] = rec
 
     def ran(self, key) -> bool:
-        """Whether some PE of this job started key's function (or will: the job is still running)."""
+        """Whether some PE of this job started key's function, or will: the job is running and no PE
+        has failed (after a failure the job is ending, whether or not its launcher has seen it yet)."""
         self._poll()
-        return key in self.records or (key in self.entries and self.proc.poll() is None)
+        failed = any(r["status"] == "failed" for recs in self.records.values() for r in recs.values())
+        return key in self.records or (key in self.entries and not failed and self.proc.poll() is None)
 
     def done(self, key) -> bool:
         recs = self.records.get(key, {})
@@ -259,6 +279,8 @@ def _run_job(plan_file: str, outdir: str) -> int:
         saved = {k: os.environ.get(k) for k in module["env"]}
         os.environ.update(module["env"])
         record(path, names[0], "started")
+        if os.path.dirname(path) not in sys.path:  # as pytest imports it: its own folder first
+            sys.path.insert(0, os.path.dirname(path))
         try:
             spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
             sys.modules[spec.name] = importlib.util.module_from_spec(spec)

@@ -1,7 +1,6 @@
 """Launchers and failure behaviour: unishmem run, mpirun, torchrun, srun-style environments, a dead PE,
 Ctrl-C, stalls, and shared-memory segments that must never outlive their job."""
 
-import glob
 import io
 import os
 import re
@@ -14,7 +13,7 @@ import threading
 import time
 
 import pytest
-from spmd import launch
+from spmd import launch, segments, segments_left
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 SMOKE = os.path.join(PROGRAMS, "smoke.py")
@@ -25,10 +24,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def ok_lines(output: str, n: int, launcher: str) -> None:
     lines = sorted(re.findall(r"^OK pe=(\d+) n=(\d+) launcher=(.*)$", output, re.M))
     assert lines == [(str(pe), str(n), launcher) for pe in range(n)], output
-
-
-def segments() -> set:
-    return set(glob.glob("/dev/shm/unishmem-*"))
 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
@@ -125,7 +120,7 @@ def test_dead_pe_raises_peer_failure_everywhere(mode):
     status = "was killed by signal SIGKILL" if mode == "kill" else "exited with status 1"
     assert re.search(rf"unishmem run: PE 3 \(pid \d+\) {status}", proc.stderr), out
     assert proc.returncode == (137 if mode == "kill" else 1)
-    assert segments() <= before
+    assert not segments_left(before)
 
 
 @pytest.mark.parametrize("mode", ["hang", "hang_in_kernel"])  # a host wait; the programs of an interpreted launch
@@ -151,14 +146,14 @@ def test_ctrl_c_stops_every_pe(mode):
     assert len(re.findall(r"^INTERRUPTED pe=\d", out, re.M)) == 4, out + err  # each PE saw KeyboardInterrupt
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
-    assert segments() <= before
+    assert not segments_left(before)
 
 
 def test_launcher_removes_segments_a_crashed_pe_left():
     before = segments()
     proc = launch([FAILURES, "leak_segment"], 2, timeout=60)
     assert proc.returncode == 3
-    assert segments() <= before
+    assert not segments_left(before)
 
 
 def test_stalled_wait_warns_then_times_out():
@@ -519,7 +514,7 @@ def test_peer_lost_during_init_raises_peer_failure(mode, why):
         assert float(after) < 10.0, out
         assert re.search(why, msg), msg
     assert "INIT RETURNED" not in out
-    assert segments() <= before
+    assert not segments_left(before)
 
 
 def test_init_after_finalize_twenty_times_with_changing_heaps():
