@@ -53,6 +53,16 @@ class CompileCache:
             h.update(path.encode() + _file_digest(path).encode())
         self._salt = h.hexdigest()
 
+    def triton_cache(self, *links: str) -> str | None:
+        """A Triton cache directory for compiles linking `links` (Triton keys each kernel by its source,
+        options and the bytes of its libraries, but not by unishmem's Python, which this directory is named by)."""
+        if self.dir is None:
+            return None
+        name = hashlib.sha256(json.dumps([self._salt, [_file_digest(p) for p in links]]).encode()).hexdigest()
+        path = os.path.join(self.dir, "triton-" + name)
+        os.makedirs(path, exist_ok=True)
+        return path
+
     def _path(self, job, links) -> str | None:
         if self.dir is None:
             return None
