@@ -12,6 +12,12 @@ def no_segments_left_behind():
     assert not left, f"shared-memory segments left behind: {sorted(left)}"
 
 
+@pytest.fixture
+def spmd_started(request):
+    """The setup of an SPMD test: every PE has begun its function (tests/spmd.py)."""
+    spmd.started(request.node)
+
+
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected
 def pytest_collection_modifyitems(items):
     """SPMD tests run after the plain ones, grouped into one job per size (tests/spmd.py)."""

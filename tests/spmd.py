@@ -58,7 +58,7 @@ def spmd(fn=None, *, sizes=SIZES):
     REGISTRY.setdefault(module_file, {})[fn.__name__] = fn
 
     @pytest.mark.parametrize("n_pes", sizes)
-    def test(n_pes):
+    def test(n_pes, spmd_started):  # the fixture (conftest.py): job start-up, import and init are setup
         _report(_outcome(n_pes, (module_file, fn.__name__)), fn.__name__, n_pes)
 
     test.__name__ = fn.__name__
@@ -198,13 +198,14 @@ class _Job:
         recs = self.records.get(key, {})
         return all(recs.get(pe, {}).get("status", "started") != "started" for pe in range(self.n_pes))
 
-    def wait(self, key) -> dict[int, dict]:
-        """key's records on every PE; fewer when the job ended (or timed out) before they all came."""
+    def wait(self, key, started: bool = False) -> dict[int, dict]:
+        """key's records on every PE (with started=True, once every PE has begun it); fewer when the job
+        ended (or timed out) before they all came."""
         deadline = time.monotonic() + JOB_TIMEOUT_S
         while True:
             ended = self.proc.poll() is not None
             self._poll()
-            if ended or self.done(key):
+            if ended or (len(self.records.get(key, {})) == self.n_pes if started else self.done(key)):
                 return self.records.get(key, {})
             if time.monotonic() > deadline:
                 self.timed_out = True
@@ -232,8 +233,20 @@ class _Job:
             shutil.rmtree(self.out, ignore_errors=True)
 
 
+def started(item) -> None:
+    """Waits until every PE has begun the item's function (its job started, its module imported and
+    initialised), starting the job if none will run it."""
+    n_pes, module_file, name = spmd_key(item)
+    _job(n_pes, (module_file, name)).wait((module_file, name), started=True)
+
+
 def _outcome(n_pes: int, key: tuple[str, str]) -> tuple[_Job, dict]:
-    """key's records at n_pes, starting a job from key's function when none will run it."""
+    job = _job(n_pes, key)
+    return job, job.wait(key)
+
+
+def _job(n_pes: int, key: tuple[str, str]) -> _Job:
+    """The job that runs key's function at n_pes, started from that function when none will run it."""
     if n_pes not in _PLANS or not any(key in job for job in _PLANS[n_pes]):
         plan([(n_pes, *key)])  # not planned (conftest.py not loaded): a job of its own
     index = next(j for j, job in enumerate(_PLANS[n_pes]) if key in job)
@@ -243,7 +256,7 @@ def _outcome(n_pes: int, key: tuple[str, str]) -> tuple[_Job, dict]:
             job.close(remove=True)
         entries = _PLANS[n_pes][index]
         job = _JOBS[(n_pes, index)] = _Job(n_pes, entries[entries.index(key) :])
-    return job, job.wait(key)
+    return job
 
 
 def _report(outcome: tuple[_Job, dict], name: str, n_pes: int) -> None:
@@ -278,7 +291,6 @@ def _run_job(plan_file: str, outdir: str) -> int:
         path, names = module["file"], module["functions"]
         saved = {k: os.environ.get(k) for k in module["env"]}
         os.environ.update(module["env"])
-        record(path, names[0], "started")
         if os.path.dirname(path) not in sys.path:  # as pytest imports it: its own folder first
             sys.path.insert(0, os.path.dirname(path))
         try:
@@ -291,9 +303,8 @@ def _run_job(plan_file: str, outdir: str) -> int:
             for name in names:
                 record(path, name, "failed", detail)
             os._exit(1)  # end the job: peers raise PeerFailure rather than wait for us
-        for i, name in enumerate(names):
-            if i:
-                record(path, name, "started")
+        for name in names:
+            record(path, name, "started")
             try:
                 try:
                     REGISTRY[path][name](rt)
