@@ -8,8 +8,9 @@
 
 pytest collects one test per (function, size). The SPMD tests selected in a session (after -k, -m
 and test ids), from every module, run in one `unishmem run` job per size, as mpi4py's suite does:
-conftest.py moves them after the plain tests, grouped by size, and hands the plan to `plan()`. Each
-test waits for its own function's outcome on every PE, so its time is its own.
+conftest.py moves them after the plain tests, grouped by size, and hands the plan to `plan()`. A
+test's setup waits until every PE has begun its function (a job's start-up, a module's import and
+init), its call for the function's outcome on every PE: each test's time is its own.
 
 On each PE a module gets a fresh runtime: its SPMD_ENV is set, it is imported, unishmem.init()
 runs, its functions run in order (each ends with a barrier), and the runtime is finalized (a
@@ -248,7 +249,7 @@ def _outcome(n_pes: int, key: tuple[str, str]) -> tuple[_Job, dict]:
 def _job(n_pes: int, key: tuple[str, str]) -> _Job:
     """The job that runs key's function at n_pes, started from that function when none will run it."""
     if n_pes not in _PLANS or not any(key in job for job in _PLANS[n_pes]):
-        plan([(n_pes, *key)])  # not planned (conftest.py not loaded): a job of its own
+        _PLANS.setdefault(n_pes, []).append([key])  # not planned (conftest.py not loaded): a job of its own
     index = next(j for j, job in enumerate(_PLANS[n_pes]) if key in job)
     job = _JOBS.get((n_pes, index))
     if job is None or not job.ran(key):
