@@ -249,7 +249,7 @@ def _outcome(n_pes: int, key: tuple[str, str]) -> tuple[_Job, dict]:
 def _job(n_pes: int, key: tuple[str, str]) -> _Job:
     """The job that runs key's function at n_pes, started from that function when none will run it."""
     if n_pes not in _PLANS or not any(key in job for job in _PLANS[n_pes]):
-        _PLANS.setdefault(n_pes, []).append([key])  # not planned (conftest.py not loaded): a job of its own
+        _PLANS.setdefault(n_pes, []).append([key])  # not seen by the collection hook: a job of its own
     index = next(j for j, job in enumerate(_PLANS[n_pes]) if key in job)
     job = _JOBS.get((n_pes, index))
     if job is None or not job.ran(key):
