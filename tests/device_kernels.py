@@ -106,6 +106,20 @@ def collectives(buf, src, sig, ivar, team, N: tl.constexpr):
 GROUPS = [queries, thread_rma, block_rma, warp_rma, signals, atomics, synchronization, collectives]
 
 
+@triton.jit
+def every_group(buf, src, sig, ivar, team, N: tl.constexpr):
+    """The groups as one kernel, for the archs where only the linking is checked: linking NVSHMEM's
+    bitcode (30-50 MB, parsed for each compile) is most of a compile's time."""
+    queries(buf, src, sig, ivar, team, N)
+    thread_rma(buf, src, sig, ivar, team, N)
+    block_rma(buf, src, sig, ivar, team, N)
+    warp_rma(buf, src, sig, ivar, team, N)
+    signals(buf, src, sig, ivar, team, N)
+    atomics(buf, src, sig, ivar, team, N)
+    synchronization(buf, src, sig, ivar, team, N)
+    collectives(buf, src, sig, ivar, team, N)
+
+
 # Device library v2: compiled for sm_90 (and the HIP targets) only, to keep the suite's time.
 @triton.jit
 def many_waits(buf, src, sig, ivar, team, N: tl.constexpr):

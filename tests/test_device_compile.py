@@ -1,8 +1,10 @@
 """The device library compiled for real targets, with no GPU: every function compiles and links
 against the nvidia-nvshmem wheel's bitcode into a cubin for sm_80, sm_90 and sm_100; for gfx942 and
-gfx950 the LLVM IR declares each rocSHMEM symbol with the signature rocSHMEM's rocshmem_wrapper.cc gives."""
+gfx950 the LLVM IR declares each rocSHMEM symbol with the signature rocSHMEM's rocshmem_wrapper.cc gives.
+Compiled results are kept by content (tests/compile_cache.py), so a rerun compiles only what changed."""
 
 import concurrent.futures
+import functools
 import multiprocessing
 import os
 import re
@@ -13,6 +15,7 @@ import pytest
 
 triton = pytest.importorskip("triton")
 import device_kernels  # noqa: E402
+from compile_cache import CompileCache  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
@@ -74,53 +77,60 @@ def _init_worker(cache_dir):
     sys.path.insert(0, os.path.dirname(__file__))
 
 
+def compile_in_workers(compile_fn, jobs: dict, workers: int = 2) -> dict:
+    """{name: compile_fn(*args)} for jobs {name: args}, in fresh spawned workers with a fresh Triton cache."""
+    with tempfile.TemporaryDirectory() as cache:
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(
+            min(workers, len(jobs)), mp_context=ctx, initializer=_init_worker, initargs=(cache,)
+        ) as pool:
+            futures = {name: pool.submit(compile_fn, *args) for name, args in jobs.items()}
+            return {name: f.result() for name, f in futures.items()}
+
+
+def _links(backend: str, arch, link: bool) -> list[str]:
+    return list(extern_libs(backend, arch).values()) if link else []
+
+
 @pytest.fixture(scope="module")
-def builds():
+def builds(request):
     try:
         extern_libs("cuda", 90)
     except BackendUnavailable as e:
         pytest.skip(f"NVSHMEM bitcode not installed (pip install nvidia-nvshmem-cu13): {e}")
-    jobs = [(k.__name__, "cuda", cc, True) for cc in CUDA_ARCHS for k in device_kernels.GROUPS]
+    jobs = [(k.__name__, "cuda", cc, True) for cc in CUDA_ARCHS for k in _linked_groups(cc)]
     jobs += [(k.__name__, "cuda", 90, True) for k in device_kernels.V2_GROUPS + [device_kernels.block_wait]]
     jobs += [(k.__name__, "hip", arch, False) for arch in HIP_ARCHS for k in device_kernels.HIP_GROUPS]
     jobs += [("team_reduce_ops", "hip", arch, False, "TEAM_REDUCE_SIGNATURE") for arch in HIP_ARCHS]
-    with tempfile.TemporaryDirectory() as cache:
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(
-            2, mp_context=ctx, initializer=_init_worker, initargs=(cache,)
-        ) as pool:
-            futures = {job: pool.submit(_compile, *job) for job in jobs}
-            results = {job[:3]: f.result() for job, f in futures.items()}
-            results["half_p"] = pool.submit(
-                _compile, "half_p", "hip", "gfx942", False, {"hbuf": "*fp16", "pe": "i32"}, {}
-            ).result()
-            aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
-            gemms = {
-                guard: pool.submit(
-                    _compile,
-                    "pipelined_gemm",
-                    "cuda",
-                    90,
-                    True,
-                    device_kernels.GEMM_SIGNATURE,
-                    dict(device_kernels.GEMM_CONSTANTS, GUARD=guard),
-                    {"num_stages": 3},
-                    aligned,
-                )
-                for guard in (False, True)
-            }
-            results["gemm"] = {guard: f.result() for guard, f in gemms.items()}
-            debug = {
-                (backend, arch): pool.submit(_compile, "signals", backend, arch, backend == "cuda", debug_waits=True)
-                for backend, arch in (("cuda", 90), ("hip", "gfx942"))
-            }
-            results["debug_waits"] = {key: f.result() for key, f in debug.items()}
+    named = {job[:3]: job for job in jobs}
+    named["half_p"] = ("half_p", "hip", "gfx942", False, {"hbuf": "*fp16", "pe": "i32"}, {})
+    aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
+    for guard in (False, True):
+        constants = dict(device_kernels.GEMM_CONSTANTS, GUARD=guard)
+        options = {"num_stages": 3}
+        named[("gemm", guard)] = ("pipelined_gemm", "cuda", 90, True, "GEMM_SIGNATURE", constants, options, aligned)
+    for backend, arch in (("cuda", 90), ("hip", "gfx942")):
+        # as @unishmem.jit(debug_waits=True) compiles: with the debug library
+        named[("debug_waits", backend, arch)] = ("signals", backend, arch, backend == "cuda") + (None,) * 4 + (True,)
+    cache = CompileCache(request.config, device_kernels.__file__, __file__)
+    out = cache.run(
+        {k: (args, _links(*args[1:4])) for k, args in named.items()}, functools.partial(compile_in_workers, _compile)
+    )
+    results = {k: v for k, v in out.items() if k[0] not in ("gemm", "debug_waits")}
+    results["gemm"] = {guard: out[("gemm", guard)] for guard in (False, True)}
+    results["debug_waits"] = {k[1:]: v for k, v in out.items() if k[0] == "debug_waits"}
     return results
+
+
+def _linked_groups(cc: int) -> list:
+    """sm_90 compiles each group (other tests read their IR); the other archs, whose check is only that
+    every function links, compile them as one kernel (one link of NVSHMEM's bitcode instead of eight)."""
+    return device_kernels.GROUPS if cc == 90 else [device_kernels.every_group]
 
 
 @pytest.mark.parametrize("cc", CUDA_ARCHS)
 def test_every_function_links_into_a_cubin(builds, cc):
-    for kernel in device_kernels.GROUPS:
+    for kernel in _linked_groups(cc):
         out = builds[(kernel.__name__, "cuda", cc)]
         assert "error" not in out, f"{kernel.__name__} for sm_{cc}: {out.get('error')}"
         assert out["binary"] > 0
@@ -414,7 +424,7 @@ def _defined_globals(llir: str) -> set[str]:
     return {name for name, rest in re.findall(r"^@(\w+) = (.*)$", llir, re.M) if not rest.startswith("external")}
 
 
-def test_every_rocshmem_kernel_keeps_the_globals_module_init_needs(tmp_path, monkeypatch):
+def test_every_rocshmem_kernel_keeps_the_globals_module_init_needs(tmp_path, monkeypatch, request):
     """NOTE [rocSHMEM module globals]: rocshmem_hipmodule_init fails on a module lacking any of the three
     (rocSHMEM src/rocshmem_gpu.cpp, rocm-systems fe14a430). Against a stand-in bitcode shaped like rocSHMEM's
     (tests/fixtures/standin_rocshmem_device.ll), Triton's LinkOnlyNeeded alone drops them; with the
@@ -431,25 +441,15 @@ def test_every_rocshmem_kernel_keeps_the_globals_module_init_needs(tmp_path, mon
         "unishmem": ("pe_only", libs, pe_only),
         "unishmem teams": ("queries", libs, None),
     }
-    with tempfile.TemporaryDirectory() as cache:
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(
-            1, mp_context=ctx, initializer=_init_worker, initargs=(cache,)
-        ) as pool:
-            futures = {
-                k: pool.submit(
-                    _compile,
-                    kernel,
-                    "hip",
-                    "gfx942",
-                    False,
-                    sig or "HIP_SIGNATURE",
-                    None if sig is None else {},
-                    {"extern_libs": tuple(libs.items())},
-                )
-                for k, (kernel, libs, sig) in jobs.items()
-            }
-            out = {k: f.result() for k, f in futures.items()}
+    named = {
+        k: (kernel, "hip", "gfx942", False, sig or "HIP_SIGNATURE", None if sig is None else {})
+        + ({"extern_libs": tuple(libs.items())},)
+        for k, (kernel, libs, sig) in jobs.items()
+    }
+    cache = CompileCache(request.config, device_kernels.__file__, __file__)
+    out = cache.run(
+        {k: (args, []) for k, args in named.items()}, functools.partial(compile_in_workers, _compile, workers=1)
+    )
     for k, o in out.items():
         assert "error" not in o, f"{k}: {o.get('error')}"
         assert o["binary"] > 0

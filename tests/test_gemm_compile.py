@@ -2,16 +2,15 @@
 the NVSHMEM wheel's bitcode for sm_90 with the K loop pipelined (num_stages=3), the overlapped
 ag_gemm's A loads stay after their waits in the TTGIR, and every kernel lowers for gfx942."""
 
-import concurrent.futures
-import multiprocessing
+import functools
 import re
-import tempfile
 
 import pytest
 
 triton = pytest.importorskip("triton")
 
-from test_device_compile import _init_worker  # noqa: E402  (one way to set up a compile worker)
+from compile_cache import CompileCache  # noqa: E402
+from test_device_compile import compile_in_workers  # noqa: E402  (one way to set up compile workers)
 
 from unishmem import BackendUnavailable  # noqa: E402
 from unishmem.triton_support import extern_libs  # noqa: E402
@@ -47,7 +46,7 @@ def _compile(name: str, backend: str, arch) -> dict:
 
 
 @pytest.fixture(scope="module")
-def builds():
+def builds(request):
     try:
         extern_libs("cuda", 90)
     except BackendUnavailable as e:
@@ -55,13 +54,11 @@ def builds():
     # the two slow ones (NVSHMEM linked in) first, one per worker
     jobs = [("_ag_gemm", "cuda", 90), ("_gemm_rs", "cuda", 90), ("_gemm", "cuda", 90)]
     jobs += [(k, "hip", "gfx942") for k in KERNELS]
-    with tempfile.TemporaryDirectory() as cache:
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(
-            2, mp_context=ctx, initializer=_init_worker, initargs=(cache,)
-        ) as pool:
-            futures = {job: pool.submit(_compile, *job) for job in jobs}
-            return {job: f.result() for job, f in futures.items()}
+    links = list(extern_libs("cuda", 90).values())
+    cache = CompileCache(request.config, __file__)  # gemm.py is in the package's sources
+    return cache.run(
+        {job: (job, links if job[1] == "cuda" else []) for job in jobs}, functools.partial(compile_in_workers, _compile)
+    )
 
 
 def _lines(ir: str) -> list[str]:

@@ -14,7 +14,7 @@ import os
 import re
 import time
 
-from spmd import launch, spmd
+from spmd import launch, segments, segments_left, spmd
 
 import unishmem
 import unishmem.language as shl
@@ -157,7 +157,7 @@ HUNG = os.path.join(os.path.dirname(__file__), "programs", "hung_kernel.py")
 def test_the_watchdog_reports_a_hung_kernel_and_ends_the_job():
     # The deadlock check is off: only the watchdog can end this job (NOTE [hang report])
     for n in SIZES:
-        before = set(os.listdir("/dev/shm"))
+        before = segments()
         start = time.monotonic()
         proc = launch(
             ["--hang-timeout", "2", HUNG],
@@ -186,7 +186,7 @@ def test_the_watchdog_reports_a_hung_kernel_and_ends_the_job():
                 re.M,
             ), report
         assert took < 2 + 30, f"the job took {took:.0f} s"
-        assert not {f for f in set(os.listdir("/dev/shm")) - before if f.startswith("unishmem-")}
+        assert not segments_left(before)
 
 
 def _line_of(path: str, mark: str) -> int:

@@ -1,7 +1,6 @@
 """Launchers and failure behaviour: unishmem run, mpirun, torchrun, srun-style environments, a dead PE,
 Ctrl-C, stalls, and shared-memory segments that must never outlive their job."""
 
-import glob
 import io
 import os
 import re
@@ -14,7 +13,7 @@ import threading
 import time
 
 import pytest
-from spmd import launch
+from spmd import launch, segments, segments_left
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
 SMOKE = os.path.join(PROGRAMS, "smoke.py")
@@ -25,10 +24,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def ok_lines(output: str, n: int, launcher: str) -> None:
     lines = sorted(re.findall(r"^OK pe=(\d+) n=(\d+) launcher=(.*)$", output, re.M))
     assert lines == [(str(pe), str(n), launcher) for pe in range(n)], output
-
-
-def segments() -> set:
-    return set(glob.glob("/dev/shm/unishmem-*"))
 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
@@ -125,7 +120,7 @@ def test_dead_pe_raises_peer_failure_everywhere(mode):
     status = "was killed by signal SIGKILL" if mode == "kill" else "exited with status 1"
     assert re.search(rf"unishmem run: PE 3 \(pid \d+\) {status}", proc.stderr), out
     assert proc.returncode == (137 if mode == "kill" else 1)
-    assert segments() <= before
+    assert not segments_left(before)
 
 
 @pytest.mark.parametrize("mode", ["hang", "hang_in_kernel"])  # a host wait; the programs of an interpreted launch
@@ -135,15 +130,15 @@ def test_ctrl_c_stops_every_pe(mode):
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, TRITON_INTERPRET="1")
     )
-    pids = []
+    pids, waiting = [], 0  # each PE says READY, then WAITING once it is inside its wait
     deadline = time.monotonic() + 60
-    while len(pids) < 4 and time.monotonic() < deadline:
+    while (len(pids) < 4 or waiting < 4) and time.monotonic() < deadline:
         line = proc.stdout.readline()
         m = re.match(r"READY pe=\d pid=(\d+)", line)
         if m:
             pids.append(int(m.group(1)))
-    assert len(pids) == 4
-    time.sleep(0.3)
+        waiting += line.startswith("WAITING pe=")
+    assert len(pids) == 4 and waiting == 4, (pids, waiting)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
@@ -151,14 +146,14 @@ def test_ctrl_c_stops_every_pe(mode):
     assert len(re.findall(r"^INTERRUPTED pe=\d", out, re.M)) == 4, out + err  # each PE saw KeyboardInterrupt
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
-    assert segments() <= before
+    assert not segments_left(before)
 
 
 def test_launcher_removes_segments_a_crashed_pe_left():
     before = segments()
     proc = launch([FAILURES, "leak_segment"], 2, timeout=60)
     assert proc.returncode == 3
-    assert segments() <= before
+    assert not segments_left(before)
 
 
 def test_stalled_wait_warns_then_times_out():
@@ -401,8 +396,48 @@ def test_launcher_environments_without_a_channel(flavour):
         assert p.returncode == 0, err
     name = "srun" if flavour == "srun" else "mpirun (MPICH)"
     ok_lines("".join(o for o, _ in outs), n, name)
-    private = f"/tmp/unishmem-{os.getuid()}"
-    assert not glob.glob(f"{private}/*.json") and not glob.glob(f"{private}/*.sock")  # rank 0 cleaned up
+    ids = "4242-0" if flavour == "srun" else ""  # SLURM_JOB_ID-SLURM_STEP_ID; MPICH without PMI_PORT: none
+    assert not _rendezvous_files(f"{name}|{ids}-{os.getpid()}")  # rank 0 removed this job's file
+
+
+def _rendezvous_files(job: str) -> list[str]:
+    """Those of the one-host rendezvous file and socket of this job's first init that exist (the PEs'
+    parent, this process, is part of the job's name: other jobs on the machine never have it)."""
+    from unishmem.bootstrap import _rendezvous_file
+
+    return [path for path in _rendezvous_file(job, 0) if os.path.exists(path)]
+
+
+@pytest.mark.parametrize("how", ["kill", "raise"])
+def test_rank_0_dying_before_every_rank_came_leaves_no_rendezvous_file(how):
+    """Rank 0 writes its rendezvous file, then dies before the first exchange; the file must still go
+    (removed by rank 0 on its way out, or by the rank that finds its writer gone)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UNISHMEM_", "OMPI_", "PMI", "SLURM_"))}
+    env.update(UNISHMEM_BOOTSTRAP_TIMEOUT="10")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, INIT_FAULTS, f"rank0_{how}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(
+                env,
+                SLURM_PROCID=str(rank),
+                SLURM_NTASKS="2",
+                SLURM_LOCALID=str(rank),
+                SLURM_NTASKS_PER_NODE="2",
+                SLURM_JOB_ID="4244",
+                SLURM_STEP_ID="0",
+            ),
+        )
+        for rank in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    said = "".join(o + e for o, e in outs)
+    assert procs[0].returncode == (-signal.SIGKILL if how == "kill" else 3), said
+    assert how == "kill" or "rank 0 fails on purpose before the first exchange" in outs[0][0], said
+    assert procs[1].returncode == 3 and "INIT FAILED rank=1" in outs[1][0], said
+    assert not _rendezvous_files(f"srun|4244-0-{os.getpid()}"), said
 
 
 @pytest.mark.parametrize("flavour", ["srun", "torchrun"])
@@ -483,7 +518,7 @@ def test_peer_lost_during_init_raises_peer_failure(mode, why):
         assert float(after) < 10.0, out
         assert re.search(why, msg), msg
     assert "INIT RETURNED" not in out
-    assert segments() <= before
+    assert not segments_left(before)
 
 
 def test_init_after_finalize_twenty_times_with_changing_heaps():

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from . import _config, rendezvous
 from ._config import seconds
-from .errors import UnishmemError
+from .errors import PeerFailure, UnishmemError
 
 _inits = itertools.count()  # this process's inits; every PE of a job counts the same
 
@@ -104,12 +104,19 @@ class RendezvousBootstrap(Bootstrap):
         client: rendezvous.Client,
         server: rendezvous.Server | None = None,
         leftover: str | None = None,
+        rendezvous_file: str | None = None,
     ):
         super().__init__(placement, init)
         self._client, self._server, self._leftover = client, server, leftover
+        self._rendezvous_file = rendezvous_file  # rank 0's, which another rank read
 
     def _allgather(self, step, value):
-        values = self._client.gather(step, value)
+        try:
+            values = self._client.gather(step, value)
+        except PeerFailure:
+            if self._rendezvous_file:  # rank 0 may have died holding it: nobody else would remove it
+                _remove_if_writer_died(self._rendezvous_file, grace=1.0)
+            raise
         self._remove_leftover()  # every rank has connected: the file has done its job
         return values
 
@@ -269,21 +276,34 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # a zombie (died, not yet reaped by its parent) is gone too
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _remove_if_writer_died(path: str, grace: float = 0.0) -> None:
+    """A rendezvous file and its socket, removed if the rank 0 that wrote it is gone (it died before
+    removing them). `grace`: seconds to let a writer that is dying (its connection dropped) finish."""
+    try:
+        pid = int(json.loads(_read_private(path))["pid"])
+    except (OSError, ValueError, KeyError, TypeError, UnishmemError):
+        return
+    deadline = time.monotonic() + grace
+    while _pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
+    _unlink(path)
+    _unlink(path[: -len(".json")] + ".sock")
 
 
 def _sweep_stale(directory: str) -> None:
     """Rendezvous files and sockets of rank-0 processes that died before removing them."""
     for entry in os.scandir(directory):
-        if not entry.name.endswith(".json"):
-            continue
-        try:
-            pid = int(json.loads(_read_private(entry.path))["pid"])
-        except (OSError, ValueError, KeyError, TypeError, UnishmemError):
-            continue
-        if not _pid_alive(pid):
-            _unlink(entry.path)
-            _unlink(entry.path[: -len(".json")] + ".sock")
+        if entry.name.endswith(".json"):
+            _remove_if_writer_died(entry.path)
 
 
 class RefusedFile(rendezvous.RendezvousError):
@@ -346,6 +366,7 @@ def _one_host(p: Placement, job: str, init: int, timeout: float) -> Bootstrap:
             info = json.loads(_read_private(path))
             address, secret, pid = info["address"], info["secret"].encode(), int(info["pid"])
             if not _pid_alive(pid):
+                _remove_if_writer_died(path)  # rank 0 died before every rank came; a new one may write it again
                 raise FileNotFoundError(f"{path} was left by a process that is gone")
         except RefusedFile:
             raise
@@ -354,7 +375,7 @@ def _one_host(p: Placement, job: str, init: int, timeout: float) -> Bootstrap:
         else:
             try:
                 client = rendezvous.Client(address, secret, p.rank, p.size, init, timeout, connect_timeout=2.0)
-                return RendezvousBootstrap(p, init, client)
+                return RendezvousBootstrap(p, init, client, rendezvous_file=path)
             except rendezvous.RendezvousError as e:  # a stale file's socket: rank 0 will replace it
                 last = e
         if time.monotonic() > deadline:

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import unishmem
@@ -33,8 +34,6 @@ if mode in ("stopped", "blame"):
     rt.fcollect(pids, mine)
     pids = pids.tolist()
 if mode == "hang_in_kernel":  # under TRITON_INTERPRET=1: a launch whose programs all wait
-    import threading
-
     import triton.language as tl
 
     import unishmem.language as shl
@@ -55,6 +54,15 @@ if mode == "hang_in_kernel":  # under TRITON_INTERPRET=1: a launch whose program
     threading.Thread(target=ready_once_running, daemon=True).start()
 else:
     say(f"READY pe={rt.my_pe} pid={os.getpid()}")
+if mode in ("hang", "hang_in_kernel"):
+
+    def waiting_once_in_the_wait():
+        """WAITING once this PE publishes a wait (what the deadlock check reads): it is inside it."""
+        while not next(v for v in rt._native.wait_snapshot() if v["pe"] == rt.my_pe)["waiting"]:
+            time.sleep(0.01)
+        say(f"WAITING pe={rt.my_pe}")
+
+    threading.Thread(target=waiting_once_in_the_wait, daemon=True).start()
 start = time.monotonic()
 try:
     if mode == "kill" and rt.my_pe == victim:

@@ -2,6 +2,9 @@
 kill_in_init   the last PE SIGKILLs itself in the middle of init (after its second exchange)
 exit_early     the last PE exits without ever calling init
 cycles         20 init/finalize cycles with heap sizes that change every time
+rank0_kill     (srun-style ranks) rank 0 SIGKILLs itself after writing its rendezvous file, before
+               the first exchange that every rank must reach
+rank0_raise    the same, but rank 0 raises instead
 """
 
 import os
@@ -21,6 +24,23 @@ def say(line: str) -> None:
 
 
 mode = sys.argv[1]
+if mode.startswith("rank0_"):
+    me = int(os.environ["SLURM_PROCID"])
+    if me == 0:
+        gather = bootstrap.Bootstrap.allgather
+
+        def dying_gather(self, obj):
+            if mode == "rank0_kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError("rank 0 fails on purpose before the first exchange")
+
+        bootstrap.Bootstrap.allgather = dying_gather
+    try:
+        unishmem.init(heap_size="4M")
+    except Exception as e:
+        say(f"INIT FAILED rank={me}: {type(e).__name__}: {e}")
+        sys.exit(3)
+    sys.exit(0)  # must not happen
 me, n = int(os.environ["UNISHMEM_RANK"]), int(os.environ["UNISHMEM_WORLD_SIZE"])
 victim = n - 1
 if mode == "exit_early" and me == victim:
