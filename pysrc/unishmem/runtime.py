@@ -12,13 +12,19 @@ import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from . import _config
 from ._arena import forget_team, free_arenas, split_arenas
+from ._version import __version__
 from .enums import ATOMIC_DTYPES, ATOMIC_OPS, CMP, DTYPE_CODES, REDUCE_DTYPES, REDUCE_OPS, SIGNAL, WAIT_DTYPES
 from .errors import NotInitializedError, NotSymmetricError
+
+if TYPE_CHECKING:
+    from .backends import Opened
+    from .bootstrap import Bootstrap
 
 # Enum value -> code, for the enum's members and plain ints. NOTE [hot paths]: put, get, the
 # signal calls and the collectives are called in tight loops (`unishmem bench` times them), so
@@ -237,32 +243,27 @@ def _check_pe(pe, n: int, what: str = "pe") -> int:
 class Runtime:
     """The process's handle on the symmetric heap and its peers. Made by unishmem.init()."""
 
-    def __init__(
-        self,
-        native,
-        backend: str,
-        device: torch.device,
-        heap_of: Callable[[int], torch.Tensor],
-        stream_of: Callable,
-        init_args: tuple,
-        bootstrap,
-        version: dict,
-        module_init: Callable[[int], None] | None = None,
-    ):
+    def __init__(self, opened: Opened, bootstrap: Bootstrap, init_args: tuple):
+        native = opened.native
         self._native = native
-        self.backend = backend
-        self.device = device
-        self._on_cpu = device.type == "cpu"
-        self.my_pe = native.my_pe
-        self.n_pes = native.n_pes
+        self.backend: str = opened.backend.name
+        self.device: torch.device = opened.device
+        self._on_cpu = self.device.type == "cpu"
+        self.my_pe: int = native.my_pe
+        self.n_pes: int = native.n_pes
         self.launcher = bootstrap.placement.launcher
         self._bootstrap = bootstrap
-        self.version = version
-        self._heap_of = heap_of
-        self._stream_of = stream_of
+        self.version: dict[str, Any] = {
+            "unishmem": __version__,
+            "backend": self.backend,
+            "torch": torch.__version__,
+            **opened.version,
+        }
+        self._heap_of = opened.heap_of
+        self._stream_of = opened.stream_of
         # Vendor device state for a freshly loaded GPU module (handle as int); None on host.
         # The device library calls it from its kernel-load hook.
-        self._module_init = module_init
+        self._module_init = opened.module_init
         self._hang_dir = None  # NOTE [hang report]: set by init when UNISHMEM_HANG_TIMEOUT is
         self._watchdog = None
         self._wait_table = None  # NOTE [debug waits]
