@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch  # already imported by .runtime; here for init's annotations
+
 from ._version import __version__ as __version__
 from .enums import CMP, SIGNAL
 from .errors import (
@@ -24,9 +26,6 @@ from .errors import (
 from .runtime import Runtime, Team, UnishmemWarning
 
 if TYPE_CHECKING:
-    import torch
-    import torch.distributed
-
     from .bootstrap import Bootstrap
 
 
