@@ -181,8 +181,9 @@ _LIBRARY_HEAP_MARGIN = 64 << 20  # the library's own symmetric allocations and u
 
 
 def torch_build() -> str | None:
-    """'cuda' or 'hip' for a GPU build of torch, None for a CPU-only one."""
-    return "hip" if torch.version.hip else "cuda" if torch.version.cuda else None
+    """'cuda' or 'hip' for a GPU build of torch (the torch.version attribute it sets), None for a CPU-only one."""
+    builds = (b.torch_build for b in BACKENDS.values() if b.torch_build)
+    return next((build for build in builds if getattr(torch.version, build, None)), None)
 
 
 def device_kind() -> str:
