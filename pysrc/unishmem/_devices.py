@@ -49,6 +49,8 @@ def nvidia() -> tuple[str, list[str]]:
         from cuda.bindings import driver
     except ImportError as e:
         return "NVIDIA GPUs:", [f"cuda-bindings is not installed ({e}): `pip install 'unishmem[cuda]'` to list them"]
+    except Exception as e:  # noqa: BLE001 - installed, but does not load here
+        return "NVIDIA GPUs (cuda-bindings):", [f"no NVIDIA device: cuda-bindings does not load: {e}"]
     title = f"NVIDIA GPUs (cuda-bindings {cuda.bindings.__version__}):"
     call = _caller(driver.CUresult.CUDA_SUCCESS)
     try:
@@ -121,6 +123,8 @@ def amd() -> tuple[str, list[str]]:
         from hip import hip
     except ImportError as e:
         return "AMD GPUs:", [f"hip-python is not installed ({e}): `pip install 'unishmem[rocm]'` to list them"]
+    except Exception as e:  # noqa: BLE001 - installed, but its HIP runtime does not load
+        return "AMD GPUs (hip-python):", [f"no AMD device: hip-python does not load: {e}"]
     title = "AMD GPUs (hip-python):"
     call = _caller(hip.hipError_t.hipSuccess)
     try:
