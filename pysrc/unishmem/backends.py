@@ -59,6 +59,8 @@ class Backend:
 
 @dataclass
 class Opened:
+    """A backend brought up on this PE: what its Runtime is made from."""
+
     backend: Backend
     native: Any
     device: torch.device
