@@ -282,8 +282,7 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   }, "The loaded library's own version (callable before init).");
   m.def("unique_id", [] { return py::bytes(GpuBackend::unique_id()); },
         "A unique id for unique-id init; made on PE 0 only, then handed to every PE.");
-  // Python still names the class VendorBackend (pysrc/unishmem/backends.py).
-  py::class_<GpuBackend, Backend>(m, "VendorBackend", py::module_local())
+  py::class_<GpuBackend, Backend>(m, "GpuBackend", py::module_local())
       .def(py::init([](py::bytes unique_id, int pe, int n_pes, int device, std::size_t heap_size,
                        double stall_warn_s, double timeout_s, std::vector<std::pair<int, int>> node_groups) {
              auto b = std::make_unique<GpuBackend>(std::string(unique_id), pe, n_pes, device, heap_size,

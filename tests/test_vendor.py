@@ -145,7 +145,7 @@ def test_native_init_without_a_device_fails_cleanly_and_the_process_goes_on():
         uid = mod.unique_id()
         assert len(uid) == 128
         try:
-            mod.VendorBackend(uid, 0, 1, 0, 1 << 20, 30.0, 60.0, [(0, 1)])
+            mod.GpuBackend(uid, 0, 1, 0, 1 << 20, 30.0, 60.0, [(0, 1)])
             print("INITIALISED")
         except unishmem.BackendUnavailable as e:
             print("UNAVAILABLE", e)

@@ -5,8 +5,13 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch  # already imported by .runtime; here for init's annotations
 
 from . import _config
+from ._version import __version__ as __version__
 from .enums import CMP, SIGNAL
 from .errors import (
     BackendUnavailable,
@@ -21,10 +26,11 @@ from .errors import (
 )
 from .runtime import Runtime, Team, UnishmemWarning
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from .bootstrap import Bootstrap
 
 
-def jit(fn=None, **kwargs):
+def jit(fn: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     """@unishmem.jit: triton.jit plus vendor bitcode linking and module init (see triton_support)."""
     from .triton_support import jit as _jit
 
@@ -56,7 +62,7 @@ _lock = threading.Lock()
 _current: Runtime | None = None
 
 
-def parse_size(value) -> int:
+def parse_size(value: int | str) -> int:
     """Bytes from an int or a string such as '512M', '2G', '1.5GiB', '4096'."""
     if isinstance(value, int) and not isinstance(value, bool):
         n = value
@@ -70,7 +76,12 @@ def parse_size(value) -> int:
     return n
 
 
-def init(backend: str = "auto", heap_size=None, device=None, group=None) -> Runtime:
+def init(
+    backend: str = "auto",
+    heap_size: int | str | None = None,
+    device: torch.device | str | int | None = None,
+    group: torch.distributed.ProcessGroup | None = None,
+) -> Runtime:
     """Collective: join the job and map the symmetric heap. Returns the process's Runtime.
     Calling it again with the same arguments returns the same Runtime."""
     from . import backends, bootstrap
@@ -96,26 +107,13 @@ def init(backend: str = "auto", heap_size=None, device=None, group=None) -> Runt
         except BaseException:
             boot.close()
             raise
-        import torch
-
-        version = {"unishmem": __version__, "backend": name, "torch": torch.__version__, **opened.version}
         # The runtime keeps the bootstrap until finalize: rank 0 may be serving its store to slower peers.
-        _current = Runtime(
-            opened.native,
-            name,
-            opened.device,
-            opened.heap_of,
-            opened.stream_of,
-            args,
-            boot,
-            version,
-            opened.module_init,
-        )
+        _current = Runtime(opened, boot, args)
         _current._hang_dir = _hang_dir(boot)
         return _current
 
 
-def _hang_dir(boot) -> str | None:
+def _hang_dir(boot: Bootstrap) -> str | None:
     """Where the PEs of this job leave their hang reports (NOTE [hang report]), if the watchdog is on:
     `unishmem run`'s private directory, else one that every rank agrees on in this user's own."""
     import secrets

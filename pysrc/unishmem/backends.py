@@ -1,5 +1,13 @@
-"""Opening a backend by name. Each backend is a thin adapter: its native module implements the
-C++ Backend interface (csrc/backend.hpp); this file only brings it up through the bootstrap."""
+"""The backend registry and opening a backend by name.
+
+NOTE [backend registry]: every fact that differs between backends lives in one `Backend` entry of
+BACKENDS below: its extension module, library discovery, device kind, torch build, Triton backend
+name, device arch and bitcode naming. Everything else looks them up here (`get`, `by_torch_build`,
+`by_triton_backend`). What the device library's symbols and constants differ in is
+language/_vendor.py's (NOTE [vendor mapping]).
+
+Each backend is a thin adapter: its native module implements the C++ Backend interface
+(csrc/backend.hpp); this file only brings it up through the bootstrap."""
 
 from __future__ import annotations
 
@@ -8,6 +16,9 @@ import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -16,25 +27,76 @@ from ._config import seconds
 from .bootstrap import Bootstrap, hostname
 from .errors import BackendUnavailable, SymmetryError, UnishmemError
 
-NAMES = ("host", "nvshmem", "rocshmem")
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend's facts (NOTE [backend registry])."""
+
+    name: str  # what init(backend=...) takes
+    library: str  # what implements it, for messages
+    device_kind: str  # its devices, for messages
+    opener: Callable[[Backend, Bootstrap, int, Any], Opened]  # brings it up: (self, bootstrap, heap_size, device)
+    torch_build: str | None = None  # the torch build that runs it (torch.version.<build> is set); None: any
+    load: Callable[[], vendor_libs.Install] | None = None  # finds the library, ready to load the extension against
+    heap_env: str | None = None  # the environment variable of the library's own heap size
+    own_node_team: bool = True  # False: the node team is built from consecutive ranks per host
+    single_host_env: tuple[tuple[str, str], ...] = ()  # (variable, value) defaults for a job on one host
+    triton_backend: str | None = None  # Triton's name for its compile targets; None: interpreter only
+    device_arch: Callable[[Any], Any] | None = None  # torch device properties -> arch as its bitcode names it
+    bitcode: Callable[[Any], Path] | None = None  # arch -> the device bitcode, BackendUnavailable if none
+    # Key under which Triton's extern_libs names the bitcode. Triton's AMD backend links a library only
+    # when an undefined function's name contains the key, hence "rocshmem".
+    extern_lib_key: str | None = None
+    # NOTE [debug waits]: the driver calls that set a loaded module's global: (library, get the global's
+    # device address and size, copy host bytes there).
+    module_global: tuple[str, str, str] | None = None
+
+    @property
+    def module(self) -> str:
+        """The extension module that implements it."""
+        return f"unishmem._{self.name}"
 
 
 @dataclass
 class Opened:
-    native: object
+    """A backend brought up on this PE: what its Runtime is made from."""
+
+    backend: Backend
+    native: Any
     device: torch.device
     heap_of: Callable[[int], torch.Tensor]
-    stream_of: Callable
+    stream_of: Callable[[Any], int]
     # Initialises the vendor's device state in a freshly loaded GPU module (CUmodule / hipModule_t
     # handle as an int); None where kernels need none (host backend).
     module_init: Callable[[int], None] | None = None
-    version: dict = field(default_factory=dict)
+    version: dict[str, Any] = field(default_factory=dict)
 
 
-def native_module(name: str):
+def get(name: str) -> Backend:
+    """The registry entry of a backend; ValueError naming `name` if there is none."""
+    if name not in BACKENDS:
+        raise ValueError(f"backend={name!r} is not one of auto, {', '.join(BACKENDS)}")
+    return BACKENDS[name]
+
+
+def by_torch_build(build: str | None) -> Backend | None:
+    """The GPU backend that a torch build ('cuda', 'hip') runs; None for a CPU-only build."""
+    return next((b for b in BACKENDS.values() if build is not None and b.torch_build == build), None)
+
+
+def by_triton_backend(triton_backend: str) -> Backend:
+    """The backend whose device library a Triton compile target ('cuda', 'hip') links."""
+    found = next((b for b in BACKENDS.values() if b.triton_backend == triton_backend), None)
+    if found is None:
+        targets = ", ".join(f"{b.triton_backend} ({b.library})" for b in BACKENDS.values() if b.triton_backend)
+        raise ValueError(f"unishmem.language compiles for {targets} targets, not {triton_backend!r}")
+    return found
+
+
+def native_module(name: str) -> ModuleType:
     """The extension module of a backend, or BackendUnavailable saying why it is missing."""
     try:
-        return importlib.import_module(f"unishmem._{name}")
+        return importlib.import_module(get(name).module)
     except ImportError as e:
         raise BackendUnavailable(
             f"the {name} backend is not built into this installation of unishmem ({e}); `unishmem info` lists what is"
@@ -45,17 +107,17 @@ def choose(name: str) -> str:
     """Resolve 'auto': a vendor backend where its device and library are present, else host."""
     if name != "auto":
         return name
-    vendor = next((n for n, v in _VENDOR.items() if v.build == torch_build()), None)
+    vendor = by_torch_build(torch_build())
     if vendor is not None and torch.cuda.is_available():
         try:
-            _load_vendor_module(vendor)
-            return vendor
+            _load_vendor_module(vendor.name)
+            return vendor.name
         except BackendUnavailable:
             pass
     return "host"
 
 
-def agree(boot: Bootstrap, what: str, fn: Callable):
+def agree(boot: Bootstrap, what: str, fn: Callable[[], Any]) -> Any:
     """Run fn on every rank; if it fails anywhere, raise on every rank (naming where and why)."""
     try:
         result, error = fn(), None
@@ -71,7 +133,7 @@ def agree(boot: Bootstrap, what: str, fn: Callable):
     return result
 
 
-def open_host(boot: Bootstrap, heap_size: int, device) -> Opened:
+def open_host(backend: Backend, boot: Bootstrap, heap_size: int, device: Any) -> Opened:
     if device is not None and torch.device(device) != torch.device("cpu"):
         raise ValueError(f"the host backend keeps its heap in CPU memory; device={device!r} is not 'cpu'")
     hosts = boot.allgather(hostname())
@@ -105,69 +167,42 @@ def open_host(boot: Bootstrap, heap_size: int, device) -> Opened:
             heaps[pe] = torch.frombuffer(native.heap_view(pe), dtype=torch.uint8)
         return heaps[pe]
 
-    return Opened(native, torch.device("cpu"), heap_of, lambda stream: 0)
+    return Opened(backend, native, torch.device("cpu"), heap_of, lambda stream: 0)
 
 
 # ---- vendor backends (NVSHMEM, rocSHMEM) ---------------------------------------------------------
 # Vendor specifics stay here and in csrc/vendor/; the Runtime sees the same Opened as for host.
 
 
-def _load_nvshmem():
-    # Preloaded from where it was found, so that the extension binds to that copy.
-    inst = vendor_libs.find_nvshmem().require()
-    vendor_libs._load_library(str(inst.library))
-    return inst
+def _load_nvshmem() -> vendor_libs.Install:
+    # Finding it loads it from where it was found (global symbols), so that the extension binds to that copy.
+    return vendor_libs.find_nvshmem().require()
 
 
-@dataclass(frozen=True)
-class _Vendor:
-    library: str  # the library's name, for messages
-    build: str  # the torch build that runs it: torch.version.<build> is set
-    kind: str  # its devices, for messages
-    heap_env: str  # the environment variable of the library's own heap size
-    find: Callable  # -> vendor_libs.Install, the library ready to load the extension against
-    own_node_team: bool  # False: the node team is built from consecutive ranks per host
-    single_host_env: tuple = ()  # (variable, value) defaults for a job on one host
-
-
-_VENDOR = {
-    # NVSHMEM's unique-id bootstrap listens on loopback for a one-host job unless told otherwise.
-    "nvshmem": _Vendor(
-        "NVSHMEM",
-        "cuda",
-        "CUDA",
-        "NVSHMEM_SYMMETRIC_SIZE",
-        _load_nvshmem,
-        own_node_team=True,
-        single_host_env=(("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo"),),
-    ),
-    # rocSHMEM is linked into the extension statically: nothing to preload.
-    "rocshmem": _Vendor(
-        "rocSHMEM", "hip", "ROCm", "ROCSHMEM_HEAP_SIZE", vendor_libs.find_rocshmem, own_node_team=False
-    ),
-}
 _LIBRARY_HEAP_MARGIN = 64 << 20  # the library's own symmetric allocations and unishmem's control buffer
 
 
 def torch_build() -> str | None:
-    """'cuda' or 'hip' for a GPU build of torch, None for a CPU-only one."""
-    return "hip" if torch.version.hip else "cuda" if torch.version.cuda else None
+    """'cuda' or 'hip' for a GPU build of torch (the torch.version attribute it sets), None for a CPU-only one."""
+    builds = (b.torch_build for b in BACKENDS.values() if b.torch_build)
+    return next((build for build in builds if getattr(torch.version, build, None)), None)
 
 
 def device_kind() -> str:
     """'CUDA' or 'ROCm': what this torch build calls its devices (CUDA for a CPU-only build, as torch does)."""
-    return next((v.kind for v in _VENDOR.values() if v.build == torch_build()), "CUDA")
+    gpu = by_torch_build(torch_build())
+    return "CUDA" if gpu is None else gpu.device_kind
 
 
-def _load_vendor_module(name: str):
+def _load_vendor_module(name: str) -> tuple[ModuleType, vendor_libs.Install]:
     """Find the library and load it, then import the extension."""
-    inst = _VENDOR[name].find()
+    inst = get(name).load()
     return native_module(name), inst
 
 
-def _gpu_device(name: str, boot: Bootstrap, device) -> torch.device:
-    kind = _VENDOR[name].kind
-    if torch_build() != _VENDOR[name].build:
+def _gpu_device(name: str, boot: Bootstrap, device: Any) -> torch.device:
+    kind = get(name).device_kind
+    if torch_build() != get(name).torch_build:
         what = "a CPU-only build" if torch_build() is None else f"built for {device_kind()}"
         raise BackendUnavailable(
             f"the {name} backend needs a {kind} build of torch; torch {torch.__version__} is {what}"
@@ -198,7 +233,7 @@ def _node_groups(boot: Bootstrap, name: str) -> list[tuple[int, int]]:
             groups[-1] = (groups[-1][0], groups[-1][1] + 1)
         else:
             groups.append((rank, 1))
-    if not _VENDOR[name].own_node_team and len(groups) != len(set(hosts)):
+    if not get(name).own_node_team and len(groups) != len(set(hosts)):
         raise BackendUnavailable(
             f"the {name} backend builds its node team from consecutive ranks per host; "
             f"this job places hosts {hosts} by rank"
@@ -206,13 +241,12 @@ def _node_groups(boot: Bootstrap, name: str) -> list[tuple[int, int]]:
     return groups
 
 
-def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
+def open_vendor(vendor: Backend, boot: Bootstrap, heap_size: int, device: Any) -> Opened:
     import warnings
 
     from .runtime import UnishmemWarning
 
-    vendor = _VENDOR[name]
-    library, kind, heap_env = vendor.library, vendor.kind, vendor.heap_env
+    name, library, kind, heap_env = vendor.name, vendor.library, vendor.device_kind, vendor.heap_env
     mod, inst = agree(boot, f"loading {library}", lambda: _load_vendor_module(name))
     dev = agree(boot, f"choosing a {kind} device", lambda: _gpu_device(name, boot, device))
     sizes = boot.allgather(heap_size)
@@ -240,7 +274,7 @@ def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
     native = agree(
         boot,
         f"initialising {library}",
-        lambda: mod.VendorBackend(uid, boot.rank, boot.size, dev.index, heap_size, stall_warn, wait_timeout, groups),
+        lambda: mod.GpuBackend(uid, boot.rank, boot.size, dev.index, heap_size, stall_warn, wait_timeout, groups),
     )
 
     version = {
@@ -250,7 +284,7 @@ def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
     }
     props = torch.cuda.get_device_properties(dev)
     try:
-        version[f"{name}_bitcode"] = str(vendor_libs.bitcode(name, vendor_libs.DEVICE_ARCH[name](props)))
+        version[f"{name}_bitcode"] = str(vendor.bitcode(vendor.device_arch(props)))
     except BackendUnavailable as e:  # host-initiated operations work without it; kernels will not
         warnings.warn(
             f"PE {boot.rank}: {e}; Triton kernels calling {library} cannot be linked", UnishmemWarning, stacklevel=2
@@ -267,7 +301,7 @@ def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
             heaps[pe] = torch.from_dlpack(capsule)
         return heaps[pe]
 
-    def stream_of(stream) -> int:
+    def stream_of(stream: Any) -> int:
         if stream is None:
             return torch.cuda.current_stream(dev).cuda_stream
         if isinstance(stream, torch.cuda.Stream):
@@ -279,19 +313,47 @@ def open_vendor(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
     def module_init(module: int) -> None:
         native.module_init(int(module), stream_of(None))
 
-    return Opened(native, dev, heap_of, stream_of, module_init, version)
+    return Opened(vendor, native, dev, heap_of, stream_of, module_init, version)
 
 
-OPENERS = {
-    "host": open_host,
-    "nvshmem": lambda *a: open_vendor("nvshmem", *a),
-    "rocshmem": lambda *a: open_vendor("rocshmem", *a),
+BACKENDS: dict[str, Backend] = {
+    "host": Backend("host", "unishmem's POSIX shared-memory heap", "CPU", open_host),
+    # NVSHMEM's unique-id bootstrap listens on loopback for a one-host job unless told otherwise.
+    "nvshmem": Backend(
+        "nvshmem",
+        "NVSHMEM",
+        "CUDA",
+        open_vendor,
+        torch_build="cuda",
+        load=_load_nvshmem,
+        heap_env="NVSHMEM_SYMMETRIC_SIZE",
+        single_host_env=(("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo"),),
+        triton_backend="cuda",
+        device_arch=lambda props: props.major * 10 + props.minor,  # compute capability, e.g. 90
+        bitcode=lambda arch: vendor_libs.nvshmem_bitcode(divmod(int(arch), 10)),
+        extern_lib_key="libnvshmem_device",
+        module_global=("libcuda.so.1", "cuModuleGetGlobal_v2", "cuMemcpyHtoD_v2"),
+    ),
+    # rocSHMEM is linked into the extension statically: nothing to preload.
+    "rocshmem": Backend(
+        "rocshmem",
+        "rocSHMEM",
+        "ROCm",
+        open_vendor,
+        torch_build="hip",
+        load=vendor_libs.find_rocshmem,
+        heap_env="ROCSHMEM_HEAP_SIZE",
+        own_node_team=False,
+        triton_backend="hip",
+        device_arch=lambda props: props.gcnArchName,  # e.g. 'gfx942:sramecc+:xnack-'
+        bitcode=lambda arch: vendor_libs.rocshmem_bitcode(str(arch)),
+        extern_lib_key="rocshmem",
+        module_global=("libamdhip64.so", "hipModuleGetGlobal", "hipMemcpyHtoD"),
+    ),
 }
+NAMES = tuple(BACKENDS)
 
 
-def open_backend(name: str, boot: Bootstrap, heap_size: int, device) -> Opened:
-    if name not in NAMES:
-        raise ValueError(f"backend={name!r} is not one of auto, {', '.join(NAMES)}")
-    if name not in OPENERS:
-        native_module(name)  # raises BackendUnavailable with the reason
-    return OPENERS[name](boot, heap_size, device)
+def open_backend(name: str, boot: Bootstrap, heap_size: int, device: Any) -> Opened:
+    backend = get(name)
+    return backend.opener(backend, boot, heap_size, device)

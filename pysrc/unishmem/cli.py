@@ -13,14 +13,14 @@ import sys
 def _info() -> int:
     import torch
 
-    from . import __version__
-    from .backends import NAMES, device_kind
+    from . import __version__, _devices
+    from .backends import BACKENDS, device_kind
 
     print(f"unishmem {__version__} (python {platform.python_version()}, torch {torch.__version__})")
     print("backends:")
-    for name in NAMES:
+    for name, backend in BACKENDS.items():
         try:
-            mod = importlib.import_module(f"unishmem._{name}")
+            mod = importlib.import_module(backend.module)
             print(f"  {name:9s} built   {mod.__file__}")
         except ImportError as e:
             print(f"  {name:9s} not built ({e})")
@@ -36,6 +36,10 @@ def _info() -> int:
             print(f"  {kind} {i}: {torch.cuda.get_device_name(i)}")
     else:
         print("  no CUDA or ROCm device visible to torch")
+    for title, lines in (_devices.nvidia(), _devices.amd()):
+        print(title)
+        for line in lines:
+            print(f"  {line}")
     return 0
 
 
@@ -50,6 +54,8 @@ def _vendor_info() -> None:
     for arch, bc in sorted(nv.bitcode.items(), key=lambda kv: int(kv[0][3:])):
         ok, why = vendor_libs.check_bitcode(nv, bc)
         print(f"  bitcode  {arch:7s} {bc}  [{'ok' if ok else 'MISMATCH'}: {why}]")
+    if nv.include:
+        print(f"  headers  {nv.include}")
     for p in nv.problems:
         print(f"  problem  {p}")
     roc = vendor_libs.find_rocshmem()

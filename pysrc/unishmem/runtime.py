@@ -10,15 +10,24 @@ import math
 import operator
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from . import _config
 from ._arena import forget_team, free_arenas, split_arenas
+from ._version import __version__
 from .enums import ATOMIC_DTYPES, ATOMIC_OPS, CMP, DTYPE_CODES, REDUCE_DTYPES, REDUCE_OPS, SIGNAL, WAIT_DTYPES
 from .errors import NotInitializedError, NotSymmetricError
+
+if TYPE_CHECKING:
+    from .backends import Opened
+    from .bootstrap import Bootstrap
+
+Shape = int | Sequence[int]  # a tensor shape as torch takes it
 
 # Enum value -> code, for the enum's members and plain ints. NOTE [hot paths]: put, get, the
 # signal calls and the collectives are called in tight loops (`unishmem bench` times them), so
@@ -126,7 +135,7 @@ class Team:
         self._arena = None
         self._no_arena = "only teams made by a split get a team arena"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = " destroyed" if self._destroyed else ""
         return f"<unishmem.Team {self.name} handle={self.handle} my_pe={self.my_pe} n_pes={self.n_pes}{state}>"
 
@@ -218,10 +227,10 @@ class Team:
         self._destroyed = True
         forget_team(self._rt, self)
 
-    def __enter__(self):
+    def __enter__(self) -> Team:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.destroy()
 
 
@@ -237,32 +246,27 @@ def _check_pe(pe, n: int, what: str = "pe") -> int:
 class Runtime:
     """The process's handle on the symmetric heap and its peers. Made by unishmem.init()."""
 
-    def __init__(
-        self,
-        native,
-        backend: str,
-        device: torch.device,
-        heap_of: Callable[[int], torch.Tensor],
-        stream_of: Callable,
-        init_args: tuple,
-        bootstrap,
-        version: dict,
-        module_init: Callable[[int], None] | None = None,
-    ):
+    def __init__(self, opened: Opened, bootstrap: Bootstrap, init_args: tuple):
+        native = opened.native
         self._native = native
-        self.backend = backend
-        self.device = device
-        self._on_cpu = device.type == "cpu"
-        self.my_pe = native.my_pe
-        self.n_pes = native.n_pes
+        self.backend: str = opened.backend.name
+        self.device: torch.device = opened.device
+        self._on_cpu = self.device.type == "cpu"
+        self.my_pe: int = native.my_pe
+        self.n_pes: int = native.n_pes
         self.launcher = bootstrap.placement.launcher
         self._bootstrap = bootstrap
-        self.version = version
-        self._heap_of = heap_of
-        self._stream_of = stream_of
+        self.version: dict[str, Any] = {
+            "unishmem": __version__,
+            "backend": self.backend,
+            "torch": torch.__version__,
+            **opened.version,
+        }
+        self._heap_of = opened.heap_of
+        self._stream_of = opened.stream_of
         # Vendor device state for a freshly loaded GPU module (handle as int); None on host.
         # The device library calls it from its kernel-load hook.
-        self._module_init = module_init
+        self._module_init = opened.module_init
         self._hang_dir = None  # NOTE [hang report]: set by init when UNISHMEM_HANG_TIMEOUT is
         self._watchdog = None
         self._wait_table = None  # NOTE [debug waits]
@@ -293,7 +297,7 @@ class Runtime:
         self.team_world = Team(self, 0, "world")
         self.team_node = Team(self, 1, "node")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"<unishmem.Runtime backend={self.backend} pe={self.my_pe}/{self.n_pes} device={self.device} "
             f"heap={self._heap_size} bytes>"
@@ -301,10 +305,12 @@ class Runtime:
 
     # ---- lifetime ---------------------------------------------------------------------------
 
-    def __enter__(self):
+    def __enter__(self) -> Runtime:
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is None:
             self.finalize()
         else:
@@ -362,7 +368,7 @@ class Runtime:
     # Allocation and free are collective over the world: their local checks run inside
     # _checked, so a PE whose arguments fail still enters the call (see _collective).
 
-    def empty(self, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    def empty(self, shape: Shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Collective: an uninitialised tensor in the symmetric heap."""
         self._check_active()
         shape, nbytes = self._checked(0, lambda: _allocation(shape, dtype))
@@ -394,10 +400,10 @@ class Runtime:
         self._native.sync(0, self._stream_of(None))
         return t
 
-    def zeros(self, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    def zeros(self, shape: Shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return self._filled(shape, 0, dtype, check_value=False)
 
-    def full(self, shape, value, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    def full(self, shape: Shape, value: bool | int | float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return self._filled(shape, value, dtype)
 
     def empty_like(self, other: torch.Tensor) -> torch.Tensor:
@@ -575,7 +581,7 @@ class Runtime:
     # functions, which name what is wrong; then they remember the tensors that passed. On the
     # host backend streams do not exist: _stream_of is `lambda stream: 0` there.
 
-    def put(self, dest, source, pe: int, stream=None) -> None:
+    def put(self, dest: torch.Tensor, source: torch.Tensor, pe: int, stream: torch.cuda.Stream | None = None) -> None:
         """Copy local `source` into PE `pe`'s `dest` (symmetric)."""
         if self._hot_put(self._hot_address, dest, source, pe, stream) is None:
             return
@@ -591,7 +597,7 @@ class Runtime:
         self._remember(dest, d, n, True)
         self._remember(source, s, n, False)
 
-    def get(self, dest, source, pe: int, stream=None) -> None:
+    def get(self, dest: torch.Tensor, source: torch.Tensor, pe: int, stream: torch.cuda.Stream | None = None) -> None:
         """Copy PE `pe`'s `source` (symmetric) into local `dest`."""
         if self._hot_get(self._hot_address, dest, source, pe, stream) is None:
             return
@@ -607,7 +613,16 @@ class Runtime:
         self._remember(dest, d, n, False)
         self._remember(source, s, n, True)
 
-    def put_signal(self, dest, source, signal, value: int, pe: int, op=SIGNAL.SET, stream=None) -> None:
+    def put_signal(
+        self,
+        dest: torch.Tensor,
+        source: torch.Tensor,
+        signal: torch.Tensor,
+        value: int,
+        pe: int,
+        op: SIGNAL | int = SIGNAL.SET,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
         """put, then update PE `pe`'s `signal` once the data has arrived."""
         if self._hot_put_signal(self._hot_address, dest, source, signal, value, pe, op, stream) is None:
             return
@@ -635,7 +650,14 @@ class Runtime:
             pe = _check_pe(pe, self.n_pes)
         return value, code, pe
 
-    def signal_op(self, signal, value: int, pe: int, op=SIGNAL.SET, stream=None) -> None:
+    def signal_op(
+        self,
+        signal: torch.Tensor,
+        value: int,
+        pe: int,
+        op: SIGNAL | int = SIGNAL.SET,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
         if self._hot_signal_op(self._hot_address, signal, value, pe, op, stream) is None:
             return
         if self._finalized:
@@ -645,7 +667,9 @@ class Runtime:
         self._fast_signal_op(self._address, sig, value, code, pe, 0 if self._on_cpu else self._stream_of(stream))
         self._remember(signal, sig, 8, True)
 
-    def signal_wait_until(self, signal, cmp, value: int, stream=None) -> int:
+    def signal_wait_until(
+        self, signal: torch.Tensor, cmp: CMP | int, value: int, stream: torch.cuda.Stream | None = None
+    ) -> int:
         """Wait until the local `signal` compares true against `value`; returns the value seen."""
         seen = self._hot_signal_wait_until(self._hot_address, signal, cmp, value, stream)
         if seen is not NotImplemented:
@@ -661,17 +685,17 @@ class Runtime:
             self._address, sig, code, value, 0 if self._on_cpu else self._stream_of(stream)
         )
 
-    def signal_fetch(self, signal) -> int:
+    def signal_fetch(self, signal: torch.Tensor) -> int:
         self._check_active()
         return self._native.signal_fetch(self._signal(signal))
 
-    def wait_until(self, ivar, cmp, value: int) -> None:
+    def wait_until(self, ivar: torch.Tensor, cmp: CMP | int, value: int) -> None:
         """Wait until the local 1-element int32/int64/uint32/uint64 `ivar` compares true against `value`."""
         self._check_active()
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
         self._native.wait_until(addr, DTYPE_CODES[ivar.dtype], _cmp_code(cmp), _bits(value, ivar.dtype, "value"))
 
-    def test(self, ivar, cmp, value: int) -> bool:
+    def test(self, ivar: torch.Tensor, cmp: CMP | int, value: int) -> bool:
         self._check_active()
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
         return self._native.test(addr, DTYPE_CODES[ivar.dtype], _cmp_code(cmp), _bits(value, ivar.dtype, "value"))
@@ -697,7 +721,7 @@ class Runtime:
         bits = [_bits(v, ivars.dtype, f"{what}: value") for v in values]
         return addr, bits, DTYPE_CODES[ivars.dtype], _cmp_code(cmp)
 
-    def wait_until_all(self, ivars, cmp, value) -> None:
+    def wait_until_all(self, ivars: torch.Tensor, cmp: CMP | int, value: int) -> None:
         """Wait until every word of `ivars` compares true against `value` (or its own entry of a
         sequence of values)."""
         addr, bits, code, c = self._words(ivars, cmp, value, "wait_until_all")
@@ -705,19 +729,19 @@ class Runtime:
         for i, b in enumerate(bits):
             self._native.wait_until(addr + i * size, code, c, b)
 
-    def wait_until_any(self, ivars, cmp, value) -> int:
+    def wait_until_any(self, ivars: torch.Tensor, cmp: CMP | int, value: int) -> int:
         """Wait until some word of `ivars` compares true; returns its index."""
         addr, bits, code, c = self._words(ivars, cmp, value, "wait_until_any")
         return self._native.wait_until_any(addr, ivars.element_size(), code, c, bits)
 
-    def wait_until_some(self, ivars, cmp, value) -> list[int]:
+    def wait_until_some(self, ivars: torch.Tensor, cmp: CMP | int, value: int) -> list[int]:
         """Wait until at least one word of `ivars` compares true; returns the indices of all that do."""
         addr, bits, code, c = self._words(ivars, cmp, value, "wait_until_some")
         size = ivars.element_size()
         first = self._native.wait_until_any(addr, size, code, c, bits)
         return [i for i, b in enumerate(bits) if i == first or self._native.test(addr + i * size, code, c, b)]
 
-    def quiet(self, stream=None) -> None:
+    def quiet(self, stream: torch.cuda.Stream | None = None) -> None:
         self._check_active()
         self._native.quiet(self._stream_of(stream))
 
@@ -732,47 +756,47 @@ class Runtime:
         out = self._native.atomic(ATOMIC_OPS[op], DTYPE_CODES[dest.dtype], addr, v, c, _check_pe(pe, self.n_pes))
         return _from_bits(out, dest.dtype)
 
-    def atomic_fetch(self, dest, pe: int) -> int:
+    def atomic_fetch(self, dest: torch.Tensor, pe: int) -> int:
         return self._atomic("fetch", dest, pe)
 
-    def atomic_set(self, dest, value: int, pe: int) -> None:
+    def atomic_set(self, dest: torch.Tensor, value: int, pe: int) -> None:
         self._atomic("set", dest, pe, value)
 
-    def atomic_swap(self, dest, value: int, pe: int) -> int:
+    def atomic_swap(self, dest: torch.Tensor, value: int, pe: int) -> int:
         return self._atomic("swap", dest, pe, value)
 
-    def atomic_compare_swap(self, dest, cond: int, value: int, pe: int) -> int:
+    def atomic_compare_swap(self, dest: torch.Tensor, cond: int, value: int, pe: int) -> int:
         """Set PE `pe`'s `dest` to `value` if it equals `cond`; returns the old value."""
         return self._atomic("compare_swap", dest, pe, value, cond)
 
-    def atomic_fetch_add(self, dest, value: int, pe: int) -> int:
+    def atomic_fetch_add(self, dest: torch.Tensor, value: int, pe: int) -> int:
         return self._atomic("fetch_add", dest, pe, value)
 
-    def atomic_add(self, dest, value: int, pe: int) -> None:
+    def atomic_add(self, dest: torch.Tensor, value: int, pe: int) -> None:
         self._atomic("add", dest, pe, value)
 
-    def atomic_fetch_inc(self, dest, pe: int) -> int:
+    def atomic_fetch_inc(self, dest: torch.Tensor, pe: int) -> int:
         return self._atomic("fetch_inc", dest, pe)
 
-    def atomic_inc(self, dest, pe: int) -> None:
+    def atomic_inc(self, dest: torch.Tensor, pe: int) -> None:
         self._atomic("inc", dest, pe)
 
-    def atomic_fetch_and(self, dest, value: int, pe: int) -> int:
+    def atomic_fetch_and(self, dest: torch.Tensor, value: int, pe: int) -> int:
         return self._atomic("fetch_and", dest, pe, value)
 
-    def atomic_and(self, dest, value: int, pe: int) -> None:
+    def atomic_and(self, dest: torch.Tensor, value: int, pe: int) -> None:
         self._atomic("and", dest, pe, value)
 
-    def atomic_fetch_or(self, dest, value: int, pe: int) -> int:
+    def atomic_fetch_or(self, dest: torch.Tensor, value: int, pe: int) -> int:
         return self._atomic("fetch_or", dest, pe, value)
 
-    def atomic_or(self, dest, value: int, pe: int) -> None:
+    def atomic_or(self, dest: torch.Tensor, value: int, pe: int) -> None:
         self._atomic("or", dest, pe, value)
 
-    def atomic_fetch_xor(self, dest, value: int, pe: int) -> int:
+    def atomic_fetch_xor(self, dest: torch.Tensor, value: int, pe: int) -> int:
         return self._atomic("fetch_xor", dest, pe, value)
 
-    def atomic_xor(self, dest, value: int, pe: int) -> None:
+    def atomic_xor(self, dest: torch.Tensor, value: int, pe: int) -> None:
         self._atomic("xor", dest, pe, value)
 
     # ---- synchronisation and collectives ------------------------------------------------------
@@ -807,25 +831,25 @@ class Runtime:
     # barrier_all and sync_all on the default stream have nothing to check: they skip _collective's
     # machinery, which costs more than the host barrier itself (about 0.3 us of 0.57 us at 2 PEs).
 
-    def barrier_all(self, stream=None) -> None:
+    def barrier_all(self, stream: torch.cuda.Stream | None = None) -> None:
         if self._hot_barrier_all(self._hot_address, stream) is None:
             return
         if stream is not None or self._finalized:
             return self.barrier(None, stream)
         self._native.barrier(self.team_world._slot, self._stream_of(None))
 
-    def sync_all(self, stream=None) -> None:
+    def sync_all(self, stream: torch.cuda.Stream | None = None) -> None:
         if self._hot_sync_all(self._hot_address, stream) is None:
             return
         if stream is not None or self._finalized:
             return self.sync(None, stream)
         self._native.sync(self.team_world._slot, self._stream_of(None))
 
-    def barrier(self, team=None, stream=None) -> None:
+    def barrier(self, team: Team | None = None, stream: torch.cuda.Stream | None = None) -> None:
         """Complete this PE's outstanding puts, then wait for every member of `team`."""
         self._collective(team, lambda t: (self._stream_of(stream),), self._native.barrier)
 
-    def sync(self, team=None, stream=None) -> None:
+    def sync(self, team: Team | None = None, stream: torch.cuda.Stream | None = None) -> None:
         """Wait for every member of `team` (no completion of outstanding puts)."""
         self._collective(team, lambda t: (self._stream_of(stream),), self._native.sync)
 
@@ -837,7 +861,14 @@ class Runtime:
             self._same_kind(dest, source, what, dest_elems)
         return _disjoint(d, dn, s, sn, what, in_place_ok), s, sn
 
-    def broadcast(self, dest, source, root: int, team=None, stream=None) -> None:
+    def broadcast(
+        self,
+        dest: torch.Tensor,
+        source: torch.Tensor,
+        root: int,
+        team: Team | None = None,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
         """Copy `source` of the team's PE `root` into every member's `dest`."""
 
         def check(t):
@@ -846,7 +877,13 @@ class Runtime:
 
         self._collective(team, check, self._native.broadcast)
 
-    def fcollect(self, dest, source, team=None, stream=None) -> None:
+    def fcollect(
+        self,
+        dest: torch.Tensor,
+        source: torch.Tensor,
+        team: Team | None = None,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
         """All-gather: `dest` receives the team's `source` blocks in team order."""
 
         def check(t):
@@ -855,7 +892,13 @@ class Runtime:
 
         self._collective(team, check, self._native.fcollect)
 
-    def alltoall(self, dest, source, team=None, stream=None) -> None:
+    def alltoall(
+        self,
+        dest: torch.Tensor,
+        source: torch.Tensor,
+        team: Team | None = None,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
         """Block j of this PE's `source` goes to block my_pe of member j's `dest`."""
 
         def check(t):
@@ -879,11 +922,25 @@ class Runtime:
 
         return check
 
-    def reduce(self, dest, source, op: str = "sum", team=None, stream=None) -> None:
+    def reduce(
+        self,
+        dest: torch.Tensor,
+        source: torch.Tensor,
+        op: str = "sum",
+        team: Team | None = None,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
         """All-reduce of `source` into `dest` over `team` (dest may be source)."""
         self._collective(team, self._reduction(dest, source, op, "reduce", stream), self._native.reduce)
 
-    def reducescatter(self, dest, source, op: str = "sum", team=None, stream=None) -> None:
+    def reducescatter(
+        self,
+        dest: torch.Tensor,
+        source: torch.Tensor,
+        op: str = "sum",
+        team: Team | None = None,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
         """Reduce `source` over `team`; member i receives block i of the result in `dest`."""
         self._collective(team, self._reduction(dest, source, op, "reducescatter", stream), self._native.reducescatter)
 

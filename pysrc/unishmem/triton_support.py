@@ -41,12 +41,11 @@ def interpreting() -> bool:
 
 def extern_libs(backend: str, arch) -> dict[str, str]:
     """extern_libs for a Triton compile target ('cuda', 90) or ('hip', 'gfx942')."""
-    from .language._vendor import EXTERN_LIB_KEY, VENDOR_OF_BACKEND
-    from .vendor_libs import bitcode
+    from .backends import by_triton_backend
 
-    vendor = VENDOR_OF_BACKEND[backend]
-    libs = {EXTERN_LIB_KEY[vendor]: str(bitcode(vendor, arch))}
-    if vendor == "rocshmem":  # NOTE [rocSHMEM module globals]: linked first, whenever rocSHMEM's bitcode is
+    vendor = by_triton_backend(backend)
+    libs = {vendor.extern_lib_key: str(vendor.bitcode(arch))}
+    if vendor.name == "rocshmem":  # NOTE [rocSHMEM module globals]: linked first, whenever rocSHMEM's bitcode is
         libs = {ROCSHMEM_GLOBALS_KEY: str(ROCSHMEM_MODULE_GLOBALS), **libs}
     return libs
 
@@ -54,16 +53,15 @@ def extern_libs(backend: str, arch) -> dict[str, str]:
 def _runtime_target(rt) -> tuple[str, object]:
     import torch
 
-    from .language._vendor import VENDOR_OF_BACKEND
-    from .vendor_libs import DEVICE_ARCH
+    from .backends import get
 
-    if rt.backend not in DEVICE_ARCH:
+    backend = get(rt.backend)
+    if backend.triton_backend is None:
         raise UnishmemError(
             f"compiled Triton kernels need a GPU backend, and this runtime's is {rt.backend!r}; "
             "run with TRITON_INTERPRET=1 to execute them on the host backend"
         )
-    backend = next(b for b, v in VENDOR_OF_BACKEND.items() if v == rt.backend)
-    return backend, DEVICE_ARCH[rt.backend](torch.cuda.get_device_properties(rt.device))
+    return backend.triton_backend, backend.device_arch(torch.cuda.get_device_properties(rt.device))
 
 
 def _on_kernel_load(module, function, name, metadata_group, hash, **_):

@@ -1,5 +1,7 @@
-"""Where the vendor libraries are: NVSHMEM's host library and device bitcode (NVSHMEM_HOME, else the
-nvidia-nvshmem-cu12/-cu13 wheel), rocSHMEM's device bitcode (ROCSHMEM_LIB_DIR, $ROCM_PATH/lib).
+"""Where the vendor libraries are: NVSHMEM's host library and headers (NVSHMEM_HOME, else where NVIDIA's
+cuda-pathfinder finds them: the nvidia-nvshmem-cu12/-cu13 wheel, conda, the system's loader path) and its
+per-arch device bitcode beside the host library (which cuda-pathfinder does not cover); rocSHMEM's
+device bitcode (ROCSHMEM_LIB_DIR, $ROCM_PATH/lib).
 
 Nothing here initialises a library. Loading NVSHMEM's host library and asking its version is safe on a
 machine without a GPU (checked); `unishmem info` and the backend opener both use this module, and the
@@ -20,7 +22,6 @@ import functools
 import glob
 import hashlib
 import importlib.metadata
-import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ class Install:
     vendor: str  # "NVSHMEM" / "rocSHMEM"
     prefix: Path | None = None
     library: Path | None = None  # NVSHMEM's host library (rocSHMEM's is linked statically)
+    include: Path | None = None  # NVSHMEM's headers
     version: str | None = None  # the host library's own release, where it can be asked
     origin: str = ""  # how it was found
     bitcode: dict[str, Path] = field(default_factory=dict)  # arch ("sm_90", "gfx942") -> file
@@ -50,16 +52,8 @@ class Install:
 # ---- NVSHMEM ------------------------------------------------------------------------------------
 
 
-def _wheel_prefixes() -> list[Path]:
-    try:
-        spec = importlib.util.find_spec("nvidia.nvshmem")
-    except (ImportError, ValueError):
-        return []
-    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
-
-
-def _header_version(prefix: Path) -> str | None:
-    header = prefix / "include" / "non_abi" / "nvshmem_version.h"
+def _header_version(include: Path) -> str | None:
+    header = include / "non_abi" / "nvshmem_version.h"
     try:
         m = re.search(r'NVSHMEM_VENDOR_BASE_VERSION_STRING\s+"([^"]+)"', header.read_text())
     except OSError:
@@ -80,38 +74,63 @@ def library_version(path: Path) -> str:
     return ".".join(str(x.value) for x in v)
 
 
+_NVSHMEM_REMEDY = "set NVSHMEM_HOME or `pip install 'unishmem[cuda]'` (nvidia-nvshmem-cu13 and cuda-pathfinder)"
+
+
+def _find_in_home(home: str) -> Install:
+    """An install prefix named by NVSHMEM_HOME: it wins over any search, as the build's CMake has it."""
+    prefix = Path(home)
+    dirs = [prefix / d for d in ("lib", "lib64")]
+    lib = next((d / NVSHMEM_LIBRARY for d in dirs if (d / NVSHMEM_LIBRARY).exists()), None)
+    if lib is None:
+        where = " or ".join(map(str, dirs))
+        return Install("NVSHMEM", problems=[f"{NVSHMEM_LIBRARY} not found in {where} (NVSHMEM_HOME={home})"])
+    return Install("NVSHMEM", prefix=prefix, library=lib, include=prefix / "include", origin=f"NVSHMEM_HOME={home}")
+
+
+def _find_with_pathfinder() -> Install:
+    """The host library as cuda-pathfinder loads it (global symbols), and the headers it finds."""
+    try:
+        from cuda import pathfinder
+    except ImportError:
+        return Install("NVSHMEM", problems=[f"not searched: cuda-pathfinder is not installed; {_NVSHMEM_REMEDY}"])
+    try:
+        loaded = pathfinder.load_nvidia_dynamic_lib("nvshmem_host")
+    except RuntimeError as e:  # not found (DynamicLibNotFoundError), or found and not loadable
+        reason = str(e).splitlines()[0]
+        return Install("NVSHMEM", problems=[f"{NVSHMEM_LIBRARY}: cuda-pathfinder: {reason}; {_NVSHMEM_REMEDY}"])
+    if loaded.abs_path is None:
+        return Install("NVSHMEM", problems=[f"{NVSHMEM_LIBRARY} is loaded, but cuda-pathfinder cannot say from where"])
+    lib = Path(loaded.abs_path).resolve()  # as loaded: may be relative to an extension's $ORIGIN
+    include = pathfinder.find_nvidia_header_directory("nvshmem")
+    return Install(
+        "NVSHMEM",
+        prefix=lib.parent.parent,
+        library=lib,
+        include=None if include is None else Path(include),
+        origin=f"cuda-pathfinder: {loaded.found_via}",
+    )
+
+
 def find_nvshmem() -> Install:
     home = os.environ.get("NVSHMEM_HOME")
-    if home:
-        candidates = [(Path(home), f"NVSHMEM_HOME={home}")]
-    else:
-        candidates = [(p, "pip wheel") for p in _wheel_prefixes()]
-    if not candidates:
-        return Install(
-            "NVSHMEM", problems=["not found: set NVSHMEM_HOME or `pip install nvidia-nvshmem-cu13` (the `cuda` extra)"]
-        )
-    for prefix, origin in candidates:
-        lib = next(
-            (prefix / d / NVSHMEM_LIBRARY for d in ("lib", "lib64") if (prefix / d / NVSHMEM_LIBRARY).exists()), None
-        )
-        if lib is None:
-            continue
-        inst = Install("NVSHMEM", prefix=prefix, library=lib, origin=origin)
-        dist = _owning_distribution(lib)
-        if dist is not None:
-            inst.origin = f"pip: {dist.metadata['Name']} {dist.version}"
-        for bc in sorted(glob.glob(str(lib.parent / "libnvshmem_device_sm_*.bc"))):
-            arch = re.search(r"_(sm_\d+)\.bc$", bc).group(1)
-            inst.bitcode[arch] = Path(bc)
-        try:
-            inst.version = library_version(lib)
-        except (OSError, AttributeError) as e:
-            inst.problems.append(f"{lib} does not load here: {e}")
-        if not inst.bitcode:
-            inst.problems.append(f"no device bitcode (libnvshmem_device_sm_*.bc) beside {lib}")
+    inst = _find_in_home(home) if home else _find_with_pathfinder()
+    if inst.library is None:
         return inst
-    where = ", ".join(str(p) for p, _ in candidates)
-    return Install("NVSHMEM", problems=[f"{NVSHMEM_LIBRARY} not found under {where}"])
+    lib = inst.library
+    dist = _owning_distribution(lib)
+    if dist is not None:
+        inst.origin = f"pip: {dist.metadata['Name']} {dist.version}"
+    for bc in sorted(glob.glob(str(lib.parent / "libnvshmem_device_sm_*.bc"))):
+        arch = re.search(r"_(sm_\d+)\.bc$", bc).group(1)
+        inst.bitcode[arch] = Path(bc)
+    try:
+        inst.version = library_version(lib)
+    except (OSError, AttributeError) as e:
+        inst.problems.append(f"{lib} does not load here: {e}")
+    if not inst.bitcode:
+        inst.problems.append(f"no device bitcode (libnvshmem_device_sm_*.bc) beside {lib}")
+    return inst
 
 
 def _owning_distribution(path: Path):
@@ -152,7 +171,8 @@ def check_bitcode(inst: Install, bitcode: Path) -> tuple[bool, str]:
         return True, f"same release as the host library: {label} (sha256 checked against its RECORD)"
     if bitcode.parent != inst.library.parent:
         return False, f"{bitcode} is not beside the host library {inst.library}"
-    header = _header_version(inst.prefix) if inst.prefix else None
+    # The headers tell the prefix's release only where they are the prefix's own.
+    header = _header_version(inst.include) if inst.include and inst.include.parent == inst.prefix else None
     if header is None or header != inst.version:
         return False, (f"cannot tell: the host library is {inst.version}, the headers beside it say {header}")
     return True, f"same install prefix {inst.prefix} as the host library, headers and library both {header}"
@@ -264,21 +284,3 @@ def rocshmem_bitcode(gcn_arch_name: str) -> Path:
             "set ROCSHMEM_LIB_DIR or ROCM_PATH)"
         )
     return inst.bitcode[arch]
-
-
-# ---- one mapping for both vendors ---------------------------------------------------------------
-
-# A device's architecture as the bitcode names it, from torch's device properties.
-DEVICE_ARCH = {
-    "nvshmem": lambda props: props.major * 10 + props.minor,  # compute capability, e.g. 90
-    "rocshmem": lambda props: props.gcnArchName,  # e.g. 'gfx942:sramecc+:xnack-'
-}
-_BITCODE = {
-    "nvshmem": lambda arch: nvshmem_bitcode(divmod(int(arch), 10)),
-    "rocshmem": lambda arch: rocshmem_bitcode(str(arch)),
-}
-
-
-def bitcode(vendor: str, arch) -> Path:
-    """The device bitcode of `vendor` ('nvshmem' or 'rocshmem') for `arch` (90, or 'gfx942')."""
-    return _BITCODE[vendor](arch)

@@ -187,9 +187,9 @@ def set_module_global(backend: str, module: int, address: int) -> None:
     have no such global and are left alone."""
     import ctypes
 
-    from ._vendor import MODULE_GLOBAL
+    from ..backends import get
 
-    library, get_global, copy = MODULE_GLOBAL[backend]
+    library, get_global, copy = get(backend).module_global
     lib = ctypes.CDLL(library)
     dptr, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
     if getattr(lib, get_global)(ctypes.byref(dptr), ctypes.byref(size), ctypes.c_void_p(module), GLOBAL.encode()) != 0:

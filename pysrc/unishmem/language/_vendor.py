@@ -1,11 +1,15 @@
 """NOTE [vendor mapping]: every difference between NVSHMEM and rocSHMEM that the device library
 sees lives in this file, once: symbol prefixes and scope suffixes, enum numbering, the type names
-in symbols, the team handle's type, and the warp width. Everything else is written once for both."""
+in symbols, the team handle's type, and the warp width. Everything else is written once for both.
+Which vendor a compile target links, and its bitcode, are the backend registry's (NOTE [backend registry]
+in unishmem/backends.py)."""
 
 import triton.language as tl
 
-# Triton backend name -> vendor library
-VENDOR_OF_BACKEND = {"cuda": "nvshmem", "hip": "rocshmem"}
+from ..backends import BACKENDS
+
+# Triton backend name -> the vendor key of the tables below, from the registry
+VENDOR_OF_BACKEND = {b.triton_backend: b.name for b in BACKENDS.values() if b.triton_backend}
 
 # unified scope suffix -> (symbol prefix, symbol suffix)
 SCOPES = {
@@ -88,15 +92,3 @@ THREAD_ID = {"nvshmem": ("asm", "mov.u32 $0, %tid.x;"), "rocshmem": ("extern", "
 # consume_token's identity: an empty inline asm whose output is tied to `x` ("0") and which also
 # takes the token, so the compiler cannot compute the result before the token exists.
 CONSUME_TOKEN_CONSTRAINTS = {"nvshmem": "=l,0,l", "rocshmem": "=v,0,v"}
-
-
-# Key under which Triton's extern_libs names the bitcode. Triton's AMD backend links a library
-# only when an undefined function's name contains the key, hence "rocshmem".
-EXTERN_LIB_KEY = {"nvshmem": "libnvshmem_device", "rocshmem": "rocshmem"}
-
-# NOTE [debug waits]: the driver calls that set a loaded module's global, per runtime backend:
-# (library, get the global's device address and size, copy host bytes there).
-MODULE_GLOBAL = {
-    "nvshmem": ("libcuda.so.1", "cuModuleGetGlobal_v2", "cuMemcpyHtoD_v2"),
-    "rocshmem": ("libamdhip64.so", "hipModuleGetGlobal", "hipMemcpyHtoD"),
-}
