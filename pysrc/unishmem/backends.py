@@ -171,7 +171,7 @@ def open_host(backend: Backend, boot: Bootstrap, heap_size: int, device: Any) ->
 
 
 # ---- vendor backends (NVSHMEM, rocSHMEM) ---------------------------------------------------------
-# Vendor specifics stay here and in csrc/vendor/; the Runtime sees the same Opened as for host.
+# Vendor specifics stay here and in csrc/gpu/; the Runtime sees the same Opened as for host.
 
 
 def _load_nvshmem() -> vendor_libs.Install:
@@ -253,7 +253,7 @@ def open_vendor(vendor: Backend, boot: Bootstrap, heap_size: int, device: Any) -
     if len(set(sizes)) > 1:
         raise SymmetryError(f"PEs asked for different heap sizes: {sizes} (by rank)")
     groups = _node_groups(boot, name)
-    # The library's own symmetric heap must hold unishmem's heap (NOTE [vendor heap] in csrc/vendor).
+    # The library's own symmetric heap must hold unishmem's heap (NOTE [vendor heap] in csrc/gpu).
     need = heap_size + _LIBRARY_HEAP_MARGIN
     if heap_env in os.environ:
         from . import parse_size
