@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 import tomllib
 import torch
+from nvshmem_wheel import WHEEL, needs_wheel
 
 import unishmem
 from unishmem import backends
@@ -37,17 +38,6 @@ def run_python(code: str, env=None) -> subprocess.CompletedProcess:
         timeout=120,
         env=dict(os.environ, **(env or {})),
     )
-
-
-def _nvshmem_wheel():
-    for dist in importlib.metadata.distributions():
-        if (dist.metadata["Name"] or "").lower().startswith("nvidia-nvshmem"):
-            return dist
-    return None
-
-
-WHEEL = _nvshmem_wheel()
-needs_wheel = pytest.mark.skipif(WHEEL is None, reason="no nvidia-nvshmem wheel installed (the `cuda` extra)")
 
 
 def _wheel_file(name: str) -> Path:

@@ -3,8 +3,6 @@ the real wheel and loads the real host library; `unishmem info` finds library an
 backend raises BackendUnavailable with the reason (in subprocesses: a failed NVSHMEM init may end the
 process that made it); CMake says which rocSHMEM piece is missing. Nothing here mocks a vendor library."""
 
-import importlib.metadata
-import importlib.util
 import os
 import re
 import shutil
@@ -13,20 +11,10 @@ import sys
 import textwrap
 
 import pytest
+from nvshmem_wheel import WHEEL, needs_wheel
 from spmd import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _nvshmem_wheel():
-    for dist in importlib.metadata.distributions():
-        if (dist.metadata["Name"] or "").lower().startswith("nvidia-nvshmem"):
-            return dist
-    return None
-
-
-WHEEL = _nvshmem_wheel()
-needs_wheel = pytest.mark.skipif(WHEEL is None, reason="no nvidia-nvshmem wheel installed (the `cuda` extra)")
 
 
 def run_python(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
