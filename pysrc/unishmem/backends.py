@@ -47,6 +47,9 @@ class Backend:
     # Key under which Triton's extern_libs names the bitcode. Triton's AMD backend links a library only
     # when an undefined function's name contains the key, hence "rocshmem".
     extern_lib_key: str | None = None
+    # (extern_libs key, file) linked before the bitcode wherever it is linked (a key matching the same
+    # functions' names as extern_lib_key).
+    linked_first: tuple[tuple[str, Path], ...] = ()
     # NOTE [debug waits]: the driver calls that set a loaded module's global: (library, get the global's
     # device address and size, copy host bytes there).
     module_global: tuple[str, str, str] | None = None
@@ -348,6 +351,9 @@ BACKENDS: dict[str, Backend] = {
         device_arch=lambda props: props.gcnArchName,  # e.g. 'gfx942:sramecc+:xnack-'
         bitcode=lambda arch: vendor_libs.rocshmem_bitcode(str(arch)),
         extern_lib_key="rocshmem",
+        # NOTE [rocSHMEM module globals] (in the file): every rocSHMEM symbol is rocshmem_*, so Triton
+        # links this file, keyed "rocshmem_", with the bitcode.
+        linked_first=(("rocshmem_", Path(__file__).parent / "language" / "rocshmem_module_globals.ll"),),
         module_global=("libamdhip64.so", "hipModuleGetGlobal", "hipMemcpyHtoD"),
     ),
 }

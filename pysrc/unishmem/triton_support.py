@@ -20,7 +20,6 @@ import inspect
 import math
 import os
 import threading
-from pathlib import Path
 
 import triton
 
@@ -28,10 +27,6 @@ from .errors import UnishmemError
 
 _KERNEL_NAMES: set[str] = set()
 
-# NOTE [rocSHMEM module globals] (in the file). Triton links a library where a declared function's name
-# contains its key: every rocSHMEM symbol is rocshmem_*, so this one and "rocshmem" are linked together.
-ROCSHMEM_MODULE_GLOBALS = Path(__file__).parent / "language" / "rocshmem_module_globals.ll"
-ROCSHMEM_GLOBALS_KEY = "rocshmem_"
 _hook_added = False
 
 
@@ -44,9 +39,8 @@ def extern_libs(backend: str, arch) -> dict[str, str]:
     from .backends import by_triton_backend
 
     vendor = by_triton_backend(backend)
-    libs = {vendor.extern_lib_key: str(vendor.bitcode(arch))}
-    if vendor.name == "rocshmem":  # NOTE [rocSHMEM module globals]: linked first, whenever rocSHMEM's bitcode is
-        libs = {ROCSHMEM_GLOBALS_KEY: str(ROCSHMEM_MODULE_GLOBALS), **libs}
+    libs = {key: str(path) for key, path in vendor.linked_first}
+    libs[vendor.extern_lib_key] = str(vendor.bitcode(arch))
     return libs
 
 
