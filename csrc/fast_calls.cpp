@@ -98,7 +98,7 @@ PyObject* fast_signal_wait_until(PyObject*, PyObject* const* args, Py_ssize_t na
 // times the host backend's call: each torch attribute read from Python costs about 80 ns, and a
 // put_signal reads about fifteen. So the same calls also exist taking the tensors themselves,
 // trusting what the Runtime's full checks found for each tensor before: once a tensor passes
-// them, runtime.py stores `t._unishmem_hot = [version, epoch, address, nbytes, dtype]`. A hot call
+// them, _runtime.py stores `t._unishmem_hot = [version, epoch, address, nbytes, dtype]`. A hot call
 // trusts that entry while
 //   - the tensor's data pointer is still `address` (`t.data = ...` moves it without a new version);
 //   - its version counter is still `version` (torch bumps it at every in-place op, resize_, set_,

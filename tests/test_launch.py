@@ -128,7 +128,12 @@ def test_ctrl_c_stops_every_pe(mode):
     before = segments()
     cmd = [sys.executable, "-m", "unishmem", "run", "-n", "4", FAILURES, mode]
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, TRITON_INTERPRET="1")
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # every PE waits on a signal nobody sends: a loaded machine must not let the deadlock check end it first
+        env=dict(os.environ, TRITON_INTERPRET="1", UNISHMEM_DEADLOCK_TIMEOUT="0"),
     )
     pids, waiting = [], 0  # each PE says READY, then WAITING once it is inside its wait
     deadline = time.monotonic() + 60

@@ -246,6 +246,18 @@ def test_info_lists_the_nvidia_devices_the_driver_sees():
         assert len([line for line in section if line.startswith("  NVLink")]) in (1, count), out
 
 
+def test_the_launcher_and_the_cli_start_without_torch():
+    """torch's import is most of a Python start-up here; `unishmem run` pays it before any PE starts."""
+    proc = run_python("""
+        import sys
+        import unishmem, unishmem.cli, unishmem.launcher
+        print("TORCH", "torch" in sys.modules)
+        print("RUNTIME", unishmem.Runtime.__name__, "torch" in sys.modules)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert "TORCH False" in proc.stdout and "RUNTIME Runtime True" in proc.stdout, proc.stdout
+
+
 def test_import_needs_none_of_the_device_bindings():
     """`import unishmem` imports no binding itself (torch may), and works and runs with all of them absent."""
     proc = run_python("""
@@ -292,9 +304,12 @@ def test_the_package_says_it_is_typed_and_its_public_api_is_annotated():
         for name, f in vars(cls).items()
         if inspect.isfunction(f) and not name.startswith("_")
     ]
+    # the package imports torch, Runtime and Team on first use (the launcher never needs them): the
+    # annotations that name them resolve against a namespace that has them
+    deferred = {"torch": torch, "Runtime": unishmem.Runtime, "Team": unishmem.Team}
     missing = []
     for f in functions + methods:
-        hints = typing.get_type_hints(f)
+        hints = typing.get_type_hints(f, globalns={**f.__globals__, **deferred})
         params = [p for p in inspect.signature(f).parameters.values() if p.name != "self"]
         missing += [f"{f.__qualname__}({p.name})" for p in params if p.name not in hints]
         missing += [f"{f.__qualname__} -> ?"] if "return" not in hints else []

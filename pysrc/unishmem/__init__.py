@@ -8,8 +8,6 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import torch  # already imported by .runtime; here for init's annotations
-
 from . import _config
 from ._version import __version__ as __version__
 from .enums import CMP, SIGNAL
@@ -22,12 +20,25 @@ from .errors import (
     PeerFailure,
     SymmetryError,
     UnishmemError,
+    UnishmemWarning,
     WaitTimeout,
 )
-from .runtime import Runtime, Team, UnishmemWarning
 
 if TYPE_CHECKING:
+    import torch
+
+    from ._runtime import Runtime, Team
     from .bootstrap import Bootstrap
+
+
+def __getattr__(name: str) -> Any:
+    """Runtime and Team on first use: they import torch, which `unishmem run` and the CLI never need
+    (torch's import is most of a launcher's start-up, and a job pays it before any PE starts)."""
+    if name in ("Runtime", "Team"):
+        from . import _runtime
+
+        return getattr(_runtime, name)
+    raise AttributeError(f"module 'unishmem' has no attribute {name!r}")
 
 
 def jit(fn: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
@@ -85,6 +96,7 @@ def init(
     """Collective: join the job and map the symmetric heap. Returns the process's Runtime.
     Calling it again with the same arguments returns the same Runtime."""
     from . import backends, bootstrap
+    from ._runtime import Runtime
 
     global _current
     if backend == "auto":

@@ -247,7 +247,7 @@ def _node_groups(boot: Bootstrap, name: str) -> list[tuple[int, int]]:
 def open_vendor(vendor: Backend, boot: Bootstrap, heap_size: int, device: Any) -> Opened:
     import warnings
 
-    from .runtime import UnishmemWarning
+    from .errors import UnishmemWarning
 
     name, library, kind, heap_env = vendor.name, vendor.library, vendor.device_kind, vendor.heap_env
     mod, inst = agree(boot, f"loading {library}", lambda: _load_vendor_module(name))

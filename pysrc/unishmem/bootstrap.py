@@ -242,7 +242,7 @@ def _job_secret(multi_host: bool) -> bytes:
     if text:
         return text.encode()
     if multi_host:
-        from .runtime import UnishmemWarning
+        from .errors import UnishmemWarning
 
         warnings.warn(
             "this multi-host job's rendezvous is not authenticated: anyone who can reach MASTER_ADDR:"

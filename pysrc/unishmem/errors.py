@@ -1,4 +1,4 @@
-"""Exception classes. Every error this package raises on purpose subclasses UnishmemError,
+"""Exception and warning classes. Every error this package raises on purpose subclasses UnishmemError,
 except bad argument values and types, which raise ValueError / TypeError naming the value."""
 
 
@@ -48,3 +48,7 @@ class NotAvailableError(UnishmemError, ValueError):
     def __init__(self, function: str, vendor: str, message: str):
         super().__init__(message)
         self.function, self.vendor = function, vendor
+
+
+class UnishmemWarning(UserWarning):
+    """Something worth telling that is not an error (leaks found at finalize, a stalled wait)."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .._arena import AGREE_WIDTH, Arena, reclaim_arenas
-from ..enums import DTYPE_CODES
+from .._dtypes import DTYPE_CODES
 
 # the numbers every PE's call is described by (a shape), compared across PEs, in a desc of
 # (kind, dtype, ndim, *dims, variant): the longest any kernel exchanges, which a team arena has room for

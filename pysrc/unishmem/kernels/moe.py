@@ -52,7 +52,7 @@ import triton.language as tl
 
 from .. import jit
 from .. import language as shl
-from ..enums import DTYPE_CODES
+from .._dtypes import DTYPE_CODES
 from ..triton_support import interpreting
 from ._workspace import Workspace, exchange, new_workspace
 from .collectives import _check_tensor, _team

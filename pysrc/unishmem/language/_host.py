@@ -2,7 +2,7 @@
 
 The interpreter hands a device function Python values: pointers arrive here as (address, element
 size) of this PE's mapping. Addresses, PEs, codes and collective arguments go through the host API's
-own checks (NOTE [address checks] in runtime.py), so a device function refuses what the host API
+own checks (NOTE [address checks] in _runtime.py), so a device function refuses what the host API
 refuses with the same error; only what pointers alone have (their element type) is checked here.
 Values are converted to the word they go to, as a compiled call converts them, not range-checked."""
 
@@ -12,9 +12,10 @@ import ctypes
 
 import numpy as np
 
-from ..enums import ATOMIC_OPS, DTYPE_CODES, WAIT_DTYPES
+from .._dtypes import DTYPE_CODES, WAIT_DTYPES
+from .._runtime import _check_pe, _cmp_code, _disjoint, _from_bits, _reduce_codes
+from ..enums import ATOMIC_OPS
 from ..errors import UnishmemError
-from ..runtime import _check_pe, _cmp_code, _disjoint, _from_bits, _reduce_codes
 
 
 class Ptr:

@@ -19,9 +19,10 @@ import torch
 
 from . import _config
 from ._arena import forget_team, free_arenas, split_arenas
+from ._dtypes import ATOMIC_DTYPES, DTYPE_CODES, REDUCE_DTYPES, WAIT_DTYPES
 from ._version import __version__
-from .enums import ATOMIC_DTYPES, ATOMIC_OPS, CMP, DTYPE_CODES, REDUCE_DTYPES, REDUCE_OPS, SIGNAL, WAIT_DTYPES
-from .errors import NotInitializedError, NotSymmetricError
+from .enums import ATOMIC_OPS, CMP, REDUCE_OPS, SIGNAL
+from .errors import NotInitializedError, NotSymmetricError, UnishmemWarning
 
 if TYPE_CHECKING:
     from .backends import Opened
@@ -77,10 +78,6 @@ def _cmp_code(cmp) -> int:
         if code is not None:
             return code
     return _enum_code(cmp, CMP, "cmp")
-
-
-class UnishmemWarning(UserWarning):
-    """Something worth telling that is not an error (leaks found at finalize)."""
 
 
 @dataclass
