@@ -12,6 +12,13 @@
 //    that turned spinning off for good after one slow yield. When the answer came is when the
 //    writer rang (`rung_ns`), not when the sleeper woke: on a busy machine a wake-up alone can
 //    take longer than kMaxSpin, and counting it would turn spinning off for good again.
+//    The longest useful spin is what a sleep costs (spin-then-sleep loses at most 2x to knowing
+//    the answer's time), so the ceiling is kMaxSpin or twice the wake-ups this thread has seen
+//    (ring to waking, `wake_s`), whichever is more, up to kSpinCeiling. Without it, two PEs whose
+//    wake-ups take longer than kMaxSpin (a core shared with other work) settle into sleeping on
+//    every wait: each answer comes after the other's wake-up, too late to grow the budget, and
+//    every round trip costs two wake-ups (79 us against 330 ns spinning, with one busy process
+//    beside a 2-PE job on 2 cores).
 // 2b. Where PEs outnumber cores (no spin), yield (sched_yield) between polls for up to kYieldFor:
 //    the awaited PE is often runnable on this very core, and a yield hands it the core at once,
 //    where a futex sleep and wake-up costs tens of microseconds a hand-over on a VM (a 4-PE
@@ -55,10 +62,12 @@ struct alignas(64) Doorbell {
 // The spin the next wait of a thread starts with (NOTE [wait phases]).
 struct SpinState {
   double budget_s = 0.0;
+  double wake_s = 0.0;  // recent wake-ups from a ring, smoothed: what a sleep costs this thread
 };
 
 constexpr int kMinSpinPolls = 128;                               // always, before the clock is read
 constexpr double kMaxSpin = 50e-6;                               // about what a sleep and wake-up cost here
+constexpr double kSpinCeiling = 500e-6;                          // never spin longer, however slow wake-ups get
 constexpr auto kYieldFor = std::chrono::microseconds(500);       // then sleep: a long wait burns no core
 constexpr auto kMinSleep = std::chrono::microseconds(50);        // first futex timeout
 constexpr auto kMaxSleep = std::chrono::milliseconds(1);         // longest: bounds an unrung write's delay
@@ -100,11 +109,17 @@ inline void cpu_relax() {
 }
 
 // The new budget after a wait that spun `budget_s` and was answered `answered_s` after it
-// began (NOTE [wait phases]).
-inline double learn_spin(double budget_s, double answered_s, double max_spin_s) {
+// began (NOTE [wait phases]); `ceiling_s` is spin_ceiling's.
+inline double learn_spin(double budget_s, double answered_s, double ceiling_s) {
   if (answered_s <= budget_s) return budget_s;  // the spin caught it
-  if (answered_s <= max_spin_s) return std::min(max_spin_s, 2 * answered_s);
+  if (answered_s <= ceiling_s) return std::min(ceiling_s, 2 * answered_s);
   return budget_s / 2 < 1e-7 ? 0.0 : budget_s / 2;
+}
+
+// The longest a wait spins: 0 where the policy spins not at all, else kMaxSpin or twice this
+// thread's wake-ups, up to kSpinCeiling (NOTE [wait phases]).
+inline double spin_ceiling(const SpinState& spin, double max_spin_s) {
+  return max_spin_s <= 0 ? 0.0 : std::min(kSpinCeiling, std::max(max_spin_s, 2 * spin.wake_s));
 }
 
 // `check` is a template parameter, not a WaitCheck: a std::function built per wait allocates.
@@ -115,12 +130,16 @@ void wait_for(Done&& done, Describe&& describe, const WaitPolicy& policy, SpinSt
     if (done()) return;
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  const double budget = std::min(spin.budget_s, policy.max_spin_s);
+  const double ceiling = spin_ceiling(spin, policy.max_spin_s);
+  const double budget = std::min(spin.budget_s, ceiling);
   auto learn = [&] {  // after a sleep: the answer came with the last ring since the wait began, if any
     const auto rung = clock::time_point(std::chrono::duration_cast<clock::duration>(std::chrono::nanoseconds(
         std::atomic_ref<std::int64_t>(bell.rung_ns).load(std::memory_order_relaxed))));
-    const auto answered = rung > start ? rung : clock::now();
-    spin.budget_s = learn_spin(budget, std::chrono::duration<double>(answered - start).count(), policy.max_spin_s);
+    const auto now = clock::now();
+    if (rung > start) spin.wake_s = (spin.wake_s + std::chrono::duration<double>(now - rung).count()) / 2;
+    const auto answered = rung > start ? rung : now;
+    spin.budget_s = learn_spin(budget, std::chrono::duration<double>(answered - start).count(),
+                               spin_ceiling(spin, policy.max_spin_s));
   };
   if (budget > 0) {
     const auto until = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(budget));
