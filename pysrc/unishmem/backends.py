@@ -42,6 +42,7 @@ class Backend:
     own_node_team: bool = True  # False: the node team is built from consecutive ranks per host
     single_host_env: tuple[tuple[str, str], ...] = ()  # (variable, value) defaults for a job on one host
     triton_backend: str | None = None  # Triton's name for its compile targets; None: interpreter only
+    triton_binary: str | None = None  # the key of a compiled kernel's loadable binary in Triton's asm
     device_arch: Callable[[Any], Any] | None = None  # torch device properties -> arch as its bitcode names it
     bitcode: Callable[[Any], Path] | None = None  # arch -> the device bitcode, BackendUnavailable if none
     # Key under which Triton's extern_libs names the bitcode. Triton's AMD backend links a library only
@@ -332,6 +333,7 @@ BACKENDS: dict[str, Backend] = {
         heap_env="NVSHMEM_SYMMETRIC_SIZE",
         single_host_env=(("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo"),),
         triton_backend="cuda",
+        triton_binary="cubin",
         device_arch=lambda props: props.major * 10 + props.minor,  # compute capability, e.g. 90
         bitcode=lambda arch: vendor_libs.nvshmem_bitcode(divmod(int(arch), 10)),
         extern_lib_key="libnvshmem_device",
@@ -348,6 +350,7 @@ BACKENDS: dict[str, Backend] = {
         heap_env="ROCSHMEM_HEAP_SIZE",
         own_node_team=False,
         triton_backend="hip",
+        triton_binary="hsaco",
         device_arch=lambda props: props.gcnArchName,  # e.g. 'gfx942:sramecc+:xnack-'
         bitcode=lambda arch: vendor_libs.rocshmem_bitcode(str(arch)),
         extern_lib_key="rocshmem",

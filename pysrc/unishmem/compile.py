@@ -51,9 +51,6 @@ TARGETS = {
 DEFAULT_TARGETS = ("sm_90", "gfx942")
 SPEC_KEYS = ("signature", "constexprs", "options")
 WORKERS = 2
-# the prefix of every symbol of each vendor's device library, as the LLVM IR declares them
-VENDOR_PREFIX = {"cuda": "nvshmem", "hip": "rocshmem"}
-BINARY = {"cuda": "cubin", "hip": "hsaco"}
 
 
 class SetupError(Exception):
@@ -278,10 +275,13 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from .backends import by_triton_backend
     from .errors import BackendUnavailable
     from .triton_support import extern_libs
 
     backend, arch, warp = TARGETS[target]
+    # its symbols all start with its name (nvshmem_, nvshmemx_, rocshmem_)
+    vendor = by_triton_backend(backend)
     kernel = _worker["kernels"][name]
     signature, constexprs, options = _worker["specs"][name][index]
     result = _failed(target, None)
@@ -313,11 +313,11 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
         else:
             result["error"] = f"{type(e).__name__}: {e}".strip()
             # ptxas names the first vendor function the bitcode did not provide
-            result["unresolved"] = re.findall(rf"Unresolved extern function '({VENDOR_PREFIX[backend]}\w*)'", str(e))
+            result["unresolved"] = re.findall(rf"Unresolved extern function '({vendor.name}\w*)'", str(e))
         return result
     result["seconds"] = round(time.perf_counter() - start, 1)
-    llir, binary = compiled.asm["llir"], compiled.asm[BINARY[backend]]
-    declared = sorted(set(re.findall(rf"^declare [^@]*@({VENDOR_PREFIX[backend]}\w*)\(", llir, re.M)))
+    llir, binary = compiled.asm["llir"], compiled.asm[vendor.triton_binary]
+    declared = sorted(set(re.findall(rf"^declare [^@]*@({vendor.name}\w*)\(", llir, re.M)))
     result.update(binary_bytes=len(binary), unresolved=declared, linked=bool(libs) and not declared)
     # linked; or, for HIP without rocSHMEM's bitcode here, its calls left as declarations for module load
     result["ok"] = result["linked"] or (not libs and bool(binary))
@@ -326,7 +326,7 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
     if out_dir is not None:
         several = len(_worker["specs"][name]) > 1
         stem = Path(out_dir) / (f"{name}.{index}.{target}" if several else f"{name}.{target}")
-        for path, data in ((f"{stem}.{BINARY[backend]}", binary), (f"{stem}.llir", llir)):
+        for path, data in ((f"{stem}.{vendor.triton_binary}", binary), (f"{stem}.llir", llir)):
             Path(path).write_bytes(data if isinstance(data, bytes) else data.encode())
             result["files"].append(path)
     return result
@@ -430,13 +430,15 @@ def format_report(report: dict) -> str:
 
 
 def _describe(r: dict) -> str:
+    from .backends import by_triton_backend
+
     backend = TARGETS[r["target"]][0] if r["target"] else None
     if r["lacks"] is not None:
         return r["error"]  # the device library's message names the function and says why
     parts = []
     if r["binary_bytes"]:
         done = "linked" if r["linked"] else "compiled, not linked" if r["ok"] else "compiled"
-        parts.append(f"{done} ({BINARY[backend]} {r['binary_bytes']} B, {r['seconds']} s)")
+        parts.append(f"{done} ({by_triton_backend(backend).triton_binary} {r['binary_bytes']} B, {r['seconds']} s)")
     if r["unresolved"]:
         what = "left for module load" if r["ok"] else "unresolved"
         parts.append(f"{what}: {', '.join(r['unresolved'])}")
