@@ -1,14 +1,17 @@
 """Launchers and failure behaviour: unishmem run, mpirun, torchrun, srun-style environments, a dead PE,
 Ctrl-C, stalls, and shared-memory segments that must never outlive their job."""
 
+import fcntl
 import io
 import os
 import re
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 
@@ -92,12 +95,18 @@ def test_output_copier_passes_whole_lines_and_long_runs_without_line_end():
     long_run = b"x" * (LINE_MAX + 10)
     for piece in (b"half ", b"a line\n", b"progress 1\r", b"progress 2\r", long_run, b"\n", b"no end"):
         os.write(write_end, piece)
-        time.sleep(0.01)  # each piece arrives on its own
+        while _unread(read_end):  # the copier takes each piece before the next is written
+            time.sleep(0.001)
     os.close(write_end)
     copier.join(timeout=10)
     assert out.getvalue() == b"half a line\nprogress 1\rprogress 2\r" + long_run + b"\nno end"
     # Nothing is passed on in the middle of a line, except a run too long to hold.
     assert all(w.endswith((b"\n", b"\r")) or w == b"no end" or len(w) >= LINE_MAX for w in out.writes), out.writes
+
+
+def _unread(fd: int) -> int:
+    """Bytes waiting in the pipe `fd` reads from."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
 
 
 def test_single_process_without_launcher():
