@@ -246,8 +246,9 @@ def test_info_lists_the_nvidia_devices_the_driver_sees():
         assert len([line for line in section if line.startswith("  NVLink")]) in (1, count), out
 
 
-def test_the_launcher_and_the_cli_start_without_torch():
-    """torch's import is most of a Python start-up here; `unishmem run` pays it before any PE starts."""
+def test_the_launcher_starts_without_torch():
+    """torch's import is most of a Python start-up here; `unishmem run` (the CLI's entry, then the
+    launcher) would pay it before any PE starts."""
     proc = run_python("""
         import sys
         import unishmem, unishmem.cli, unishmem.launcher
