@@ -3,6 +3,10 @@
 
 #include <array>
 #include <optional>
+#include <string>
+#include <string_view>
+
+#include <structmember.h>
 
 namespace py = pybind11;
 
@@ -307,6 +311,156 @@ PyObject* hot_world_barrier(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
 
 #undef UNISHMEM_HOT_ARGS
 
+// NOTE [hot methods]: even a call of the Runtime's Python method that only tries its hot call
+// costs about as much again as the hot call (the frame, its defaults, two attribute reads). So a
+// CPU Runtime's instance holds, under each method's name, a HotMethod: a C callable that takes
+// the method's own arguments, supplies its trailing defaults, passes them to the hot call, and
+// calls the method itself (`fallback`, the full checks) on a miss and whenever keywords or an
+// unusual number of arguments are given. The Python method stays the one definition of the call.
+using FastFunction = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t);  // a METH_FASTCALL function
+
+struct HotMethod {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  FastFunction hot_call;  // (hot, the method's arguments..., stream)
+  PyObject* hot;             // HotPath.address
+  PyObject* fallback;        // the Runtime's bound method
+  PyObject* names;           // a tuple of the method's parameter names (interned), self excluded
+  PyObject* defaults;        // a tuple: the values of its last len(defaults) parameters
+  Py_ssize_t n_params;       // len(names)
+};
+
+constexpr Py_ssize_t kMaxHotParams = 8;
+
+PyObject* hot_method_call(PyObject* self, PyObject* const* args, std::size_t nargsf, PyObject* kwnames) {
+  auto* m = reinterpret_cast<HotMethod*>(self);
+  if (!m->fallback) return PyErr_Format(PyExc_ReferenceError, "a Runtime method called while its Runtime is collected");
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), n_kw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  const Py_ssize_t n_required = m->n_params - PyTuple_GET_SIZE(m->defaults);
+  PyObject* full[1 + kMaxHotParams] = {m->hot};
+  bool ok = nargs <= m->n_params;
+  for (Py_ssize_t i = 0; ok && i < nargs; ++i) full[1 + i] = args[i];
+  for (Py_ssize_t k = 0; ok && k < n_kw; ++k) {  // names are interned: identity finds them
+    Py_ssize_t i = nargs;
+    while (i < m->n_params && PyTuple_GET_ITEM(m->names, i) != PyTuple_GET_ITEM(kwnames, k)) ++i;
+    ok = i < m->n_params && !full[1 + i];
+    if (ok) full[1 + i] = args[nargs + k];
+  }
+  for (Py_ssize_t i = nargs; ok && i < m->n_params; ++i)
+    if (!full[1 + i]) {
+      ok = i >= n_required;
+      if (ok) full[1 + i] = PyTuple_GET_ITEM(m->defaults, i - n_required);
+    }
+  if (ok) {  // else: the method says what is wrong with the arguments
+    PyObject* result = m->hot_call(nullptr, full, 1 + m->n_params);
+    if (result != Py_NotImplemented) return result;
+    Py_DECREF(result);
+  }
+  return PyObject_Vectorcall(m->fallback, args, nargsf, kwnames);
+}
+
+int hot_method_traverse(PyObject* self, visitproc visit, void* arg) {
+  auto* m = reinterpret_cast<HotMethod*>(self);
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(m->fallback);  // a bound method of the Runtime that holds this object: a cycle
+  Py_VISIT(m->hot);
+  Py_VISIT(m->names);
+  Py_VISIT(m->defaults);
+  return 0;
+}
+
+int hot_method_clear(PyObject* self) {
+  auto* m = reinterpret_cast<HotMethod*>(self);
+  Py_CLEAR(m->fallback);
+  Py_CLEAR(m->hot);
+  Py_CLEAR(m->names);
+  Py_CLEAR(m->defaults);
+  return 0;
+}
+
+void hot_method_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  hot_method_clear(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyObject* hot_method_wrapped(PyObject* self, void*) {  // what inspect.signature() and help() read
+  PyObject* fallback = reinterpret_cast<HotMethod*>(self)->fallback;
+  if (!fallback) Py_RETURN_NONE;
+  return Py_NewRef(fallback);
+}
+
+PyObject* hot_method_doc(PyObject* self, void*) {
+  PyObject* fallback = reinterpret_cast<HotMethod*>(self)->fallback;
+  if (!fallback) Py_RETURN_NONE;
+  return PyObject_GetAttrString(fallback, "__doc__");
+}
+
+PyMemberDef hot_method_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(HotMethod, vectorcall), READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr}};
+PyGetSetDef hot_method_getset[] = {{"__wrapped__", hot_method_wrapped, nullptr, nullptr, nullptr},
+                                   {"__doc__", hot_method_doc, nullptr, nullptr, nullptr},
+                                   {nullptr, nullptr, nullptr, nullptr, nullptr}};
+PyType_Slot hot_method_slots[] = {{Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+                                  {Py_tp_traverse, reinterpret_cast<void*>(hot_method_traverse)},
+                                  {Py_tp_clear, reinterpret_cast<void*>(hot_method_clear)},
+                                  {Py_tp_dealloc, reinterpret_cast<void*>(hot_method_dealloc)},
+                                  {Py_tp_members, hot_method_members},
+                                  {Py_tp_getset, hot_method_getset},
+                                  {0, nullptr}};
+#define UNISHMEM_STRING(x) #x
+#define UNISHMEM_QUALIFIED(module) "unishmem." UNISHMEM_STRING(module) ".HotMethod"
+PyType_Spec hot_method_spec = {UNISHMEM_QUALIFIED(UNISHMEM_MODULE_NAME), sizeof(HotMethod), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+                               hot_method_slots};
+#undef UNISHMEM_QUALIFIED
+#undef UNISHMEM_STRING
+PyTypeObject* hot_method_type;
+
+FastFunction hot_call_named(PyObject* name);  // the hot_* function of that name, or null with an error
+
+// make_hot_method(name, hot, fallback, names, defaults): a HotMethod calling hot_<name>
+// (NOTE [hot methods]).
+PyObject* make_hot_method(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5 || !PyTuple_CheckExact(args[3]) || !PyTuple_CheckExact(args[4])) {
+    PyErr_SetString(PyExc_TypeError, "make_hot_method(name, hot, fallback, names: tuple, defaults: tuple)");
+    return nullptr;
+  }
+  const FastFunction hot_call = hot_call_named(args[0]);
+  if (!hot_call) return nullptr;
+  const Py_ssize_t n_params = PyTuple_GET_SIZE(args[3]);
+  if (n_params < PyTuple_GET_SIZE(args[4]) || n_params > kMaxHotParams) {
+    PyErr_Format(PyExc_ValueError, "make_hot_method: %zd parameters (at most %zd, and no fewer than the defaults)",
+                 n_params, kMaxHotParams);
+    return nullptr;
+  }
+  py::tuple names(n_params);
+  for (Py_ssize_t i = 0; i < n_params; ++i) {
+    PyObject* name = PyTuple_GET_ITEM(args[3], i);
+    if (!PyUnicode_CheckExact(name)) {
+      PyErr_SetString(PyExc_TypeError, "make_hot_method: parameter names must be str");
+      return nullptr;
+    }
+    Py_INCREF(name);
+    PyUnicode_InternInPlace(&name);  // a call's keyword names are interned: compared by identity
+    PyTuple_SET_ITEM(names.ptr(), i, name);
+  }
+  auto* m = PyObject_GC_New(HotMethod, hot_method_type);
+  if (!m) return nullptr;
+  m->vectorcall = hot_method_call;
+  m->hot_call = hot_call;
+  m->hot = Py_NewRef(args[1]);
+  m->fallback = Py_NewRef(args[2]);
+  m->names = names.release().ptr();
+  m->defaults = Py_NewRef(args[4]);
+  m->n_params = n_params;
+  PyObject_GC_Track(m);
+  return reinterpret_cast<PyObject*>(m);
+}
+
 template <PyObject* (*F)(PyObject*, PyObject* const*, Py_ssize_t)>
 constexpr PyMethodDef method(const char* name) {
   return {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(F)), METH_FASTCALL, nullptr};
@@ -325,13 +479,26 @@ PyMethodDef fast_calls[] = {
     method<hot_signal_wait_until>("hot_signal_wait_until"),
     method<hot_world_barrier<true>>("hot_barrier_all"),
     method<hot_world_barrier<false>>("hot_sync_all"),
+    method<make_hot_method>("make_hot_method"),
     {nullptr, nullptr, 0, nullptr}};
+
+FastFunction hot_call_named(PyObject* name) {
+  const char* wanted = PyUnicode_AsUTF8(name);
+  if (!wanted) return nullptr;
+  for (const PyMethodDef* d = fast_calls; d->ml_name; ++d)
+    if (std::string_view(d->ml_name) == std::string("hot_") + wanted)
+      return reinterpret_cast<FastFunction>(reinterpret_cast<void (*)()>(d->ml_meth));
+  PyErr_Format(PyExc_ValueError, "make_hot_method: no hot call hot_%s", wanted);
+  return nullptr;
+}
 
 }  // namespace
 
 void bind_fast_calls(py::module_& m) {
   entry_name = PyUnicode_InternFromString("_unishmem_hot");  // kept for the life of the process
   if (!entry_name || PyModule_AddFunctions(m.ptr(), fast_calls) != 0) throw py::error_already_set();
+  hot_method_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&hot_method_spec));  // kept, as entry_name
+  if (!hot_method_type) throw py::error_already_set();
   py::class_<HotPath>(m, "HotPath", py::module_local())
       .def(py::init([](std::uintptr_t backend, int n_pes, py::object torch) {
              py::object tensor = torch.attr("Tensor"), base = torch.attr("_C").attr("TensorBase");

@@ -1,5 +1,10 @@
 """Put, get, signals, point-to-point waits, ordering."""
 
+import gc
+import inspect
+import sys
+import weakref
+
 import torch
 from spmd import spmd
 
@@ -168,8 +173,9 @@ def test_hot_calls_see_every_change_to_a_tensor(rt):
         assert torch.equal(dest, torch.full((4, 4), float(i * 10 + left)))
         rt.barrier_all()
     # The hot call really is taken for tensors that passed (else this whole path is dead code).
-    assert rt._hot_put_signal(rt._hot_address, dest, src, s0, 4, right, SIGNAL.SET, None) is None
-    assert rt._hot_signal_wait_until(rt._hot_address, s0, CMP.GE, 4, None) == 4
+    hot = sys.modules[type(rt._native).__module__]
+    assert hot.hot_put_signal(rt._hot.address, dest, src, s0, 4, right, SIGNAL.SET, None) is None
+    assert hot.hot_signal_wait_until(rt._hot.address, s0, CMP.GE, 4, None) == 4
     rt.barrier_all()
 
     src.t_()  # in place, now not contiguous
@@ -216,3 +222,54 @@ def test_hot_calls_see_every_change_to_a_tensor(rt):
         rt.signal_wait_until(s1, CMP.EQ, 1)
     with pytest.raises(NotSymmetricError, match="freed"):
         rt.signal_op(s1, 2, right)
+
+
+@spmd
+def test_hot_methods_take_the_methods_arguments(rt):
+    """NOTE [hot methods]: a CPU Runtime's put/get/put_signal/... are C callables that stand in
+    for the Python methods; they must bind arguments exactly as the methods do."""
+    import pytest
+
+    from unishmem import Runtime
+
+    right, left = ring(rt)
+    dest, src, sig = rt.zeros(4, dtype=torch.int32), torch.arange(4, dtype=torch.int32), rt.signals(1)
+    s0 = sig[0]
+    assert type(rt.put_signal).__name__ == "HotMethod"
+    for name in ("put", "get", "put_signal", "signal_op", "signal_wait_until", "barrier_all", "sync_all"):
+        bound = getattr(Runtime, name).__get__(rt)
+        assert inspect.signature(getattr(rt, name)) == inspect.signature(bound), name
+        assert getattr(rt, name).__doc__ == bound.__doc__, name
+    for round_ in range(1, 3):  # first checked, then hot: keywords and defaults alike
+        rt.put_signal(dest, src + round_, s0, pe=right, value=2 * round_ - 1)
+        assert rt.signal_wait_until(value=2 * round_ - 1, cmp=CMP.GE, signal=s0) == 2 * round_ - 1
+        rt.barrier_all(stream=None)  # every PE has seen its put before the adds come
+        rt.signal_op(s0, 1, right, op=SIGNAL.ADD, stream=None)
+        assert rt.signal_wait_until(s0, CMP.EQ, 2 * round_) == 2 * round_
+        assert torch.equal(dest, torch.arange(4, dtype=torch.int32) + round_)
+        rt.sync_all()
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'pe'"):
+        rt.put(dest, src)
+    with pytest.raises(TypeError, match="multiple values for argument 'pe'"):
+        rt.put(dest, src, right, pe=right)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'peer'"):
+        rt.put(dest, src, peer=right)
+    with pytest.raises(TypeError, match="takes from 4 to 5 positional arguments but 6 were given"):
+        rt.put(dest, src, right, None, None)
+    rt.barrier_all()
+    rt.free(dest)
+    rt.free(sig)
+
+    class Owner:  # a hot method's fallback is bound to what holds it: the cycle must be collectable
+        def call(self, dest, source, pe, stream=None):
+            return "fallback"
+
+    owner = Owner()
+    owner.put = sys.modules[type(rt._native).__module__].make_hot_method(
+        "put", rt._hot.address, owner.call, ("dest", "source", "pe", "stream"), (None,)
+    )
+    assert owner.put(dest, src, right) == "fallback"  # dest is freed: no hot call trusts it
+    gone = weakref.ref(owner)
+    del owner
+    gc.collect()
+    assert gone() is None

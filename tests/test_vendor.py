@@ -231,30 +231,38 @@ def test_cmake_says_which_rocshmem_piece_is_missing(tmp_path):
     ), out
 
 
-def _hip_clang():
-    """A clang that CMake accepts as a HIP compiler for configuring (host-only: no ROCm device tools)."""
+def _hip_clangs():
+    """The clangs that might stand in for ROCm's as a HIP compiler for configuring (host-only)."""
     names = [os.environ.get("UNISHMEM_TEST_HIP_CLANG"), "clang++"] + [f"clang++-{v}" for v in range(22, 13, -1)]
-    return next((p for p in (shutil.which(n) for n in names if n) if p), None)
+    return list(dict.fromkeys(p for p in (shutil.which(n) for n in names if n) if p))
 
 
 @pytest.fixture(scope="module")
 def standin_configure(tmp_path_factory):
     """The whole project configured with the stand-in rocSHMEM/hip packages: the rocSHMEM branch is taken.
-    CMake compiles nothing of ours; its HIP compiler checks run host-only (--cuda-host-only)."""
-    clang = _hip_clang()
-    if clang is None:
-        pytest.skip("no clang++ on PATH to stand in for ROCm's clang (set UNISHMEM_TEST_HIP_CLANG)")
-    tmp = tmp_path_factory.mktemp("standin")
-    build = tmp / "build"
-    out = _configure(
-        build,
-        {"ROCM_PATH": STANDIN_ROCM},
-        f"-DCMAKE_HIP_COMPILER={clang}",
-        f"-DCMAKE_HIP_COMPILER_ROCM_ROOT={STANDIN_ROCM}",
-        "-DCMAKE_HIP_FLAGS=--cuda-host-only -nogpulib -nogpuinc",
-        "-DUNISHMEM_ROCM_ARCHS=gfx90a",
-        "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
-    )
+    CMake compiles nothing of ours; its HIP compiler checks run host-only (--cuda-host-only). The stand-in
+    has no HIP headers, and some clangs (19 does) then fail CMake's compiler identification; the first
+    clang that CMake identifies is used."""
+    tried = []
+    for clang in _hip_clangs():
+        build = tmp_path_factory.mktemp("standin") / "build"
+        out = _configure(
+            build,
+            {"ROCM_PATH": STANDIN_ROCM},
+            f"-DCMAKE_HIP_COMPILER={clang}",
+            f"-DCMAKE_HIP_COMPILER_ROCM_ROOT={STANDIN_ROCM}",
+            "-DCMAKE_HIP_FLAGS=--cuda-host-only -nogpulib -nogpuinc",
+            "-DUNISHMEM_ROCM_ARCHS=gfx90a",
+            "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+        )
+        if "The HIP compiler identification is Clang" in out:
+            break
+        tried.append(clang)
+    else:
+        pytest.skip(
+            f"no clang++ that CMake identifies as a HIP compiler here (tried {tried or 'none'}; "
+            "set UNISHMEM_TEST_HIP_CLANG)"
+        )
     import json
 
     commands = json.loads((build / "compile_commands.json").read_text())

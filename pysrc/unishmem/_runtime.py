@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import inspect
 import itertools
 import math
 import operator
@@ -281,10 +282,8 @@ class Runtime:
         # on CPU runtimes only (GPU calls need the current stream, which torch must be asked for).
         self._hot = module.HotPath(native.address, native.n_pes, torch)
         self._hot.epoch = next(_HOT_EPOCHS) if self._on_cpu else -1
-        self._hot_address = self._hot.address
-        self._hot_put, self._hot_get, self._hot_put_signal = module.hot_put, module.hot_get, module.hot_put_signal
-        self._hot_signal_op, self._hot_signal_wait_until = module.hot_signal_op, module.hot_signal_wait_until
-        self._hot_barrier_all, self._hot_sync_all = module.hot_barrier_all, module.hot_sync_all
+        if self._on_cpu:
+            self._install_hot_methods(module)
         self._typed: dict[tuple[int, torch.dtype], torch.Tensor] = {}
         self._allocs: dict[int, _Allocation] = {}
         self._offsets: list[int] = []  # sorted keys of _allocs
@@ -293,6 +292,22 @@ class Runtime:
         self._arenas: list = []  # (world allocation, this PE's teams using it) per team arena, in split order
         self.team_world = Team(self, 0, "world")
         self.team_node = Team(self, 1, "node")
+
+    _HOT_METHODS = ("put", "get", "put_signal", "signal_op", "signal_wait_until", "barrier_all", "sync_all")
+
+    def _install_hot_methods(self, module) -> None:
+        """NOTE [hot methods] (fast_calls.cpp): each of these methods, unless a subclass overrides it,
+        is shadowed on this instance by a C callable that tries the method's hot call first and
+        calls the method itself, which runs the full checks, otherwise."""
+        for name in self._HOT_METHODS:
+            method = getattr(type(self), name)
+            if method is not getattr(Runtime, name):
+                continue
+            params = list(inspect.signature(method).parameters.values())[1:]  # self excluded
+            names = tuple(p.name for p in params)
+            defaults = tuple(p.default for p in params if p.default is not inspect.Parameter.empty)
+            hot = module.make_hot_method(name, self._hot.address, method.__get__(self), names, defaults)
+            setattr(self, name, hot)
 
     def __repr__(self) -> str:
         return (
@@ -571,8 +586,9 @@ class Runtime:
 
     # ---- host-initiated communication -------------------------------------------------------
 
-    # NOTE [hot paths]: the point-to-point calls below first try their hot call (NOTE [hot calls],
-    # fast_calls.cpp), which trusts tensors these checks passed before. Otherwise they check
+    # NOTE [hot paths]: on a CPU Runtime, a call of the point-to-point methods below first tries
+    # its hot call (NOTE [hot calls] and [hot methods], fast_calls.cpp), which trusts tensors these
+    # checks passed before; the methods themselves run only when it cannot. They check
     # everything, inlining the cheap cases of _check_active, _check_pe, _bits, _signal_code and
     # _stream_of (a call each costs about as much as the test) and falling back to those
     # functions, which name what is wrong; then they remember the tensors that passed. On the
@@ -580,8 +596,6 @@ class Runtime:
 
     def put(self, dest: torch.Tensor, source: torch.Tensor, pe: int, stream: torch.cuda.Stream | None = None) -> None:
         """Copy local `source` into PE `pe`'s `dest` (symmetric)."""
-        if self._hot_put(self._hot_address, dest, source, pe, stream) is None:
-            return
         if self._finalized:
             self._check_active()
         d, n = self._symmetric(dest, "dest")
@@ -596,8 +610,6 @@ class Runtime:
 
     def get(self, dest: torch.Tensor, source: torch.Tensor, pe: int, stream: torch.cuda.Stream | None = None) -> None:
         """Copy PE `pe`'s `source` (symmetric) into local `dest`."""
-        if self._hot_get(self._hot_address, dest, source, pe, stream) is None:
-            return
         if self._finalized:
             self._check_active()
         d, n = self._local(dest, "dest")
@@ -621,8 +633,6 @@ class Runtime:
         stream: torch.cuda.Stream | None = None,
     ) -> None:
         """put, then update PE `pe`'s `signal` once the data has arrived."""
-        if self._hot_put_signal(self._hot_address, dest, source, signal, value, pe, op, stream) is None:
-            return
         if self._finalized:
             self._check_active()
         d, n = self._symmetric(dest, "dest")
@@ -655,8 +665,6 @@ class Runtime:
         op: SIGNAL | int = SIGNAL.SET,
         stream: torch.cuda.Stream | None = None,
     ) -> None:
-        if self._hot_signal_op(self._hot_address, signal, value, pe, op, stream) is None:
-            return
         if self._finalized:
             self._check_active()
         sig = self._signal(signal)
@@ -668,9 +676,6 @@ class Runtime:
         self, signal: torch.Tensor, cmp: CMP | int, value: int, stream: torch.cuda.Stream | None = None
     ) -> int:
         """Wait until the local `signal` compares true against `value`; returns the value seen."""
-        seen = self._hot_signal_wait_until(self._hot_address, signal, cmp, value, stream)
-        if seen is not NotImplemented:
-            return seen
         if self._finalized:
             self._check_active()
         sig = self._signal(signal)
@@ -829,15 +834,11 @@ class Runtime:
     # machinery, which costs more than the host barrier itself (about 0.3 us of 0.57 us at 2 PEs).
 
     def barrier_all(self, stream: torch.cuda.Stream | None = None) -> None:
-        if self._hot_barrier_all(self._hot_address, stream) is None:
-            return
         if stream is not None or self._finalized:
             return self.barrier(None, stream)
         self._native.barrier(self.team_world._slot, self._stream_of(None))
 
     def sync_all(self, stream: torch.cuda.Stream | None = None) -> None:
-        if self._hot_sync_all(self._hot_address, stream) is None:
-            return
         if stream is not None or self._finalized:
             return self.sync(None, stream)
         self._native.sync(self.team_world._slot, self._stream_of(None))
