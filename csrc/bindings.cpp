@@ -275,6 +275,15 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   namespace lib = gpu::lib;
   m.attr("vendor") = lib::kName;
   m.attr("header_version") = lib::kHeaderVersion;
+  // Which operations this build takes from the library (True) and which it builds from other calls.
+  py::dict library_calls;
+  library_calls["team_split_2d"] = lib::kSplit2d;
+  library_calls["team barrier and sync on a stream"] = lib::kTeamBarrierOnStream;
+  library_calls["fcollect on a stream"] = lib::kFcollectOnStream;
+  library_calls["signal_op on a stream"] = lib::kSignalOpOnStream;
+  library_calls["reduce on a stream"] = lib::kReduceOnStream;
+  library_calls["reduce-scatter"] = lib::kReduceScatter;
+  m.attr("library_calls") = library_calls;
   m.def("library_version", [] {
     int major = 0, minor = 0, patch = 0;
     lib::library_version(&major, &minor, &patch);
@@ -284,14 +293,14 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
         "A unique id for unique-id init; made on PE 0 only, then handed to every PE.");
   py::class_<GpuBackend, Backend>(m, "GpuBackend", py::module_local())
       .def(py::init([](py::bytes unique_id, int pe, int n_pes, int device, std::size_t heap_size,
-                       double stall_warn_s, double timeout_s, std::vector<std::pair<int, int>> node_groups) {
+                       double stall_warn_s, double timeout_s) {
              auto b = std::make_unique<GpuBackend>(std::string(unique_id), pe, n_pes, device, heap_size,
-                                                   WaitPolicy{stall_warn_s, timeout_s, /*deadlock_s: host only*/ 0}, node_groups);
+                                                   WaitPolicy{stall_warn_s, timeout_s, /*deadlock_s: host only*/ 0});
              b->set_wait_check(check_python_signals);
              return b;
            }),
            py::arg("unique_id"), py::arg("pe"), py::arg("n_pes"), py::arg("device"), py::arg("heap_size"),
-           py::arg("stall_warn_s"), py::arg("timeout_s"), py::arg("node_groups"))
+           py::arg("stall_warn_s"), py::arg("timeout_s"))
       .def_property_readonly("device", &GpuBackend::device)
       .def_property_readonly("limited_mode", &GpuBackend::limited_mode)
       .def_property_readonly("init_mode", &GpuBackend::init_mode)

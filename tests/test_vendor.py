@@ -39,6 +39,32 @@ def test_nvshmem_module_is_built_against_the_wheel_and_loads_its_library():
     assert header == library == WHEEL.version, (header, library, WHEEL.version)
 
 
+# The NVSHMEM host functions each of the module's library_calls stands for (NVSHMEM's host API docs).
+NVSHMEM_CALLS = {
+    "team_split_2d": ["nvshmem_team_split_2d"],
+    "team barrier and sync on a stream": ["nvshmemx_barrier_on_stream", "nvshmemx_team_sync_on_stream"],
+    "fcollect on a stream": ["nvshmemx_fcollectmem_on_stream"],
+    "signal_op on a stream": ["nvshmemx_signal_op_on_stream"],
+    "reduce on a stream": ["nvshmemx_float_sum_reduce_on_stream"],
+    "reduce-scatter": ["nvshmemx_float_sum_reducescatter_on_stream"],
+}
+
+
+@needs_wheel
+def test_nvshmem_module_takes_from_the_library_what_its_headers_declare():
+    """library_calls (what `unishmem info` prints) against the wheel's headers: every call the module says
+    it takes from NVSHMEM is declared there (by name, or by the macro family that generates it)."""
+    proc = run_python("import unishmem._nvshmem as m; print(sorted(k for k, v in m.library_calls.items() if v))")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(sorted(NVSHMEM_CALLS)), proc.stdout
+    include = next(p for p in (f.locate() for f in WHEEL.files) if p.name == "nvshmem_host.h").parent
+    text = "".join(p.read_text(errors="replace") for p in include.rglob("*.h"))
+    for call, names in NVSHMEM_CALLS.items():
+        for name in names:
+            typed = name.replace("_float_sum_", "_##NAME##_##OP##_")  # the typed families are macros
+            assert name in text or typed in text, (call, name)
+
+
 @needs_wheel
 def test_info_reports_library_version_and_matching_bitcode():
     proc = subprocess.run([sys.executable, "-m", "unishmem", "info"], capture_output=True, text=True, timeout=120)
@@ -133,7 +159,7 @@ def test_native_init_without_a_device_fails_cleanly_and_the_process_goes_on():
         uid = mod.unique_id()
         assert len(uid) == 128
         try:
-            mod.GpuBackend(uid, 0, 1, 0, 1 << 20, 30.0, 60.0, [(0, 1)])
+            mod.GpuBackend(uid, 0, 1, 0, 1 << 20, 30.0, 60.0)
             print("INITIALISED")
         except unishmem.BackendUnavailable as e:
             print("UNAVAILABLE", e)

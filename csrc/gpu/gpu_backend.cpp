@@ -54,7 +54,7 @@ std::string GpuBackend::unique_id() {
 }
 
 GpuBackend::GpuBackend(const std::string& unique_id, int pe, int n_pes, int device, std::size_t heap_size,
-                       WaitPolicy policy, const std::vector<std::pair<int, int>>& node_groups)
+                       WaitPolicy policy)
     : BackendBase(pe, n_pes, heap_size, kMaxTeams, policy), device_(device) {
   const std::string lib_name = lib::kName;
   require_library_usable();
@@ -116,26 +116,7 @@ GpuBackend::GpuBackend(const std::string& unique_id, int pe, int n_pes, int devi
     world.my_index = pe;
     world.channel = kTeamWorld;
     world.handle = lib::team_world();
-    if constexpr (lib::kNodeTeam) {
-      add_team(kTeamNode, lib::team_node());
-    } else {
-      // Node team from the bootstrap's placement: one split per node, every PE calling each.
-      std::optional<lib::Team> node;
-      for (auto [first, count] : node_groups) {
-        if (first == 0 && count == n_pes) {
-          node = lib::team_world();
-          break;
-        }
-        lib::Team t = lib::team_invalid();
-        check_status(lib::team_split_strided(lib::team_world(), first, 1, count, &t), ErrorKind::unavailable,
-                     [&](int rc) {
-                       return lib_name + " could not make the node team (split_strided rc " + std::to_string(rc) + ")";
-                     });
-        if (t != lib::team_invalid()) node = t;
-      }
-      if (!node) throw Error(ErrorKind::unavailable, "no node group given for PE " + std::to_string(pe));
-      add_team(kTeamNode, *node);
-    }
+    add_team(kTeamNode, lib::team_node());
     if (desc_) {  // NOTE [team descriptor]: zeroed everywhere before any kernel can signal into one
       clear_descriptors(0, kMaxTeams);
       write_descriptor(kTeamWorld);

@@ -58,10 +58,9 @@ struct TeamEntry : TeamInfo {
 
 class GpuBackend final : public BackendBase {
  public:
-  // Collective over all PEs. node_groups: (first world PE, count) of each node, in order;
-  // used only where the library has no node team of its own.
+  // Collective over all PEs.
   GpuBackend(const std::string& unique_id, int pe, int n_pes, int device, std::size_t heap_size,
-             WaitPolicy policy, const std::vector<std::pair<int, int>>& node_groups);
+             WaitPolicy policy);
   ~GpuBackend() override;
   GpuBackend(const GpuBackend&) = delete;
   GpuBackend& operator=(const GpuBackend&) = delete;

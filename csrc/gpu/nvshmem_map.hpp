@@ -29,12 +29,12 @@ using Team = nvshmem_team_t;
 using UniqueId = nvshmemx_uniqueid_t;
 
 // What the library offers natively; the backend builds the rest on top of it.
-constexpr bool kNodeTeam = true;
 constexpr bool kSplit2d = true;
 constexpr bool kTeamBarrierOnStream = true;
 constexpr bool kFcollectOnStream = true;
 constexpr bool kSignalOpOnStream = true;
 constexpr bool kReduceOnStream = true;  // false: blocking host reduction after a stream sync
+constexpr bool kReduceScatter = true;
 // Kernels take nvshmem_team_t and NVSHMEM's own team functions: no team descriptor (NOTE [team descriptor]).
 constexpr std::size_t kTeamDescriptorBytes = 0;
 

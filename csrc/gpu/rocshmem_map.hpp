@@ -2,13 +2,10 @@
 // namespace unishmem::gpu::lib, over rocSHMEM's C++ host API (namespace rocshmem).
 //
 // Written against the rocSHMEM headers of ROCm's rocm-systems repository (projects/rocshmem; the
-// build requires rocSHMEM >= 3.3, NOTE [rocSHMEM build] in cmake/gpu.cmake). Never built by
-// CMake on a ROCm machine nor run on AMD hardware (README, "AMD Instinct").
-// Where a capability constant below is false, csrc/gpu/gpu_backend.cpp builds the operation
-// from other calls; the entry kept here for it raises an Error and is never reached. Two of them are
-// really missing in rocSHMEM (fcollectmem_on_stream, signal_op_on_stream); the others exist in
-// rocSHMEM 3.3/3.5 and are not used YET (each line says which call; switching needs a build against
-// those headers to check the signatures).
+// build requires rocSHMEM >= 3.3, NOTE [rocSHMEM build] in cmake/gpu.cmake) and compiled, host side,
+// against 3.5.0 headers with clang 19 (never by CMake on a ROCm machine, never run on AMD hardware:
+// README, "AMD Instinct"). Where a capability constant below is false, csrc/gpu/gpu_backend.cpp builds
+// the operation from other calls; the entry kept here for it raises an Error and is never reached.
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -41,13 +38,36 @@ using Stream = hipStream_t;
 using Team = rocshmem_team_t;
 using UniqueId = rocshmem_uniqueid_t;
 
-constexpr bool kNodeTeam = false;             // made from the bootstrap's placement; ROCSHMEM_TEAM_SHARED (3.3+) unused yet
-constexpr bool kSplit2d = false;              // made from team_split_strided; rocshmem_team_split_2d (3.5) unused yet
-constexpr bool kTeamBarrierOnStream = false;  // made from a host reduction; team barrier/sync on a stream (3.5) unused yet
-constexpr bool kFcollectOnStream = false;     // rocSHMEM has no fcollectmem_on_stream: putmem_on_stream + team barrier
-constexpr bool kSignalOpOnStream = false;     // rocSHMEM has no signal_op_on_stream: a host uint64 atomic after a stream sync
-constexpr bool kReduceOnStream = false;       // host rocshmem_ctx_<T>_<op>_reduce after a stream sync;
-                                              // rocshmem_ctx_<T>_<op>_reduce_on_stream (3.5) unused yet
+// NOTE [rocSHMEM by declaration]: rocSHMEM's releases and branches differ in what they declare
+// (team_split_2d and the reductions on a stream came with 3.5; the team barrier on a stream and the
+// host reduce-scatter are in 3.5-era headers that no CHANGELOG entry names), so this map asks the
+// headers it is compiled against: each `declares_*` is true when its call is declared. Each test is
+// a requires-expression over template parameters, where a name no lookup finds is a substitution
+// failure rather than an error, and each wrapper that makes such a call is a template, so that the
+// call is only compiled where the test passed.
+template <class T, class S>
+constexpr bool declares_team_barrier_on_stream = requires(T t, S s) {
+  rocshmem_barrier_on_stream(t, s);
+  rocshmem_team_sync_on_stream(t, s);
+};
+template <class T>
+constexpr bool declares_split_2d = requires(T t) { rocshmem_team_split_2d(t, 1, nullptr, 0, &t, nullptr, 0, &t); };
+template <class T, class S>
+constexpr bool declares_reduce_on_stream = requires(rocshmem_ctx_t c, T t, float* f, S s) {
+  rocshmem_ctx_float_sum_reduce_on_stream(c, t, f, f, 1, s);
+};
+template <class T>
+constexpr bool declares_reduce_scatter = requires(rocshmem_ctx_t c, T t, float* f) {
+  rocshmem_ctx_float_sum_reduce_scatter(c, t, f, f, 1);
+};
+
+constexpr bool kSplit2d = declares_split_2d<Team>;
+constexpr bool kTeamBarrierOnStream = declares_team_barrier_on_stream<Team, Stream>;
+constexpr bool kFcollectOnStream = false;  // rocSHMEM has no fcollectmem_on_stream: putmem_on_stream + team barrier
+constexpr bool kSignalOpOnStream = false;  // rocSHMEM has no signal_op_on_stream: a host uint64 atomic after a stream sync
+// false: a blocking host rocshmem_ctx_<T>_<op>_reduce after a stream sync
+constexpr bool kReduceOnStream = declares_reduce_on_stream<Team, Stream>;
+constexpr bool kReduceScatter = declares_reduce_scatter<Team>;
 // rocSHMEM's bitcode has no C-linkage team functions: unishmem.language computes them in Triton from a
 // descriptor per team in the symmetric heap, and team.handle is its address (NOTE [team descriptor]).
 constexpr std::size_t kTeamDescriptorBytes = 32768;
@@ -55,8 +75,9 @@ constexpr std::size_t kTeamDescriptorBytes = 32768;
 [[noreturn]] inline void missing(const char* call) {
   throw Error(ErrorKind::generic, std::string("rocSHMEM has no ") + call);
 }
-[[noreturn]] inline void not_used_yet(const char* call) {
-  throw Error(ErrorKind::unavailable, std::string("unishmem's rocSHMEM backend does not use ") + call + " yet");
+[[noreturn]] inline void not_declared(const char* call) {
+  throw Error(ErrorKind::unavailable, std::string("the rocSHMEM headers this module was built against declare no ") +
+                                          call + " (NOTE [rocSHMEM by declaration])");
 }
 
 // ---- device runtime --------------------------------------------------------------------------
@@ -146,7 +167,7 @@ constexpr const char* kModuleInitCall = "rocshmem_hipmodule_init";
 // ---- teams -----------------------------------------------------------------------------------
 
 inline Team team_world() { return ROCSHMEM_TEAM_WORLD; }
-inline Team team_node() { not_used_yet("ROCSHMEM_TEAM_SHARED (rocSHMEM 3.3+)"); }
+inline Team team_node() { return ROCSHMEM_TEAM_SHARED; }  // 3.3
 inline Team team_invalid() { return ROCSHMEM_TEAM_INVALID; }
 inline std::int64_t team_value(Team t) { return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(t)); }
 inline int team_my_pe(Team t) { return rocshmem_team_my_pe(t); }
@@ -155,7 +176,11 @@ inline int team_translate_pe(Team src, int pe, Team dst) { return rocshmem_team_
 inline int team_split_strided(Team parent, int start, int stride, int size, Team* out) {
   return rocshmem_team_split_strided(parent, start, stride, size, nullptr, 0, out);
 }
-inline int team_split_2d(Team, int, Team*, Team*) { not_used_yet("rocshmem_team_split_2d (rocSHMEM 3.5)"); }
+template <class T = Team>
+int team_split_2d(T parent, int xrange, T* x, T* y) {
+  if constexpr (declares_split_2d<T>) return rocshmem_team_split_2d(parent, xrange, nullptr, 0, x, nullptr, 0, y);
+  else not_declared("rocshmem_team_split_2d");
+}
 inline void team_destroy(Team t) { rocshmem_team_destroy(t); }
 
 // ---- RMA, signals, ordering ------------------------------------------------------------------
@@ -181,8 +206,18 @@ inline void fence() { rocshmem_fence(); }
 
 inline void barrier_all_on_stream(Stream st) { rocshmem_barrier_all_on_stream(st); }
 inline void sync_all_on_stream(Stream st) { rocshmem_sync_all_on_stream(st); }
-inline int barrier_on_stream(Team, Stream) { not_used_yet("the team barrier on a stream (rocSHMEM 3.5)"); }
-inline int team_sync_on_stream(Team, Stream) { not_used_yet("the team sync on a stream (rocSHMEM 3.5)"); }
+template <class T = Team>
+int barrier_on_stream(T t, Stream st) {
+  if constexpr (declares_team_barrier_on_stream<T, Stream>) rocshmem_barrier_on_stream(t, st);
+  else not_declared("rocshmem_barrier_on_stream");
+  return 0;
+}
+template <class T = Team>
+int team_sync_on_stream(T t, Stream st) {
+  if constexpr (declares_team_barrier_on_stream<T, Stream>) rocshmem_team_sync_on_stream(t, st);
+  else not_declared("rocshmem_team_sync_on_stream");
+  return 0;
+}
 inline int broadcastmem_on_stream(Team t, void* d, const void* s, std::size_t n, int root, Stream st) {
   rocshmem_broadcastmem_on_stream(t, d, s, n, root, st);
   return 0;
@@ -195,48 +230,77 @@ inline int alltoallmem_on_stream(Team t, void* d, const void* s, std::size_t n, 
   return 0;
 }
 
-// NOTE [vendor dtype tables]: DType -> rocSHMEM type name and C type; its host reductions
-// cover these five element types.
+// NOTE [vendor dtype tables]: DType -> rocSHMEM type name and C type; its reductions (host, on a
+// stream, reduce-scatter) cover these five element types.
 #define UNISHMEM_ROCSHMEM_REDUCE_TYPES(X) \
   X(f32, float, float) X(f64, double, double) X(i16, short, short) X(i32, int, int) X(i64, long, long)
 
-#define UNISHMEM_ROCSHMEM_REDUCE(dt, name, T)                                                                   \
-  case DType::dt:                                                                                              \
-    switch (op) {                                                                                              \
-      case ReduceOp::sum:                                                                                      \
-        return rocshmem_ctx_##name##_sum_reduce(host_ctx(), t, static_cast<T*>(d), static_cast<const T*>(s), m); \
-      case ReduceOp::min:                                                                                      \
-        return rocshmem_ctx_##name##_min_reduce(host_ctx(), t, static_cast<T*>(d), static_cast<const T*>(s), m); \
-      case ReduceOp::max:                                                                                      \
-        return rocshmem_ctx_##name##_max_reduce(host_ctx(), t, static_cast<T*>(d), static_cast<const T*>(s), m); \
-      case ReduceOp::prod:                                                                                     \
-        return rocshmem_ctx_##name##_prod_reduce(host_ctx(), t, static_cast<T*>(d), static_cast<const T*>(s), m); \
-    }                                                                                                          \
+// One case of rocSHMEM's rocshmem_ctx_<name>_<op>_<form>(ctx, team, dest, source, nreduce[, stream]).
+#define UNISHMEM_ROCSHMEM_REDUCE_CASE(dt, name, C, form, ...)                                                \
+  case DType::dt:                                                                                           \
+    switch (op) {                                                                                           \
+      case ReduceOp::sum:                                                                                   \
+        return rocshmem_ctx_##name##_sum_##form(host_ctx(), t, static_cast<C*>(d), static_cast<const C*>(s), \
+                                                m __VA_OPT__(, ) __VA_ARGS__);                              \
+      case ReduceOp::min:                                                                                   \
+        return rocshmem_ctx_##name##_min_##form(host_ctx(), t, static_cast<C*>(d), static_cast<const C*>(s), \
+                                                m __VA_OPT__(, ) __VA_ARGS__);                              \
+      case ReduceOp::max:                                                                                   \
+        return rocshmem_ctx_##name##_max_##form(host_ctx(), t, static_cast<C*>(d), static_cast<const C*>(s), \
+                                                m __VA_OPT__(, ) __VA_ARGS__);                              \
+      case ReduceOp::prod:                                                                                  \
+        return rocshmem_ctx_##name##_prod_##form(host_ctx(), t, static_cast<C*>(d), static_cast<const C*>(s), \
+                                                 m __VA_OPT__(, ) __VA_ARGS__);                             \
+    }                                                                                                       \
     break;
-#define UNISHMEM_ROCSHMEM_HAS(dt, name, T) case DType::dt:
+#define UNISHMEM_ROCSHMEM_REDUCE_HOST(dt, name, C) UNISHMEM_ROCSHMEM_REDUCE_CASE(dt, name, C, reduce)
+#define UNISHMEM_ROCSHMEM_REDUCE_ON_STREAM(dt, name, C) UNISHMEM_ROCSHMEM_REDUCE_CASE(dt, name, C, reduce_on_stream, st)
+#define UNISHMEM_ROCSHMEM_REDUCE_SCATTER(dt, name, C) UNISHMEM_ROCSHMEM_REDUCE_CASE(dt, name, C, reduce_scatter)
+#define UNISHMEM_ROCSHMEM_HAS(dt, name, C) case DType::dt:
 
 // What the backend would call, if rocSHMEM lacks it (checked on every PE before the collective).
 inline const char* missing_reduction(DType type, bool scatter) {
-  // rocSHMEM has a host rocshmem_ctx_<T>_<op>_reduce_scatter; this backend does not call it yet.
-  if (scatter) return "a host reduce-scatter in this backend (rocshmem_ctx_<T>_<op>_reduce_scatter is not used yet)";
+  if (scatter && !kReduceScatter)
+    return "host reduce-scatter (rocshmem_ctx_<T>_<op>_reduce_scatter is not declared by the headers this module "
+           "was built against)";
   switch (type) {
     UNISHMEM_ROCSHMEM_REDUCE_TYPES(UNISHMEM_ROCSHMEM_HAS) return nullptr;
     default: break;
   }
-  return "host reduction for this element type (rocshmem_ctx_<type>_<op>_reduce covers float, double, short, "
-         "int and long)";
+  return "reduction for this element type (rocshmem_ctx_<type>_<op>_reduce covers float, double, short, int and "
+         "long)";
 }
 
-// A blocking host reduction, after the stream's earlier work; `n` counts elements.
-inline int reduce(DType type, ReduceOp op, Team t, void* d, const void* s, std::size_t n, Stream st) {
+// rocSHMEM counts a reduction's elements in an int.
+inline int reduce_count(std::size_t n) {
   if (n > std::size_t(INT_MAX)) throw Error(ErrorKind::value, "rocSHMEM reduces at most INT_MAX elements per call");
-  if (int rc = hipStreamSynchronize(st)) return rc;
-  const int m = int(n);
-  switch (type) { UNISHMEM_ROCSHMEM_REDUCE_TYPES(UNISHMEM_ROCSHMEM_REDUCE) default: break; }
+  return int(n);
+}
+
+// A reduction over team `t` ordered on stream `st`; `n` counts elements. On a stream where the
+// headers declare it, else a blocking host reduction after the stream's earlier work.
+template <class T = Team>
+int reduce(DType type, ReduceOp op, T t, void* d, const void* s, std::size_t n, Stream st) {
+  const int m = reduce_count(n);
+  if constexpr (declares_reduce_on_stream<T, Stream>) {
+    switch (type) { UNISHMEM_ROCSHMEM_REDUCE_TYPES(UNISHMEM_ROCSHMEM_REDUCE_ON_STREAM) default: break; }
+  } else {
+    if (int rc = hipStreamSynchronize(st)) return rc;
+    switch (type) { UNISHMEM_ROCSHMEM_REDUCE_TYPES(UNISHMEM_ROCSHMEM_REDUCE_HOST) default: break; }
+  }
   missing(missing_reduction(type, false));
 }
-inline int reducescatter(DType, ReduceOp, Team, void*, const void*, std::size_t, Stream) {
-  missing(missing_reduction(DType::f32, true));
+
+// A blocking host reduce-scatter after the stream's earlier work: `s` holds n elements per member,
+// member i receives the reduction of block i; `n` counts elements per member.
+template <class T = Team>
+int reducescatter(DType type, ReduceOp op, T t, void* d, const void* s, std::size_t n, Stream st) {
+  if constexpr (declares_reduce_scatter<T>) {
+    const int m = reduce_count(n);
+    if (int rc = hipStreamSynchronize(st)) return rc;
+    switch (type) { UNISHMEM_ROCSHMEM_REDUCE_TYPES(UNISHMEM_ROCSHMEM_REDUCE_SCATTER) default: break; }
+  }
+  missing(missing_reduction(type, true));
 }
 
 // ---- atomics (host-initiated, blocking) ------------------------------------------------------

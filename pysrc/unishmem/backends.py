@@ -39,7 +39,6 @@ class Backend:
     torch_build: str | None = None  # the torch build that runs it (torch.version.<build> is set); None: any
     load: Callable[[], vendor_libs.Install] | None = None  # finds the library, ready to load the extension against
     heap_env: str | None = None  # the environment variable of the library's own heap size
-    own_node_team: bool = True  # False: the node team is built from consecutive ranks per host
     single_host_env: tuple[tuple[str, str], ...] = ()  # (variable, value) defaults for a job on one host
     triton_backend: str | None = None  # Triton's name for its compile targets; None: interpreter only
     triton_binary: str | None = None  # the key of a compiled kernel's loadable binary in Triton's asm
@@ -228,23 +227,6 @@ def _gpu_device(name: str, boot: Bootstrap, device: Any) -> torch.device:
     return torch.device("cuda", index)
 
 
-def _node_groups(boot: Bootstrap, name: str) -> list[tuple[int, int]]:
-    """(first rank, count) of each host's PEs, for libraries without a node team of their own."""
-    hosts = boot.allgather(hostname())
-    groups: list[tuple[int, int]] = []
-    for rank, host in enumerate(hosts):
-        if groups and hosts[groups[-1][0]] == host:
-            groups[-1] = (groups[-1][0], groups[-1][1] + 1)
-        else:
-            groups.append((rank, 1))
-    if not get(name).own_node_team and len(groups) != len(set(hosts)):
-        raise BackendUnavailable(
-            f"the {name} backend builds its node team from consecutive ranks per host; "
-            f"this job places hosts {hosts} by rank"
-        )
-    return groups
-
-
 def open_vendor(vendor: Backend, boot: Bootstrap, heap_size: int, device: Any) -> Opened:
     import warnings
 
@@ -256,7 +238,7 @@ def open_vendor(vendor: Backend, boot: Bootstrap, heap_size: int, device: Any) -
     sizes = boot.allgather(heap_size)
     if len(set(sizes)) > 1:
         raise SymmetryError(f"PEs asked for different heap sizes: {sizes} (by rank)")
-    groups = _node_groups(boot, name)
+    one_host = len(set(boot.allgather(hostname()))) == 1
     # The library's own symmetric heap must hold unishmem's heap (NOTE [vendor heap] in csrc/gpu).
     need = heap_size + _LIBRARY_HEAP_MARGIN
     if heap_env in os.environ:
@@ -269,7 +251,7 @@ def open_vendor(vendor: Backend, boot: Bootstrap, heap_size: int, device: Any) -
             )
     else:
         os.environ[heap_env] = str(need)
-    if len(groups) == 1:
+    if one_host:
         for variable, value in vendor.single_host_env:
             os.environ.setdefault(variable, value)
     uid = agree(boot, f"making the {library} unique id", lambda: mod.unique_id() if boot.rank == 0 else None)
@@ -278,7 +260,7 @@ def open_vendor(vendor: Backend, boot: Bootstrap, heap_size: int, device: Any) -
     native = agree(
         boot,
         f"initialising {library}",
-        lambda: mod.GpuBackend(uid, boot.rank, boot.size, dev.index, heap_size, stall_warn, wait_timeout, groups),
+        lambda: mod.GpuBackend(uid, boot.rank, boot.size, dev.index, heap_size, stall_warn, wait_timeout),
     )
 
     version = {
@@ -348,7 +330,6 @@ BACKENDS: dict[str, Backend] = {
         torch_build="hip",
         load=vendor_libs.find_rocshmem,
         heap_env="ROCSHMEM_HEAP_SIZE",
-        own_node_team=False,
         triton_backend="hip",
         triton_binary="hsaco",
         device_arch=lambda props: props.gcnArchName,  # e.g. 'gfx942:sramecc+:xnack-'

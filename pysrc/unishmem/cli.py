@@ -70,6 +70,21 @@ def _vendor_info() -> None:
         print(f"  bitcode  {arch:7s} {bc}")
     for p in roc.problems:
         print(f"  problem  {p}")
+    for name in ("nvshmem", "rocshmem"):
+        _library_calls(name)
+
+
+def _library_calls(name: str) -> None:
+    """Which operations a built GPU module takes from its library, and which it builds from other calls."""
+    from . import backends
+
+    try:
+        module = importlib.import_module(backends.get(name).module)
+    except ImportError:
+        return
+    print(f"{module.vendor} module, built against headers {module.header_version}:")
+    for call, native in module.library_calls.items():
+        print(f"  {'library ' if native else 'emulated'} {call}")
 
 
 def _pe_list(text: str) -> list[int]:
