@@ -236,22 +236,18 @@ inline int alltoallmem_on_stream(Team t, void* d, const void* s, std::size_t n, 
   X(f32, float, float) X(f64, double, double) X(i16, short, short) X(i32, int, int) X(i64, long, long)
 
 // One case of rocSHMEM's rocshmem_ctx_<name>_<op>_<form>(ctx, team, dest, source, nreduce[, stream]).
-#define UNISHMEM_ROCSHMEM_REDUCE_CASE(dt, name, C, form, ...)                                                \
-  case DType::dt:                                                                                           \
-    switch (op) {                                                                                           \
-      case ReduceOp::sum:                                                                                   \
-        return rocshmem_ctx_##name##_sum_##form(host_ctx(), t, static_cast<C*>(d), static_cast<const C*>(s), \
-                                                m __VA_OPT__(, ) __VA_ARGS__);                              \
-      case ReduceOp::min:                                                                                   \
-        return rocshmem_ctx_##name##_min_##form(host_ctx(), t, static_cast<C*>(d), static_cast<const C*>(s), \
-                                                m __VA_OPT__(, ) __VA_ARGS__);                              \
-      case ReduceOp::max:                                                                                   \
-        return rocshmem_ctx_##name##_max_##form(host_ctx(), t, static_cast<C*>(d), static_cast<const C*>(s), \
-                                                m __VA_OPT__(, ) __VA_ARGS__);                              \
-      case ReduceOp::prod:                                                                                  \
-        return rocshmem_ctx_##name##_prod_##form(host_ctx(), t, static_cast<C*>(d), static_cast<const C*>(s), \
-                                                 m __VA_OPT__(, ) __VA_ARGS__);                             \
-    }                                                                                                       \
+#define UNISHMEM_ROCSHMEM_REDUCE_OP(name, C, form, o, ...)                                                       \
+  case ReduceOp::o:                                                                                            \
+    return rocshmem_ctx_##name##_##o##_##form(host_ctx(), t, static_cast<C*>(d), static_cast<const C*>(s), \
+                                              m __VA_OPT__(, ) __VA_ARGS__);
+#define UNISHMEM_ROCSHMEM_REDUCE_CASE(dt, name, C, form, ...)         \
+  case DType::dt:                                                    \
+    switch (op) {                                                    \
+      UNISHMEM_ROCSHMEM_REDUCE_OP(name, C, form, sum, __VA_ARGS__)   \
+      UNISHMEM_ROCSHMEM_REDUCE_OP(name, C, form, min, __VA_ARGS__)   \
+      UNISHMEM_ROCSHMEM_REDUCE_OP(name, C, form, max, __VA_ARGS__)   \
+      UNISHMEM_ROCSHMEM_REDUCE_OP(name, C, form, prod, __VA_ARGS__)  \
+    }                                                                \
     break;
 #define UNISHMEM_ROCSHMEM_REDUCE_HOST(dt, name, C) UNISHMEM_ROCSHMEM_REDUCE_CASE(dt, name, C, reduce)
 #define UNISHMEM_ROCSHMEM_REDUCE_ON_STREAM(dt, name, C) UNISHMEM_ROCSHMEM_REDUCE_CASE(dt, name, C, reduce_on_stream, st)
