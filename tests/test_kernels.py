@@ -205,3 +205,16 @@ def test_sub_team_errors_raise_on_every_member_and_the_job_goes_on(rt):
     finally:
         del os.environ["UNISHMEM_TEAM_ARENA"]
     assert torch.equal(K.all_reduce(x), torch.stack([data(pe, (6,), torch.float32) for pe in range(4)]).sum(0))
+
+
+@spmd
+def test_agreement_through_the_bootstrap_matches_the_fcollect(rt):
+    """NOTE [limited-mode exchange]: the path a library in limited mode takes, over this job's own
+    bootstrap, gives the rows that the host fcollect gives."""
+    from unishmem.kernels._workspace import _exchange_through_bootstrap, exchange
+
+    desc = [rt.my_pe, 7, rt.n_pes]
+    for team in (rt.team_world, rt.team_node):
+        rows = exchange(rt, team, "agreement", desc, None)
+        assert rows == [[team.translate_pe(i, rt.team_world), 7, rt.n_pes] for i in range(team.n_pes)], rows
+        assert _exchange_through_bootstrap(rt, team, desc) == rows

@@ -79,9 +79,23 @@ def _describe(desc: list[int], label: str = "shape", variants: tuple = ()) -> st
     return f"{dtype} of {label} {list(dims[:ndim])}" + (f" ({variants[variant]})" if variants else "")
 
 
+def _exchange_through_bootstrap(rt, team, desc: list[int]) -> list[list[int]]:
+    """NOTE [limited-mode exchange]: NVSHMEM's limited multi-PE-per-GPU mode (PEs sharing a GPU without
+    MPS) ends the process on a host collective, and refuses team splits for that reason, so its
+    teams are the world and the node team, which there has the world's PEs. Their descs go through
+    the bootstrap that started the job instead (JSON, over the launcher's rendezvous or torch.distributed)."""
+    if team.n_pes != rt.n_pes:  # a sub-team's non-members would not take part
+        raise ValueError(f"{team.name}: only world-sized teams can agree through the bootstrap")
+    everyone = rt._bootstrap.allgather(list(desc))
+    return [everyone[team.translate_pe(i, rt.team_world)] for i in range(team.n_pes)]
+
+
 def exchange(rt, team, what: str, desc: list[int], problem: Exception | None) -> list[list[int]]:
-    """Every member's `desc` (a host fcollect), after which this PE raises its own `problem`, or a
-    ValueError naming the members that found one (their desc starts with a negative number)."""
+    """Every member's `desc` (a host fcollect; NOTE [limited-mode exchange]), after which this PE
+    raises its own `problem`, or a ValueError naming the members that found one (their desc starts
+    with a negative number)."""
+    if getattr(rt._native, "limited_mode", False):
+        return _agreed(what, team, _exchange_through_bootstrap(rt, team, desc), problem)
     width = len(desc)
     if team._arena is not None:
         mine, everyone = team._arena.mine[:width], team._arena.everyone[: team.n_pes * width]
@@ -94,9 +108,12 @@ def exchange(rt, team, what: str, desc: list[int], problem: Exception | None) ->
         mine, everyone = rt._workspaces[key].buffers.values()
     mine.copy_(torch.tensor(desc, dtype=torch.int64))
     rt.fcollect(everyone, mine, team=team)
+    return _agreed(what, team, everyone.view(team.n_pes, width).tolist(), problem)
+
+
+def _agreed(what: str, team, rows: list[list[int]], problem: Exception | None) -> list[list[int]]:
     if problem is not None:
         raise problem
-    rows = everyone.view(team.n_pes, width).tolist()
     rejected = [i for i, row in enumerate(rows) if row[0] < 0]
     if rejected:
         raise ValueError(f"{what}: member(s) {rejected} of {team.name} rejected their arguments (see their error)")
