@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include <structmember.h>
 
@@ -102,8 +103,11 @@ PyObject* fast_signal_wait_until(PyObject*, PyObject* const* args, Py_ssize_t na
 // times the host backend's call: each torch attribute read from Python costs about 80 ns, and a
 // put_signal reads about fifteen. So the same calls also exist taking the tensors themselves,
 // trusting what the Runtime's full checks found for each tensor before: once a tensor passes
-// them, _runtime.py stores `t._unishmem_hot = [version, epoch, address, nbytes, dtype]`. A hot call
+// them, _runtime.py calls HotPath.remember(t, address, nbytes, symmetric), which keeps a HotEntry
+// for the tensor object (its version counter, the epoch, address, nbytes and dtype). A hot call
 // trusts that entry while
+//   - the tensor object is the one the entry was made for (a weak reference tells: an entry goes
+//     when its tensor does, before the tensor's memory could hold another object);
 //   - the tensor's data pointer is still `address` (`t.data = ...` moves it without a new version);
 //   - its version counter is still `version` (torch bumps it at every in-place op, resize_, set_,
 //     transpose_ and as_strided_ included), or else its nbytes, dtype and contiguity are what
@@ -113,10 +117,56 @@ PyObject* fast_signal_wait_until(PyObject*, PyObject* const* args, Py_ssize_t na
 //     needs no epoch (-1 in entries the Runtime checked only as local).
 // Anything else, and any argument that is not plainly valid, returns NotImplemented: the Runtime
 // then runs its full checks, which name what is wrong, and remembers the tensors that pass.
+// The entries live in the HotPath, not in the tensors' __dict__: a lookup there costs a fraction
+// of an attribute read, and the entry's numbers need no conversion from Python ints.
 //
 // Only tensors of type torch.Tensor itself take hot calls (a subclass may override what the
 // checks read), and torch's own descriptors are called directly: looking a method up on the
 // instance costs as much as calling it.
+struct HotEntry {
+  PyObject* ref = nullptr;  // a weak reference to the tensor (owned), whose callback forgets the entry
+  long long version = 0;    // the tensor's version counter when checked
+  long long epoch = -1;     // the HotPath's epoch then; -1: checked as a local tensor only
+  std::uint64_t addr = 0, nbytes = 0;
+  PyObject* dtype = nullptr;  // owned
+};
+
+// The entries of one HotPath, by tensor object. Used with the GIL held.
+class EntryTable {
+ public:
+  EntryTable() = default;
+  EntryTable(const EntryTable&) = delete;
+  EntryTable& operator=(const EntryTable&) = delete;
+  // With the table go its weak references, and with them their callbacks, which are never called.
+  ~EntryTable() {
+    for (auto& [t, e] : entries_) drop(e);
+  }
+
+  // The entry of tensor `t`, or null.
+  HotEntry* find(PyObject* t) {
+    auto it = entries_.find(t);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+  // A new reference to a weak reference to `t` whose callback forgets t's entry; null with an error set.
+  PyObject* watch(PyObject* t);
+  HotEntry& put(PyObject* t, PyObject* ref) { return entries_[t] = HotEntry{ref}; }
+  void forget(PyObject* t) {
+    if (auto it = entries_.find(t); it != entries_.end()) {
+      HotEntry e = it->second;
+      entries_.erase(it);
+      drop(e);
+    }
+  }
+  std::size_t size() const { return entries_.size(); }
+
+ private:
+  static void drop(HotEntry& e) {
+    Py_XDECREF(e.dtype);
+    Py_XDECREF(e.ref);
+  }
+  std::unordered_map<PyObject*, HotEntry> entries_;
+};
+
 struct HotPath {
   Backend* backend;
   int n_pes;
@@ -124,9 +174,23 @@ struct HotPath {
   py::object uint64, signal_enum, cmp_enum;  // torch.uint64, unishmem.SIGNAL, unishmem.CMP
   py::object tensor_type;                    // torch.Tensor
   py::object data_ptr, version, nbytes, dtype, is_contiguous;  // its descriptors
+  EntryTable entries{};
 };
 
-PyObject* entry_name;  // "_unishmem_hot", interned
+// The weak reference callback of an entry: self is (table address, tensor address).
+PyObject* forget_entry(PyObject* self, PyObject* /*ref*/) {
+  auto* table = static_cast<EntryTable*>(PyLong_AsVoidPtr(PyTuple_GET_ITEM(self, 0)));
+  table->forget(static_cast<PyObject*>(PyLong_AsVoidPtr(PyTuple_GET_ITEM(self, 1))));
+  Py_RETURN_NONE;
+}
+PyMethodDef forget_entry_def = {"forget_entry", forget_entry, METH_O, nullptr};
+
+PyObject* EntryTable::watch(PyObject* t) {
+  py::object self = py::make_tuple(reinterpret_cast<std::uintptr_t>(this), reinterpret_cast<std::uintptr_t>(t));
+  py::object callback = py::reinterpret_steal<py::object>(PyCFunction_New(&forget_entry_def, self.ptr()));
+  if (!callback) return nullptr;
+  return PyWeakref_NewRef(t, callback.ptr());
+}
 
 HotPath& hot_at(PyObject* address) { return *reinterpret_cast<HotPath*>(PyLong_AsVoidPtr(address)); }
 
@@ -142,7 +206,7 @@ enum class Found { hit, miss, error };
 
 struct View {
   std::uint64_t addr = 0, nbytes = 0;
-  PyObject* dtype = nullptr;  // borrowed from the entry, which the tensor holds for the call
+  PyObject* dtype = nullptr;  // borrowed from the entry
 };
 
 // The tensor still has the nbytes, dtype and contiguity it was checked with.
@@ -157,43 +221,50 @@ Found unchanged(const HotPath& h, PyObject* t, const View& v) {
   return same ? Found::hit : Found::miss;
 }
 
-Found trusted(const HotPath& h, PyObject* t, PyObject* entry, bool symmetric, View& v) {
-  if (!PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 5) return Found::miss;
-  if (symmetric && PyLong_AsLongLong(PyList_GET_ITEM(entry, 1)) != h.epoch) return Found::miss;
-  v.addr = PyLong_AsUnsignedLong(PyList_GET_ITEM(entry, 2));
-  v.nbytes = PyLong_AsUnsignedLong(PyList_GET_ITEM(entry, 3));
-  v.dtype = PyList_GET_ITEM(entry, 4);
-  if (PyErr_Occurred()) return Found::error;
+Found view_of(HotPath& h, PyObject* t, bool symmetric, View& v) {
+  if (reinterpret_cast<PyObject*>(Py_TYPE(t)) != h.tensor_type.ptr()) return Found::miss;
+  HotEntry* e = h.entries.find(t);
+  if (!e || (symmetric && e->epoch != h.epoch)) return Found::miss;
+  v = View{e->addr, e->nbytes, e->dtype};
   py::object ptr = py::reinterpret_steal<py::object>(method(h.data_ptr, t));
   if (!ptr) return Found::error;
   if (PyLong_AsUnsignedLong(ptr.ptr()) != v.addr) return PyErr_Occurred() ? Found::error : Found::miss;
-  PyObject* version = property(h.version, t);
+  py::object version = py::reinterpret_steal<py::object>(property(h.version, t));
   if (!version) return Found::error;
-  const int same = PyObject_RichCompareBool(version, PyList_GET_ITEM(entry, 0), Py_EQ);
-  Found found = same < 0 ? Found::error : same ? Found::hit : unchanged(h, t, v);
-  if (found == Found::hit && !same) {
-    PyList_SetItem(entry, 0, version);  // steals it: the entry is current again
-    return found;
-  }
-  Py_DECREF(version);
+  const long long now = PyLong_AsLongLong(version.ptr());
+  if (now == -1 && PyErr_Occurred()) return Found::error;
+  if (now == e->version) return Found::hit;
+  const Found found = unchanged(h, t, v);
+  if (found == Found::hit) e->version = now;  // the entry is current again
   return found;
 }
 
-Found view_of(const HotPath& h, PyObject* t, bool symmetric, View& v) {
-  if (reinterpret_cast<PyObject*>(Py_TYPE(t)) != h.tensor_type.ptr()) return Found::miss;
-  PyObject* entry = PyObject_GetAttr(t, entry_name);
-  if (!entry) {
-    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return Found::error;
-    PyErr_Clear();
-    return Found::miss;
+// NOTE [hot calls]: what the Runtime's checks found for `t` in a role (symmetric or local).
+void remember(HotPath& h, py::handle tensor, std::uint64_t addr, std::uint64_t nbytes, bool symmetric) {
+  PyObject* t = tensor.ptr();
+  if (reinterpret_cast<PyObject*>(Py_TYPE(t)) != h.tensor_type.ptr()) return;  // never takes a hot call
+  HotEntry* e = h.entries.find(t);
+  if (!symmetric && e && e->epoch == h.epoch && e->addr == addr && e->nbytes == nbytes)
+    return;  // what a symmetric role found holds for a local role too
+  py::object version = py::reinterpret_steal<py::object>(property(h.version, t));
+  py::object dtype = py::reinterpret_steal<py::object>(property(h.dtype, t));
+  if (!version || !dtype) throw py::error_already_set();
+  const long long v = PyLong_AsLongLong(version.ptr());
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (!e) {
+    PyObject* ref = h.entries.watch(t);
+    if (!ref) throw py::error_already_set();
+    e = &h.entries.put(t, ref);
   }
-  const Found found = trusted(h, t, entry, symmetric, v);
-  Py_DECREF(entry);
-  return found;
+  Py_XSETREF(e->dtype, dtype.release().ptr());
+  e->version = v;
+  e->epoch = symmetric ? h.epoch : -1;
+  e->addr = addr;
+  e->nbytes = nbytes;
 }
 
 // A symmetric signal word: one naturally aligned uint64.
-Found signal_of(const HotPath& h, PyObject* t, View& v) {
+Found signal_of(HotPath& h, PyObject* t, View& v) {
   const Found found = view_of(h, t, true, v);
   if (found != Found::hit) return found;
   return v.dtype == h.uint64.ptr() && v.nbytes == 8 && v.addr % 8 == 0 ? Found::hit : Found::miss;
@@ -495,12 +566,11 @@ FastFunction hot_call_named(PyObject* name) {
 }  // namespace
 
 void bind_fast_calls(py::module_& m) {
-  entry_name = PyUnicode_InternFromString("_unishmem_hot");  // kept for the life of the process
-  if (!entry_name || PyModule_AddFunctions(m.ptr(), fast_calls) != 0) throw py::error_already_set();
-  hot_method_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&hot_method_spec));  // kept, as entry_name
+  if (PyModule_AddFunctions(m.ptr(), fast_calls) != 0) throw py::error_already_set();
+  hot_method_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&hot_method_spec));  // kept for the life of the process
   if (!hot_method_type) throw py::error_already_set();
   py::class_<HotPath>(m, "HotPath", py::module_local())
-      .def(py::init([](std::uintptr_t backend, int n_pes, py::object torch) {
+      .def(py::init([](std::uintptr_t backend, int n_pes, py::object torch) -> HotPath* {
              py::object tensor = torch.attr("Tensor"), base = torch.attr("_C").attr("TensorBase");
              // Called as C descriptors: they must be torch's own methods and properties.
              const std::pair<const char*, PyTypeObject*> descriptors[] = {
@@ -509,7 +579,7 @@ void bind_fast_calls(py::module_& m) {
              for (auto [name, type] : descriptors)
                if (!PyObject_TypeCheck(base.attr(name).ptr(), type))
                  throw Error(ErrorKind::generic, std::string("torch.Tensor.") + name + " is not torch's C descriptor");
-             return HotPath{reinterpret_cast<Backend*>(backend), n_pes, -1, torch.attr("uint64"),
+             return new HotPath{reinterpret_cast<Backend*>(backend), n_pes, -1, torch.attr("uint64"),
                             py::module_::import("unishmem.enums").attr("SIGNAL"),
                             py::module_::import("unishmem.enums").attr("CMP"), tensor, base.attr("data_ptr"),
                             base.attr("_version"), base.attr("nbytes"), base.attr("dtype"),
@@ -517,6 +587,9 @@ void bind_fast_calls(py::module_& m) {
            }),
            py::arg("backend"), py::arg("n_pes"), py::arg("torch"))
       .def_readwrite("epoch", &HotPath::epoch)
+      .def("remember", &remember, py::arg("tensor"), py::arg("address"), py::arg("nbytes"), py::arg("symmetric"),
+           "NOTE [hot calls]: trust what the full checks found for this tensor in this role.")
+      .def_property_readonly("entries", [](HotPath& h) { return h.entries.size(); })
       .def_property_readonly("address", [](HotPath& h) { return reinterpret_cast<std::uintptr_t>(&h); });
 }
 

@@ -257,6 +257,13 @@ def test_hot_methods_take_the_methods_arguments(rt):
     with pytest.raises(TypeError, match="takes from 4 to 5 positional arguments but 6 were given"):
         rt.put(dest, src, right, None, None)
     rt.barrier_all()
+    # NOTE [hot calls]: an entry goes with its tensor, so a loop that indexes afresh each time (sig[0]: a
+    # new view per call) does not grow the table.
+    before = rt._hot.entries
+    for _ in range(200):
+        rt.signal_op(sig[0], 0, right, op=SIGNAL.ADD)
+    assert rt._hot.entries <= before + 1, (before, rt._hot.entries)
+    rt.barrier_all()
     rt.free(dest)
     rt.free(sig)
 

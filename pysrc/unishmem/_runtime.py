@@ -563,14 +563,8 @@ class Runtime:
 
     def _remember(self, t, addr: int, nbytes: int, symmetric: bool) -> None:
         """NOTE [hot calls] (fast_calls.cpp): `t` passed the checks of its role; hot calls may trust it."""
-        if not self._on_cpu or not nbytes:
-            return
-        epoch = self._hot.epoch
-        if not symmetric:  # keep what a symmetric role found: it holds for a local role too
-            old = getattr(t, "_unishmem_hot", None)
-            if old is not None and old[1] == epoch and old[2] == addr and old[3] == nbytes:
-                return
-        t._unishmem_hot = [t._version, epoch if symmetric else -1, addr, nbytes, t.dtype]
+        if self._on_cpu and nbytes:
+            self._hot.remember(t, addr, nbytes, symmetric)
 
     @staticmethod
     def _same_kind(dest, source, what: str, dest_elems: int | None = None):
