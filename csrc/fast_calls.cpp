@@ -142,10 +142,16 @@ class EntryTable {
     for (auto& [t, e] : entries_) drop(e);
   }
 
-  // The entry of tensor `t`, or null.
+  // The entry of tensor `t`, or null. The weak reference is checked too: should a tensor ever go
+  // without its callback running, a new object at its address must not inherit its entry.
   HotEntry* find(PyObject* t) {
     auto it = entries_.find(t);
-    return it == entries_.end() ? nullptr : &it->second;
+    if (it == entries_.end()) return nullptr;
+    if (referent(it->second.ref) != t) {
+      forget(t);
+      return nullptr;
+    }
+    return &it->second;
   }
   // A new reference to a weak reference to `t` whose callback forgets t's entry; null with an error set.
   PyObject* watch(PyObject* t);
@@ -160,6 +166,16 @@ class EntryTable {
   std::size_t size() const { return entries_.size(); }
 
  private:
+  static PyObject* referent(PyObject* ref) {  // borrowed; Py_None once the tensor is gone
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject* obj = nullptr;
+    if (PyWeakref_GetRef(ref, &obj) <= 0) return Py_None;
+    Py_DECREF(obj);  // alive: the caller holds the tensor
+    return obj;
+#else
+    return PyWeakref_GET_OBJECT(ref);
+#endif
+  }
   static void drop(HotEntry& e) {
     Py_XDECREF(e.dtype);
     Py_XDECREF(e.ref);

@@ -70,16 +70,17 @@ def _vendor_info() -> None:
         print(f"  bitcode  {arch:7s} {bc}")
     for p in roc.problems:
         print(f"  problem  {p}")
-    for name in ("nvshmem", "rocshmem"):
-        _library_calls(name)
-
-
-def _library_calls(name: str) -> None:
-    """Which operations a built GPU module takes from its library, and which it builds from other calls."""
     from . import backends
 
+    for backend in backends.BACKENDS.values():
+        if backend.torch_build:  # the GPU backends
+            _library_calls(backend)
+
+
+def _library_calls(backend) -> None:
+    """Which operations a built GPU module takes from its library, and which it builds from other calls."""
     try:
-        module = importlib.import_module(backends.get(name).module)
+        module = importlib.import_module(backend.module)
     except ImportError:
         return
     print(f"{module.vendor} module, built against headers {module.header_version}:")
