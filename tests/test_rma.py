@@ -267,6 +267,17 @@ def test_hot_methods_take_the_methods_arguments(rt):
     rt.free(dest)
     rt.free(sig)
 
+    class Mine(Runtime):  # a subclass's own method is never shadowed by a hot method
+        def put(self, dest, source, pe, stream=None):
+            return "mine"
+
+    sub = object.__new__(Mine)
+    sub._hot = rt._hot
+    sub._install_hot_methods(sys.modules[type(rt._native).__module__])
+    assert "put" not in vars(sub) and type(vars(sub)["get"]).__name__ == "HotMethod"
+    assert sub.put(None, None, 0) == "mine"
+    del sub
+
     class Owner:  # a hot method's fallback is bound to what holds it: the cycle must be collectable
         def call(self, dest, source, pe, stream=None):
             return "fallback"

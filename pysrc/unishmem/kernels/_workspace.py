@@ -87,7 +87,7 @@ def _exchange_through_bootstrap(rt, team, desc: list[int]) -> list[list[int]]:
     if team.n_pes != rt.n_pes:  # a sub-team's non-members would not take part
         raise ValueError(f"{team.name}: only world-sized teams can agree through the bootstrap")
     everyone = rt._bootstrap.allgather(list(desc))
-    return [everyone[team.translate_pe(i, rt.team_world)] for i in range(team.n_pes)]
+    return [everyone[pe] for pe in _members(rt, team)]
 
 
 def exchange(rt, team, what: str, desc: list[int], problem: Exception | None) -> list[list[int]]:
