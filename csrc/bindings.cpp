@@ -226,9 +226,9 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
 #ifdef UNISHMEM_HOST
   using host::HostBackend;
   py::class_<HostBackend, Backend>(m, "HostBackend", py::module_local())
-      .def(py::init([](std::string token, int pe, int n_pes, std::size_t heap_size, double stall_warn_s,
-                       double timeout_s, double deadlock_s) {
-             auto b = std::make_unique<HostBackend>(std::move(token), pe, n_pes, heap_size,
+      .def(py::init([](std::string token, int pe, int n_pes, std::size_t heap_size, int node_size,
+                       double stall_warn_s, double timeout_s, double deadlock_s) {
+             auto b = std::make_unique<HostBackend>(std::move(token), pe, n_pes, heap_size, node_size,
                                                     WaitPolicy{stall_warn_s, timeout_s, deadlock_s});
              b->set_wait_check(check_python_signals);
              b->set_site_provider([] {
@@ -237,8 +237,8 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
              });
              return b;
            }),
-           py::arg("token"), py::arg("pe"), py::arg("n_pes"), py::arg("heap_size"), py::arg("stall_warn_s"),
-           py::arg("timeout_s"), py::arg("deadlock_s"))
+           py::arg("token"), py::arg("pe"), py::arg("n_pes"), py::arg("heap_size"), py::arg("node_size"),
+           py::arg("stall_warn_s"), py::arg("timeout_s"), py::arg("deadlock_s"))
       .def("attach_peers", &HostBackend::attach_peers)
       // NOTE [programs] (host_backend.hpp): the concurrent interpreter's bookkeeping.
       .def("begin_programs", &HostBackend::begin_programs)

@@ -302,7 +302,7 @@ def test_segment_is_private_and_named_by_job_token():
     from unishmem import _host
 
     token = "t" + os.urandom(6).hex()
-    backend = _host.HostBackend(token, 0, 1, 1 << 20, 30.0, 10.0, 5.0)
+    backend = _host.HostBackend(token, 0, 1, 1 << 20, 1, 30.0, 10.0, 5.0)
     path = f"/dev/shm/unishmem-{token}-0"
     try:
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600

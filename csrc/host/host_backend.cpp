@@ -67,9 +67,12 @@ thread_local std::string t_program;  // "program (x, y, z)" on a program's threa
 
 }  // namespace
 
-HostBackend::HostBackend(std::string token, int pe, int n_pes, std::size_t heap_size, WaitPolicy policy)
-    : BackendBase(pe, n_pes, heap_size, kMaxTeams, policy), token_(std::move(token)), maps_(n_pes),
-      pids_(n_pes, 0) {
+HostBackend::HostBackend(std::string token, int pe, int n_pes, std::size_t heap_size, int node_size,
+                         WaitPolicy policy)
+    : BackendBase(pe, n_pes, heap_size, kMaxTeams, policy), token_(std::move(token)),
+      node_size_(std::clamp(node_size, 1, n_pes)), maps_(n_pes), pids_(n_pes, 0) {
+  if (node_size < 1)
+    throw Error(ErrorKind::value, "node_size=" + std::to_string(node_size) + " must be at least 1 PE");
   // NOTE [wait phases] (common/wait.hpp): spin before sleeping only where every PE can have a core;
   // with more PEs than cores a spinning PE holds the core that the awaited one needs.
   policy_.max_spin_s = n_pes <= available_cpus() ? kMaxSpin : 0.0;
@@ -95,11 +98,12 @@ HostBackend::HostBackend(std::string token, int pe, int n_pes, std::size_t heap_
   c->teams_in_use.value = (1ull << kTeamWorld) | (1ull << kTeamNode);
   store_release(c->state, std::uint32_t(kCreated));
   pids_[pe] = c->pid;
-  std::vector<int> all(n_pes);
+  std::vector<int> all(n_pes), node;
   for (int i = 0; i < n_pes; ++i) all[i] = i;
-  // Every PE on the host backend shares this node, so node and world have the same members.
+  for (int i = 0; i < n_pes; ++i)
+    if (same_node(i)) node.push_back(i);
   make_team(kTeamWorld, all);
-  make_team(kTeamNode, all);
+  make_team(kTeamNode, node);  // NOTE [simulated nodes]
 }
 
 HostBackend::~HostBackend() {

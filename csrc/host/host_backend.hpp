@@ -121,12 +121,18 @@ struct Team : TeamInfo {
   std::uint64_t epoch = 0;          // a channel's own: barriers passed on it
 };
 
+// NOTE [simulated nodes]: every PE of a host job is on one machine, but a job may be split into
+// nodes of node_size consecutive PEs (the last may have fewer), as a multi-host GPU job is: the
+// node team is this PE's node, and load/store (peer_ptr, so rt.peer and the device remote_ptr)
+// reach only its PEs, while RMA, signals, atomics and collectives reach every PE. So code meant
+// for several hosts (hierarchical collectives, kernels on team_node) runs and fails here as there.
 class HostBackend final : public BackendBase {
  public:
   // Creates this PE's segment (after checking that every PE's fits /dev/shm). Then, once every
   // PE has created its own: attach_peers(), which reserves this PE's pages; and once every PE has
   // attached: unlink_own_segment().
-  HostBackend(std::string token, int pe, int n_pes, std::size_t heap_size, WaitPolicy policy);
+  // node_size: PEs per simulated node (NOTE [simulated nodes]); n_pes or more is one node.
+  HostBackend(std::string token, int pe, int n_pes, std::size_t heap_size, int node_size, WaitPolicy policy);
   ~HostBackend() override;
   void attach_peers();
   void unlink_own_segment();
@@ -151,7 +157,8 @@ class HostBackend final : public BackendBase {
 
   Addr heap_base() const override { return reinterpret_cast<Addr>(heap(pe_)); }
   Addr peer_heap_base(int pe) const { return reinterpret_cast<Addr>(heap(pe)); }
-  Addr peer_ptr(Addr local, int pe) const override { return translate(local, pe); }
+  // Load/store reach only the PEs of this PE's node, as a vendor's does (NOTE [simulated nodes]).
+  Addr peer_ptr(Addr local, int pe) const override { return same_node(pe) ? translate(local, pe) : 0; }
 
   void put(Addr dest, Addr source, std::size_t bytes, int pe, Stream) override;
   void get(Addr dest, Addr source, std::size_t bytes, int pe, Stream) override;
@@ -203,6 +210,7 @@ class HostBackend final : public BackendBase {
   Addr translate(Addr local, int pe) const {
     return local - reinterpret_cast<Addr>(heap(pe_)) + reinterpret_cast<Addr>(heap(pe));
   }
+  bool same_node(int pe) const { return pe / node_size_ == pe_ / node_size_; }
   Team& team_ref(int team) { return team_in(teams_, team); }
   const Team& team_ref(int team) const { return team_in(teams_, team); }
   void make_team(int slot, std::vector<int> members);
@@ -234,6 +242,7 @@ class HostBackend final : public BackendBase {
   void leave(bool collective_barrier, PeState state);
 
   std::string token_;
+  int node_size_;
   std::function<std::string()> site_;
   std::mutex waiters_mu_;            // guards waiting_, live_ and what this PE publishes of them
   std::vector<Waiter*> waiting_;     // this process's threads in a slow wait

@@ -1,6 +1,7 @@
 """Team arenas: symmetric memory reserved for the kernel workspaces of a team smaller than the
-world, at the split that makes it (NOTE [workspaces] in unishmem/kernels/_workspace.py). Here, not
-in unishmem.kernels, because splits and finalize use them and must not import Triton."""
+world, at the split that makes it or, for a node team, at init (NOTE [workspaces] in
+unishmem/kernels/_workspace.py). Here, not in unishmem.kernels, because init, splits and finalize use
+them and must not import Triton."""
 
 from __future__ import annotations
 
@@ -86,8 +87,8 @@ def free_arenas(rt) -> None:
 
 
 def split_arenas(rt, parent, teams: list, world_bytes: int | None) -> None:
-    """Inside a split of `parent` (collective over it), after the backend's: gives each new team
-    smaller than the world an arena (NOTE [workspaces]). `teams`: (the new team on this PE or None,
+    """Inside a split of `parent` (collective over it), after the backend's, or at init for the node
+    team: gives each new team smaller than the world an arena (NOTE [workspaces]). `teams`: (the new team on this PE or None,
     whether that team is smaller than the world), the same list on every member of parent;
     `world_bytes`: UNISHMEM_TEAM_ARENA where parent is as big as the world, else None."""
     small = [team for team, smaller in teams if smaller]

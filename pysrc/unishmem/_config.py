@@ -80,6 +80,16 @@ def resident(value, what: str) -> int:
     return number
 
 
+def _pes(name: str, text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{name}={text!r} is not a whole number of PEs >= 1")
+    return value
+
+
 def _flag(name: str, text: str) -> bool:
     if text.strip() not in ("", "0", "1"):
         raise ValueError(f"{name}={text!r} is not 0 or 1")
@@ -102,6 +112,7 @@ SECONDS, SECONDS_OR_OFF = _seconds(zero_ok=False), _seconds(zero_ok=True)
 BYTES = Kind(lambda: "bytes: 4096, 512M, 2G, 1.5GiB", _bytes)
 BYTES_OR_0 = Kind(lambda: "bytes, or 0", _bytes_or_0)
 PROGRAMS = Kind(lambda: f"programs, 1 to {_max_resident()}", lambda name, text: resident(text, name))
+PES = Kind(lambda: "PEs, >= 1", _pes)
 FLAG = Kind(lambda: "0 or 1", _flag)
 BACKEND = Kind(lambda: ", ".join(_backend_names()), _backend)
 TEXT = Kind(lambda: "text", lambda name, text: text or None)  # empty: as if unset
@@ -178,6 +189,15 @@ SETTINGS = {
             "when a world-sized team is split; 0 reserves none",
             unset=f"a {TEAM_ARENA_FRACTION}th of the heap, at most {TEAM_ARENA_MAX >> 20}M",
             see="[Kernels](kernels.md)",
+        ),
+        Setting(
+            "UNISHMEM_HOST_NODE_SIZE",
+            PES,
+            None,
+            "host backend: splits the job into simulated nodes of this many consecutive PEs; `team_node` is "
+            "this PE's node, and load/store (`rt.peer`, `remote_ptr`) reach only its PEs, as on several hosts",
+            unset="one node of every PE",
+            see="[Backends](backends.md#simulated-nodes)",
         ),
         Setting(
             "UNISHMEM_SECRET",

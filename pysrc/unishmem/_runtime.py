@@ -131,7 +131,7 @@ class Team:
         self._id = next(_TEAM_IDS)
         # unishmem.kernels' memory on a team smaller than the world, or why it has none (NOTE [workspaces])
         self._arena = None
-        self._no_arena = "only teams made by a split get a team arena"
+        self._no_arena = "only teams made by a split, and a node team smaller than the world, get a team arena"
 
     def __repr__(self) -> str:
         state = " destroyed" if self._destroyed else ""
@@ -292,6 +292,10 @@ class Runtime:
         self._arenas: list = []  # (world allocation, this PE's teams using it) per team arena, in split order
         self.team_world = Team(self, 0, "world")
         self.team_node = Team(self, 1, "node")
+        # On several hosts (or simulated nodes) each node team is smaller than the world on every PE
+        # alike, and init is the last point collective over the world before kernels may run on it.
+        if self.team_node.n_pes < self.n_pes:
+            split_arenas(self, self.team_world, [(self.team_node, True)], _config.team_arena(self._heap_size))
 
     _HOT_METHODS = ("put", "get", "put_signal", "signal_op", "signal_wait_until", "barrier_all", "sync_all")
 

@@ -145,6 +145,12 @@ def open_host(backend: Backend, boot: Bootstrap, heap_size: int, device: Any) ->
     sizes = boot.allgather(heap_size)
     if len(set(sizes)) > 1:
         raise SymmetryError(f"PEs asked for different heap sizes: {sizes} (by rank)")
+    node_size = agree(
+        boot, "reading UNISHMEM_HOST_NODE_SIZE", lambda: _config.get("UNISHMEM_HOST_NODE_SIZE") or boot.size
+    )
+    node_sizes = boot.allgather(node_size)
+    if len(set(node_sizes)) > 1:
+        raise SymmetryError(f"PEs have different UNISHMEM_HOST_NODE_SIZE: {node_sizes} (by rank)")
     _host = native_module("host")
     # Each init of the job has segments of its own (a re-init must not meet the last one's names); the
     # launcher removes every segment under its job token.
@@ -156,7 +162,9 @@ def open_host(backend: Backend, boot: Bootstrap, heap_size: int, device: Any) ->
         native = agree(
             boot,
             "creating the shared-memory segment",
-            lambda: _host.HostBackend(token, boot.rank, boot.size, heap_size, stall_warn, wait_timeout, deadlock),
+            lambda: _host.HostBackend(
+                token, boot.rank, boot.size, heap_size, node_size, stall_warn, wait_timeout, deadlock
+            ),
         )
         agree(boot, "mapping the peers' segments", native.attach_peers)
         native.unlink_own_segment()  # every PE holds every mapping: the names have done their job

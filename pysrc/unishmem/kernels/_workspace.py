@@ -15,6 +15,8 @@ part is calling anyway: a split of a world-sized team is collective over the wor
 a world allocation made inside the split (UNISHMEM_TEAM_ARENA bytes; PEs outside the new team
 allocate it too, keeping the heap symmetric); a split of a smaller team carves its children's arenas
 off the top of the parent's (every parent member calls that split), half of what the parent has free.
+A node team smaller than the world (several hosts, or simulated nodes) gets its arena the same way at
+init, the one point collective over the world before any kernel can run on it.
 In an arena, the agreement buffers of `exchange` come first, then workspaces are bump-allocated by the
 team's members only, after `exchange` has shown that every member asks for the same one: same order
 on every member, hence the same offsets. A new workspace is zeroed and the team synchronised before

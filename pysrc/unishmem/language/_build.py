@@ -462,3 +462,21 @@ consume_token = _make(
     _consume_token_compiled,
     lambda a: _consume_token_interpreted(a),
 )
+
+
+def _device_check_interpreted(args: dict):
+    # Triton's interpreter drops tl.device_assert (its options never turn debug on, TRITON_DEBUG=1
+    # included), and a load through the null pointer the check is about ends the PE with SIGSEGV.
+    cond = args["cond"]
+    if not np.all(cond.handle.data if isinstance(cond, tl.tensor) else cond):
+        raise ValueError(_constexpr(args["msg"], "device_check: msg"))
+
+
+device_check = _make(
+    "device_check",
+    (("cond", "val"), ("msg", "str")),
+    "tl.device_assert(cond, msg) when compiled (it checks under TRITON_DEBUG=1 only); under "
+    "TRITON_INTERPRET=1 it always checks, and raises ValueError(msg) where cond is false.",
+    lambda a, s, g: tl.device_assert(a["cond"], a["msg"], _semantic=s),
+    _device_check_interpreted,
+)

@@ -77,7 +77,8 @@ def remote_ptr(rt, ptr, pe):
     if not isinstance(ptr.addr, int):  # a block of pointers: every one in the heap, all moved alike
         for addr in (int(ptr.addr.min()), int(ptr.addr.max())):
             rt._heap(addr, 0, "remote_ptr: ptr")
-        return ptr.addr.astype(np.int64) + (rt._native.peer_ptr(rt._base, _check_pe(pe, rt.n_pes)) - rt._base)
+        base = rt._native.peer_ptr(rt._base, _check_pe(pe, rt.n_pes))
+        return np.zeros_like(ptr.addr, dtype=np.int64) if not base else ptr.addr.astype(np.int64) + (base - rt._base)
     return rt._native.peer_ptr(rt._heap(ptr.addr, 0, "remote_ptr: ptr"), _check_pe(pe, rt.n_pes))
 
 

@@ -193,7 +193,8 @@ def _rows() -> list[DeviceFn]:
             optional=("mask", "other"),
             blocks=True,
             doc="tl.load of `ptr` (a pointer or block of them) on PE `pe`, which must be reachable by "
-            "load/store (an assertion under TRITON_DEBUG=1 says so when it is not).",
+            "load/store: when it is not, a device assertion says so when compiled with TRITON_DEBUG=1, "
+            "and a ValueError always does under TRITON_INTERPRET=1.",
         ),
         DeviceFn(
             "store_remote",

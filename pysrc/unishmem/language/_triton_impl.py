@@ -27,7 +27,7 @@ import triton.language as tl
 
 from .. import language as shl
 from ..enums import CMP, SIGNAL
-from ._build import _BUILTIN, REDUCE_OPS, _constexpr
+from ._build import _BUILTIN, REDUCE_OPS, _constexpr, device_check
 
 # descriptor layout (NOTE [team descriptor]); csrc/gpu/gpu_backend.cpp writes the same
 START = tl.constexpr(0)
@@ -92,7 +92,7 @@ def _world_pe(d, index):
 @triton.jit
 def _my_index(d):
     me = _index_of(d, shl.my_pe())
-    tl.device_assert(me >= 0, "this PE is not a member of the team it called a team function on")
+    device_check(me >= 0, "this PE is not a member of the team it called a team function on")
     return me
 
 
@@ -158,7 +158,7 @@ def broadcast_impl(team, dest, source, nelems, root):
     d = _desc(team)
     size = tl.load(d + SIZE)
     me = _my_index(d)
-    tl.device_assert((root >= 0) & (root < size), "broadcast: root is out of range for the team")
+    device_check((root >= 0) & (root < size), "broadcast: root is out of range for the team")
     nbytes = nelems * (dest.dtype.element_ty.primitive_bitwidth // 8)
     elsewhere = dest.to(tl.int64) != source.to(tl.int64)
     sync_impl(team)
@@ -229,7 +229,7 @@ def reduce_impl(team, dest, source, nelems, op: tl.constexpr):
     me = _my_index(d).to(tl.int64)
     ELEM: tl.constexpr = dest.dtype.element_ty.primitive_bitwidth // 8
     chunk = tl.load(d + SCRATCH_BYTES) // (size * ELEM)  # elements per member slot
-    tl.device_assert(chunk > 0, "reduce: the team descriptor's scratch is too small for one element per member")
+    device_check(chunk > 0, "reduce: the team descriptor's scratch is too small for one element per member")
     scratch = (team.to(tl.int64) + SCRATCH_OFFSET).to(dest.dtype)
     total = tl.cast(nelems, tl.int64)
     for c0 in range(0, total, chunk):
@@ -271,7 +271,7 @@ def put_tile_block(dest, dest_ld, source, source_ld, rows, row_bytes, pe):
 
 @triton.jit
 def _reachable(remote):
-    tl.device_assert(
+    device_check(
         remote.to(tl.int64) != 0,
         "load_remote/store_remote: the peer is not reachable by load/store (remote_ptr is null); use get/put for it",
     )

@@ -1,0 +1,121 @@
+"""Simulated nodes on the host backend (UNISHMEM_HOST_NODE_SIZE, NOTE [simulated nodes]): 4 PEs as
+two nodes of 2, as on two hosts. The node team is this PE's node; load/store reach only its PEs
+while RMA reaches every PE; every unishmem.kernels kernel runs on the node team (from the arena made
+at init), against torch references built from the node's members' inputs."""
+
+import os
+
+import torch
+import triton.language as tl
+from spmd import raises, spmd
+from test_gemm import ints
+from test_kernels import REFERENCE, data, members
+from test_moe import check_round_trip
+
+import unishmem
+import unishmem.kernels as K
+import unishmem.language as shl
+
+SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "5", "UNISHMEM_HOST_NODE_SIZE": "2"}
+
+
+@unishmem.jit
+def reach(buf, out, N_PES: tl.constexpr):
+    for pe in tl.static_range(N_PES):
+        tl.store(out + pe, (shl.remote_ptr(buf, pe).to(tl.int64) != 0).to(tl.int32))
+
+
+@unishmem.jit
+def load_from(buf, out, pe):
+    tl.store(out, shl.load_remote(buf, pe))
+
+
+@spmd(sizes=(4,))
+def test_the_node_team_and_what_load_store_reach(rt):
+    node = [rt.my_pe // 2 * 2, rt.my_pe // 2 * 2 + 1]
+    assert members(rt.team_node) == node and rt.team_node.my_pe == rt.my_pe % 2
+    assert rt.team_node.device_args() == (node[0], 1, 2)
+    buf = rt.zeros(4, dtype=torch.int32)
+    buf.fill_(rt.my_pe + 10)
+    rt.barrier_all()
+    assert [rt.peer(buf, pe) is not None for pe in range(4)] == [pe in node for pe in range(4)]
+    assert int(rt.peer(buf, node[1 - rt.my_pe % 2])[0]) == node[1 - rt.my_pe % 2] + 10
+    out = torch.zeros(4, dtype=torch.int32)
+    reach[(1,)](buf, out, N_PES=4)
+    assert out.tolist() == [int(pe in node) for pe in range(4)]
+    far = (rt.my_pe + 2) % 4  # on the other node: RMA and atomics reach it, load/store do not
+    got = torch.zeros(4, dtype=torch.int32)
+    rt.get(got, buf, far)
+    assert got.tolist() == [far + 10] * 4
+    raises(lambda: load_from[(1,)](buf, out, far), "the peer is not reachable by load/store")
+    load_from[(1,)](buf, out, node[0])
+    assert int(out[0]) == node[0] + 10
+    rt.barrier_all()
+    rt.free(buf)
+
+
+@spmd(sizes=(4,))
+def test_every_kernel_runs_on_the_node_team(rt):
+    node = rt.team_node
+    assert node._arena is not None, node._no_arena
+    pes = members(node)
+    x = data(rt.my_pe, (5, 3), torch.float32, seed=20)
+    xs = torch.stack([data(pe, (5, 3), torch.float32, seed=20) for pe in pes])
+    assert torch.equal(K.all_gather(x, team=node), torch.cat(list(xs)))
+    for algorithm in ("one_shot", "two_shot"):
+        for op in ("sum", "min"):
+            assert torch.equal(K.all_reduce(x, op=op, algorithm=algorithm, team=node), REFERENCE[op](xs))
+    y = data(rt.my_pe, (6, 3), torch.float16, seed=21)
+    full = torch.stack([data(pe, (6, 3), torch.float16, seed=21) for pe in pes]).sum(0)
+    assert torch.equal(K.reduce_scatter(y, team=node), full[node.my_pe * 3 : node.my_pe * 3 + 3])
+    b = ints(70 + pes[0], (20, 33), torch.float32)  # differs between the nodes
+    for overlap in (True, False):
+        c = K.ag_gemm(ints(rt.my_pe, (6, 20), torch.float32, 1), b, overlap=overlap, team=node)
+        assert torch.equal(c, torch.cat([ints(pe, (6, 20), torch.float32, 1) for pe in pes]) @ b), overlap
+    a = [ints(pe, (2 * 5, 9 + pe), torch.float32, 2) for pe in pes]
+    bs = [ints(pe, (9 + pe, 18), torch.float32, 3) for pe in pes]
+    full = sum(p @ q for p, q in zip(a, bs))
+    assert torch.equal(K.gemm_rs(a[node.my_pe], bs[node.my_pe], team=node), full[node.my_pe * 5 : node.my_pe * 5 + 5])
+    check_round_trip(rt, torch.float32, seed=22, team=node)
+    # the arena outlives free_workspaces, and a team split from the node carves its own from it
+    rt.free_workspaces()
+    assert torch.equal(K.all_reduce(x, team=node), xs.sum(0))
+    with node.split_strided(0, 1, 2) as both:
+        assert torch.equal(K.all_reduce(x, algorithm="two_shot", team=both), xs.sum(0))
+
+
+@spmd(sizes=(4,))
+def test_uneven_nodes_no_arena_and_bad_values(rt):
+    # ends this module's runtime and inits others (SPMD_ENV is restored after the module)
+    rt.finalize()
+    os.environ["UNISHMEM_HOST_NODE_SIZE"] = "3"  # nodes {0, 1, 2} and {3}
+    rt = unishmem.init()
+    node = [0, 1, 2] if rt.my_pe < 3 else [3]
+    assert members(rt.team_node) == node
+    x = data(rt.my_pe, (7,), torch.float32, seed=23)
+    ref = torch.stack([data(pe, (7,), torch.float32, seed=23) for pe in node]).sum(0)
+    assert torch.equal(K.all_reduce(x, team=rt.team_node), ref)
+    rt.finalize()
+    os.environ["UNISHMEM_TEAM_ARENA"] = "0"
+    try:
+        rt = unishmem.init()
+        raises(
+            lambda: K.all_gather(x, team=rt.team_node),
+            f"{rt.team_node.name} ({len(node)} of 4 PEs) has no team arena for its workspaces "
+            "(NOTE [workspaces]): UNISHMEM_TEAM_ARENA=0",
+        )
+        assert torch.equal(K.all_gather(x), torch.cat([data(pe, (7,), torch.float32, seed=23) for pe in range(4)]))
+        rt.finalize()
+    finally:
+        del os.environ["UNISHMEM_TEAM_ARENA"]
+    for value, message in (
+        ("0" if rt.my_pe == 1 else "2", "UNISHMEM_HOST_NODE_SIZE='0' is not a whole number of PEs >= 1"),
+        (str(1 + rt.my_pe % 2), "PEs have different UNISHMEM_HOST_NODE_SIZE: [1, 2, 1, 2] (by rank)"),
+    ):
+        os.environ["UNISHMEM_HOST_NODE_SIZE"] = value
+        try:
+            unishmem.init()
+        except (ValueError, unishmem.UnishmemError) as e:  # on every PE: the one that read it, and its peers
+            assert message in str(e), e
+        else:
+            raise AssertionError(f"no error: {message}")
