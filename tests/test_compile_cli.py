@@ -127,6 +127,19 @@ def test_example_compiles_for_gfx942():
     ], row
 
 
+def test_aligned_arguments_are_specialised_as_a_launch_does(tmp_path):
+    # Triton vectorises a masked copy only where both pointers and n are known multiples of 16
+    kernels = os.path.join(HERE, "programs", "aligned_kernels.py")
+    proc = _unishmem("compile", kernels, "--target", "sm_90,gfx942", "--fast", "--json", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    rows = json.loads(proc.stdout)["results"]
+    assert [r["aligned"] for r in rows if r["target"] == "sm_90"] == [["dst", "src", "n"], ["dst", "src"], []]
+    ir = {(n, t): (tmp_path / f"copy.{n}.{t}.llir").read_text() for n in (0, 2) for t in ("sm_90", "gfx942")}
+    assert "ld.global.v4.b32" in ir[(0, "sm_90")] and "ld.global.v4" not in ir[(2, "sm_90")]
+    assert "load <4 x half>" in ir[(0, "gfx942")] and "load <4 x half>" not in ir[(2, "gfx942")]
+    assert "load <1 x half>" in ir[(2, "gfx942")]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -181,6 +194,14 @@ def _module(**attrs):
         (
             {"ring_p": {"signature": {"buf": "*f32"}, "constexprs": {"N": 8}}},
             "COMPILE[ring_p] gives 'buf' the type '*f32', which Triton does not know: use a Triton type such as \"*fp32\"",
+        ),
+        (
+            {"ring_p": {"signature": {"buf": "*i32"}, "constexprs": {"N": 8}, "aligned": "buf"}},
+            "COMPILE[ring_p]['aligned'] must be a list of argument names, not 'buf'",
+        ),
+        (
+            {"ring_p": {"signature": {"buf": "*i32"}, "constexprs": {"N": 8}, "aligned": ["N"]}},
+            "COMPILE[ring_p]['aligned'] names 'N', which is not a pointer or integer argument in \"signature\" (buf: *i32)",
         ),
         (
             {"ring_q": {"signature": {}}},

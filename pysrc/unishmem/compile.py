@@ -7,13 +7,17 @@ NOTE [COMPILE table]: a module declares how to compile its kernels in a module-l
     COMPILE = {
         my_kernel: {"signature": {"out": "*fp32", "sig": "*u64", "n": "i32"},   # every run-time argument
                     "constexprs": {"BLOCK": 128},                              # every tl.constexpr one
-                    "options": {"num_warps": 4}},                              # triton.compile options
+                    "options": {"num_warps": 4},                               # triton.compile options
+                    "aligned": ["out", "sig", "n"]},                           # see below
         "other_kernel": [spec, spec],                                          # several specialisations
     }
 
 keyed by the kernel (or its name), each value one specification or a list of them. Types are Triton's
 signature strings (`*fp32`, `*i32`, `*u64`, `i32`, `i64`, `fp16`...). A tl.constexpr argument with a default
-may be left out. The kernels compiled are the module's own @unishmem.jit kernels (those defined in it) and
+may be left out. `aligned` names the run-time arguments that a launch specialises as multiples of 16
+(Triton's `tt.divisibility`: a pointer to 16-byte aligned data, an integer divisible by 16), on which
+vectorised and pipelined loads depend; left out, it is every pointer argument, as a launch on torch
+tensors has them; `[]` compiles as for unaligned data. The kernels compiled are the module's own @unishmem.jit kernels (those defined in it) and
 any other that COMPILE names.
 
 Each (specialisation, target) compiles in a worker process (Triton's compiler keeps global state, and
@@ -49,7 +53,7 @@ TARGETS = {
     "gfx950": ("hip", "gfx950", 64),
 }
 DEFAULT_TARGETS = ("sm_90", "gfx942")
-SPEC_KEYS = ("signature", "constexprs", "options")
+SPEC_KEYS = ("signature", "constexprs", "options", "aligned")
 WORKERS = 2
 
 
@@ -160,11 +164,11 @@ def _check_spec(kernel, spec, where: str):
             f'{where} has no "signature": give each run-time argument\'s Triton type, '
             'e.g. {"out": "*fp32", "n": "i32"}'
         )
-    parts = {k: spec.get(k, {}) for k in SPEC_KEYS}
+    parts = {k: spec.get(k, {}) for k in SPEC_KEYS[:3]}
     for k, v in parts.items():
         if not isinstance(v, dict):
             raise SetupError(f"{where}[{k!r}] must be a dict, not {type(v).__name__}")
-    signature, constexprs, options = (dict(parts[k]) for k in SPEC_KEYS)
+    signature, constexprs, options = (dict(v) for v in parts.values())
     params = kernel.jit_function.params
     names = [p.name for p in params]
     for k in list(signature) + list(constexprs):
@@ -186,9 +190,27 @@ def _check_spec(kernel, spec, where: str):
             )
     for k, ty in signature.items():
         _check_type(ty, f"{where} gives {k!r} the type {ty!r}")
+    aligned = _check_aligned(spec.get("aligned"), signature, where)
     for k in constexprs:
         signature[k] = "constexpr"  # Triton's ASTSource wants every argument in the signature
-    return signature, constexprs, options
+    # Triton's attrs: argument index -> its specialisation, as a launch computes it
+    attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in aligned}
+    return signature, constexprs, options, attrs
+
+
+def _check_aligned(aligned, signature: dict, where: str) -> list[str]:
+    if aligned is None:
+        return [k for k, ty in signature.items() if str(ty).startswith("*")]
+    if not isinstance(aligned, (list, tuple)) or not all(isinstance(k, str) for k in aligned):
+        raise SetupError(f"{where}['aligned'] must be a list of argument names, not {aligned!r}")
+    for k in aligned:
+        ty = signature.get(k)
+        if not re.fullmatch(r"\*.+|[iu](8|16|32|64)", str(ty)):
+            raise SetupError(
+                f"{where}['aligned'] names {k!r}, which is not a pointer or integer argument in \"signature\" "
+                f"({', '.join(f'{n}: {t}' for n, t in signature.items()) or 'empty'})"
+            )
+    return list(aligned)
 
 
 def _check_type(ty, what: str) -> None:
@@ -247,11 +269,13 @@ def _discover():
         if name not in specs:
             problems[name] = _how_to_declare(module, kernel)
             continue
-        for i, (signature, constexprs, _) in enumerate(specs[name]):
+        for i, (signature, constexprs, _, attrs) in enumerate(specs[name]):
             label = name if len(specs[name]) == 1 else f"{name}#{i}"
+            names = list(kernel.jit_function.arg_names)
             shown = {
                 "signature": {k: v for k, v in signature.items() if v != "constexpr"},
                 "constexprs": {k: repr(v) for k, v in constexprs.items()},
+                "aligned": [names[index] for (index,) in attrs],
             }
             jobs.append((name, i, label, shown))
     return jobs, problems
@@ -283,7 +307,7 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
     # its symbols all start with its name (nvshmem_, nvshmemx_, rocshmem_)
     vendor = by_triton_backend(backend)
     kernel = _worker["kernels"][name]
-    signature, constexprs, options = _worker["specs"][name][index]
+    signature, constexprs, options, attrs = _worker["specs"][name][index]
     result = _failed(target, None)
     try:
         libs = extern_libs(backend, arch)
@@ -300,7 +324,7 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
         # what matters, so the report stays readable
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             compiled = triton.compile(
-                ASTSource(kernel.jit_function, signature=signature, constexprs=constexprs),
+                ASTSource(kernel.jit_function, signature=signature, constexprs=constexprs, attrs=attrs),
                 target=GPUTarget(backend, arch, warp),
                 options=options,
             )
@@ -397,7 +421,9 @@ def run(ref: str, targets: list[str], fast: bool = False, out_dir: str | None = 
         if cache is not None:
             shutil.rmtree(cache, ignore_errors=True)
     for name, why in problems.items():
-        results.append({"kernel": name, "label": name, "signature": {}, "constexprs": {}, **_failed(None, why)})
+        results.append(
+            {"kernel": name, "label": name, "signature": {}, "constexprs": {}, "aligned": [], **_failed(None, why)}
+        )
     if not results:
         raise SetupError(f"{ref} has no @unishmem.jit kernel")
     return {"module": ref, "targets": targets, "ok": all(r["ok"] for r in results), "results": results}
@@ -418,6 +444,7 @@ def format_report(report: dict) -> str:
         shown = ", ".join(
             ([f"{k}: {v}" for k, v in rows[0]["signature"].items()] if several else [])
             + [f"{k}={v}" for k, v in rows[0]["constexprs"].items()]
+            + ([f"aligned: {' '.join(rows[0]['aligned']) or 'none'}"] if several else [])
         )
         lines.append(f"{label}" + (f"  ({shown})" if shown else ""))
         for r in rows:

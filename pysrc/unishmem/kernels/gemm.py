@@ -181,42 +181,30 @@ def _gemm_rs(
 
 
 # How `unishmem compile` (and tests/test_kernels_compile.py) compile these kernels with no GPU:
-# float16 with the default 64x64x32 blocks, pipelined as a launch on a GPU is.
+# float16 with the default 64x64x32 blocks, pipelined as a launch on a GPU is: on aligned tensors
+# with N and K multiples of 16 (what the K loop's vectorised, asynchronous tile loads need).
 _INTS = ("epoch", "my_index", "n", "m", "N", "K")
 _BLOCKS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
 _OPTIONS = {"num_stages": NUM_STAGES}
+
+
+def _spec(pointers: dict, ints, constexprs: dict) -> dict:
+    signature = {**pointers, **{k: "i32" for k in ints}}
+    return {"signature": signature, "constexprs": constexprs, "options": _OPTIONS, "aligned": [*pointers, "N", "K"]}
+
+
 COMPILE = {
-    _ag_gemm: {
-        "signature": {
-            "a": "*fp16",
-            "b": "*fp16",
-            "c": "*fp16",
-            "sig": "*u64",
-            "members": "*i32",
-            **{k: "i32" for k in _INTS},
-        },
-        "constexprs": {**_BLOCKS, "ITEMSIZE": 2},
-        "options": _OPTIONS,
-    },
-    _gemm: {
-        "signature": {"a": "*fp16", "b": "*fp16", "c": "*fp16", "M": "i32", "N": "i32", "K": "i32"},
-        "constexprs": _BLOCKS,
-        "options": _OPTIONS,
-    },
-    _gemm_rs: {
-        "signature": {
-            "a": "*fp16",
-            "b": "*fp16",
-            "c": "*fp16",
-            "stage": "*fp16",
-            "recv": "*fp16",
-            "sig": "*u64",
-            "members": "*i32",
-            **{k: "i32" for k in _INTS},
-        },
-        "constexprs": {**_BLOCKS, "ITEMSIZE": 2},
-        "options": _OPTIONS,
-    },
+    _ag_gemm: _spec(
+        {"a": "*fp16", "b": "*fp16", "c": "*fp16", "sig": "*u64", "members": "*i32"},
+        _INTS,
+        {**_BLOCKS, "ITEMSIZE": 2},
+    ),
+    _gemm: _spec({"a": "*fp16", "b": "*fp16", "c": "*fp16"}, ("M", "N", "K"), _BLOCKS),
+    _gemm_rs: _spec(
+        {"a": "*fp16", "b": "*fp16", "c": "*fp16", "stage": "*fp16", "recv": "*fp16", "sig": "*u64", "members": "*i32"},
+        _INTS,
+        {**_BLOCKS, "ITEMSIZE": 2},
+    ),
 }
 
 
