@@ -57,12 +57,10 @@ def cases(rt, size: int):
 
 def gemm_cases(rt, size: int):
     """ag_gemm beside all_gather + matmul, gemm_rs beside matmul + reduce_scatter: square d x d float32
-    shards of `size` bytes. Under the interpreter only up to 256 KiB (a 1 MiB one takes seconds a call)."""
+    shards of `size` bytes."""
     import unishmem.kernels as K
 
     d = int((size // 4) ** 0.5)
-    if os.environ.get("TRITON_INTERPRET") == "1" and size > 256 * 1024:
-        return []
     n, dev = rt.n_pes, rt.device
     a_shard, b = torch.randn(d, d, device=dev), torch.randn(d, d, device=dev)
     a_full = torch.empty(n * d, d, device=dev)
@@ -82,12 +80,9 @@ def moe_cases(rt, size: int):
     """dispatch + combine (identity experts) beside what an expert-parallel MoE layer does with
     torch.distributed: an all_to_all_single of the per-PE counts, the token copies sorted by
     destination PE and sent with all_to_all_single, and sent back the same way and summed with
-    their weights. T x 512 float32 tokens of `size` bytes, top-2 of 2 experts per PE. Under the
-    interpreter only up to 256 KiB."""
+    their weights. T x 512 float32 tokens of `size` bytes, top-2 of 2 experts per PE."""
     import unishmem.kernels as K
 
-    if os.environ.get("TRITON_INTERPRET") == "1" and size > 256 * 1024:
-        return []
     n, dev, H, k = rt.n_pes, rt.device, 512, 2
     n_experts = 2 * n
     T = max(1, size // 4 // H)
