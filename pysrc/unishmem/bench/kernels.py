@@ -28,7 +28,7 @@ def run(
     results = []
     with tempfile.TemporaryDirectory(prefix="unishmem-bench-kernels-") as tmp:
         for n in pes:
-            spec["heap"] = (4 * n + 12) * max(sizes) + 16 * MiB  # every kernel's workspaces of one size
+            spec["heap"] = (4 * n + 12) * max(sizes) + 16 * MiB  # the largest kernel workspace of one size
             spec_path, out = os.path.join(tmp, f"spec{n}.json"), os.path.join(tmp, f"kernels{n}.json")
             with open(spec_path, "w") as f:
                 json.dump(spec, f)

@@ -146,7 +146,7 @@ def main(spec_path: str, out_path: str) -> int:
                         "reference_seconds": timed(reference, dist.barrier),
                     }
                 )
-            rt.free_workspaces()  # the next size's buffers fit the heap
+                rt.free_workspaces()  # the next kernel's buffers fit the heap
         dist.destroy_process_group()
         if rt.my_pe == 0:
             with open(out_path, "w") as f:
