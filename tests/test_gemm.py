@@ -121,19 +121,25 @@ def test_mismatches_raise_on_every_pe_and_the_job_goes_on(rt):
     assert torch.equal(c, torch.cat([torch.full((4, 16), 8.0 * pe) for pe in range(n)]))
 
 
-@spmd(sizes=(4,))
-def test_both_gemms_on_two_halves_at_once(rt):
-    # the strided halves {0, 2} and {1, 3}: operands rebuilt from the half's members' world PEs
-    even, odd = rt.team_world.split_strided(0, 2, 2), rt.team_world.split_strided(1, 2, 2)  # both: collective
-    half = even or odd
-    pes = [half.translate_pe(i, rt.team_world) for i in range(half.n_pes)]
-    b = ints(90 + pes[0], (20, 33), torch.float32)  # differs between the halves
+def check_both_gemms(rt, team, b_seed: int):
+    """Both GEMMs (both ag_gemm forms) on `team`, operands rebuilt from its members' world PEs; b
+    differs between teams whose first members differ."""
+    pes = [team.translate_pe(i, rt.team_world) for i in range(team.n_pes)]
+    b = ints(b_seed + pes[0], (20, 33), torch.float32)
     for overlap in (True, False):
-        c = K.ag_gemm(ints(rt.my_pe, (6, 20), torch.float32, 1), b, overlap=overlap, team=half)
+        c = K.ag_gemm(ints(rt.my_pe, (6, 20), torch.float32, 1), b, overlap=overlap, team=team)
         assert torch.equal(c, torch.cat([ints(pe, (6, 20), torch.float32, 1) for pe in pes]) @ b), overlap
     a = [ints(pe, (2 * 5, 9 + pe), torch.float32, 2) for pe in pes]
     bs = [ints(pe, (9 + pe, 18), torch.float32, 3) for pe in pes]
-    c = K.gemm_rs(a[half.my_pe], bs[half.my_pe], team=half)
+    c = K.gemm_rs(a[team.my_pe], bs[team.my_pe], team=team)
     full = sum(x @ y for x, y in zip(a, bs))
-    assert torch.equal(c, full[half.my_pe * 5 : (half.my_pe + 1) * 5])
+    assert torch.equal(c, full[team.my_pe * 5 : (team.my_pe + 1) * 5])
+
+
+@spmd(sizes=(4,))
+def test_both_gemms_on_two_halves_at_once(rt):
+    # the strided halves {0, 2} and {1, 3}
+    even, odd = rt.team_world.split_strided(0, 2, 2), rt.team_world.split_strided(1, 2, 2)  # both: collective
+    half = even or odd
+    check_both_gemms(rt, half, 90)
     half.destroy()

@@ -8,7 +8,7 @@ import os
 import torch
 import triton.language as tl
 from spmd import raises, spmd
-from test_gemm import ints
+from test_gemm import check_both_gemms
 from test_kernels import REFERENCE, data, members
 from test_moe import check_round_trip
 
@@ -68,14 +68,7 @@ def test_every_kernel_runs_on_the_node_team(rt):
     y = data(rt.my_pe, (6, 3), torch.float16, seed=21)
     full = torch.stack([data(pe, (6, 3), torch.float16, seed=21) for pe in pes]).sum(0)
     assert torch.equal(K.reduce_scatter(y, team=node), full[node.my_pe * 3 : node.my_pe * 3 + 3])
-    b = ints(70 + pes[0], (20, 33), torch.float32)  # differs between the nodes
-    for overlap in (True, False):
-        c = K.ag_gemm(ints(rt.my_pe, (6, 20), torch.float32, 1), b, overlap=overlap, team=node)
-        assert torch.equal(c, torch.cat([ints(pe, (6, 20), torch.float32, 1) for pe in pes]) @ b), overlap
-    a = [ints(pe, (2 * 5, 9 + pe), torch.float32, 2) for pe in pes]
-    bs = [ints(pe, (9 + pe, 18), torch.float32, 3) for pe in pes]
-    full = sum(p @ q for p, q in zip(a, bs))
-    assert torch.equal(K.gemm_rs(a[node.my_pe], bs[node.my_pe], team=node), full[node.my_pe * 5 : node.my_pe * 5 + 5])
+    check_both_gemms(rt, node, 70)
     check_round_trip(rt, torch.float32, seed=22, team=node)
     # the arena outlives free_workspaces, and a team split from the node carves its own from it
     rt.free_workspaces()
