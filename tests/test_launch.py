@@ -59,6 +59,22 @@ def test_run_takes_dash_m_and_dash_c_programs():
     assert proc.returncode == 0 and "backends:" in proc.stdout, proc.stderr
 
 
+def test_each_pe_gets_its_share_of_the_cores_unless_the_user_chose():
+    code = "import os; print('THREADS', os.environ['OMP_NUM_THREADS'], flush=True)"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    cores = len(os.sched_getaffinity(0))
+    for n, given, expected in ((1, None, cores), (3, None, max(1, cores // 3)), (2, "3", 3)):
+        proc = subprocess.run(
+            [sys.executable, "-m", "unishmem", "run", "-n", str(n), sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env if given is None else dict(env, OMP_NUM_THREADS=given),
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["THREADS", str(expected)] * n, proc.stdout
+
+
 def test_lines_of_different_pes_never_run_into_each_other():
     # Unbuffered, print writes its text and its newline separately; the launcher must still pass on whole lines.
     code = (

@@ -144,8 +144,8 @@ def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int
     base_env.setdefault("PYTHONUNBUFFERED", "1")  # through the pipes, output still arrives as it is written
     # The PEs share this host's cores. An OpenMP or BLAS pool per PE as wide as the machine (torch's,
     # numpy's OpenBLAS, which the interpreter's tl.dot calls) makes n times too many threads, which
-    # spin against each other: a 4-PE interpreted ag_gemm on 2 cores took 15.5 s so, 3.8 s with one
-    # thread each. Unless the user chose, each PE gets its share of the cores (torchrun sets 1).
+    # spin against each other: a 4-PE interpreted ag_gemm on 2 cores took 15.5 s with such pools and
+    # 3.8 s with one thread each. Unless the user chose, each PE gets its share (torchrun sets 1).
     base_env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // n)))
     timeout = seconds("UNISHMEM_BOOTSTRAP_TIMEOUT")  # a bad setting fails before anything is made
     private = tempfile.mkdtemp(prefix="unishmem-run-")  # 0700: only this user reaches the socket
