@@ -21,8 +21,10 @@ SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "5", "UNISHMEM
 
 @unishmem.jit
 def reach(buf, out, N_PES: tl.constexpr):
-    for pe in tl.static_range(N_PES):
-        tl.store(out + pe, (shl.remote_ptr(buf, pe).to(tl.int64) != 0).to(tl.int32))
+    offs = tl.arange(0, 4)
+    for pe in tl.static_range(N_PES):  # per PE: is the pointer non-null, and how many of a block's are
+        tl.store(out + 2 * pe, (shl.remote_ptr(buf, pe).to(tl.int64) != 0).to(tl.int32))
+        tl.store(out + 2 * pe + 1, tl.sum((shl.remote_ptr(buf + offs, pe).to(tl.int64) != 0).to(tl.int32)))
 
 
 @unishmem.jit
@@ -40,13 +42,17 @@ def test_the_node_team_and_what_load_store_reach(rt):
     rt.barrier_all()
     assert [rt.peer(buf, pe) is not None for pe in range(4)] == [pe in node for pe in range(4)]
     assert int(rt.peer(buf, node[1 - rt.my_pe % 2])[0]) == node[1 - rt.my_pe % 2] + 10
-    out = torch.zeros(4, dtype=torch.int32)
+    out = torch.zeros(8, dtype=torch.int32)
     reach[(1,)](buf, out, N_PES=4)
-    assert out.tolist() == [int(pe in node) for pe in range(4)]
+    assert out.tolist() == [n for pe in range(4) for n in ((1, 4) if pe in node else (0, 0))]
     far = (rt.my_pe + 2) % 4  # on the other node: RMA and atomics reach it, load/store do not
     got = torch.zeros(4, dtype=torch.int32)
     rt.get(got, buf, far)
     assert got.tolist() == [far + 10] * 4
+    rt.barrier_all()
+    assert rt.atomic_fetch_add(buf[3:], 100, far) == far + 10  # the one add into far's word
+    rt.barrier_all()
+    assert int(buf[3]) == rt.my_pe + 110
     raises(lambda: load_from[(1,)](buf, out, far), "the peer is not reachable by load/store")
     load_from[(1,)](buf, out, node[0])
     assert int(out[0]) == node[0] + 10
