@@ -164,7 +164,7 @@ def _check_spec(kernel, spec, where: str):
             f'{where} has no "signature": give each run-time argument\'s Triton type, '
             'e.g. {"out": "*fp32", "n": "i32"}'
         )
-    parts = {k: spec.get(k, {}) for k in SPEC_KEYS[:3]}
+    parts = {k: spec.get(k, {}) for k in ("signature", "constexprs", "options")}  # the dicts ("aligned" is a list)
     for k, v in parts.items():
         if not isinstance(v, dict):
             raise SetupError(f"{where}[{k!r}] must be a dict, not {type(v).__name__}")
