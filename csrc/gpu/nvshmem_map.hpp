@@ -22,7 +22,13 @@ namespace unishmem::gpu::lib {
 constexpr const char* kName = "NVSHMEM";
 constexpr const char* kRuntimeName = "CUDA";
 constexpr int kDLPackDevice = 2;  // DLPack kDLCUDA
-constexpr const char* kHeaderVersion = NVSHMEM_VENDOR_BASE_VERSION_STRING;
+// From the numeric macros, which every release has (3.4.5 lacks NVSHMEM_VENDOR_BASE_VERSION_STRING).
+#define UNISHMEM_STR2(x) #x
+#define UNISHMEM_STR(x) UNISHMEM_STR2(x)
+constexpr const char* kHeaderVersion = UNISHMEM_STR(NVSHMEM_VENDOR_MAJOR_VERSION) "." UNISHMEM_STR(
+    NVSHMEM_VENDOR_MINOR_VERSION) "." UNISHMEM_STR(NVSHMEM_VENDOR_PATCH_VERSION);
+#undef UNISHMEM_STR
+#undef UNISHMEM_STR2
 
 using Stream = cudaStream_t;
 using Team = nvshmem_team_t;

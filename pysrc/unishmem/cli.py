@@ -6,6 +6,7 @@ import argparse
 import importlib
 import os
 import platform
+import re
 import shutil
 import sys
 
@@ -25,6 +26,8 @@ def _info() -> int:
         except ImportError as e:
             print(f"  {name:9s} not built ({e})")
     _vendor_info()
+    print("support matrix (docs/nvidia.md#support-matrix):")
+    _matrix()
     shm = shutil.disk_usage("/dev/shm") if os.path.isdir("/dev/shm") else None
     if shm:
         print(f"host shared memory: /dev/shm, {shm.free / 2**30:.1f} GiB free of {shm.total / 2**30:.1f} GiB")
@@ -51,9 +54,10 @@ def _vendor_info() -> None:
     print("NVSHMEM:")
     if nv.library:
         print(f"  library  {nv.library} ({nv.origin}), version {nv.version or 'unknown'}")
-    for arch, bc in sorted(nv.bitcode.items(), key=lambda kv: int(kv[0][3:])):
+    for arch, bc in sorted(nv.bitcode.items()):
         ok, why = vendor_libs.check_bitcode(nv, bc)
         print(f"  bitcode  {arch:7s} {bc}  [{'ok' if ok else 'MISMATCH'}: {why}]")
+        print(f"           written by {vendor_libs.bitcode_producer(bc) or 'an unknown LLVM'}; {_readable(bc)}")
     if nv.include:
         print(f"  headers  {nv.include}")
     for p in nv.problems:
@@ -75,6 +79,58 @@ def _vendor_info() -> None:
     for backend in backends.BACKENDS.values():
         if backend.torch_build:  # the GPU backends
             _library_calls(backend)
+
+
+def _readable(bitcode) -> str:
+    from .errors import BackendUnavailable
+
+    try:
+        from . import _triton_compat
+    except ImportError as e:
+        return f"Triton not importable ({e})"
+    try:
+        _triton_compat.check_readable(bitcode)
+    except BackendUnavailable as e:
+        return f"NOT readable: {e}"
+    return f"Triton's LLVM ({_triton_compat.llvm_producer() or 'unknown'}) reads it"
+
+
+def _satisfies(spec: str, version: tuple) -> bool:
+    """Whether `version` meets a Requires-Python of comparison clauses (">=3.10,<3.13")."""
+    compare = {">=": "__ge__", "<=": "__le__", ">": "__gt__", "<": "__lt__", "==": "__eq__", "!=": "__ne__"}
+    for clause in spec.split(","):
+        op, bound = re.fullmatch(r"\s*(>=|<=|>|<|==|!=)\s*([\d.]+)\s*", clause).groups()
+        limit = tuple(int(x) for x in bound.split("."))
+        if not getattr(tuple(version[: len(limit)]), compare[op])(limit):
+            return False
+    return True
+
+
+def _matrix() -> None:
+    """The versions found beside the support matrix (docs/nvidia.md#support-matrix)."""
+    import importlib.metadata
+
+    from . import vendor_libs
+
+    def row(name, found, ok, matrix):
+        print(f"  {name:8s} {found:28s} {'in' if ok else 'NOT in'} the matrix ({matrix})")
+
+    python = importlib.metadata.metadata("unishmem")["Requires-Python"]
+    row("python", platform.python_version(), _satisfies(python, sys.version_info[:3]), python)
+    try:
+        from . import _triton_compat
+    except ImportError as e:
+        print(f"  triton   not importable ({e})")
+    else:
+        lo, hi = (".".join(map(str, v)) for v in _triton_compat.SUPPORTED)
+        found = f"{_triton_compat.triton.__version__} ({_triton_compat.llvm_producer() or 'LLVM unknown'})"
+        row("triton", found, _triton_compat.in_matrix(), f"{lo} to {hi}")
+    nv = vendor_libs.find_nvshmem()
+    if nv.version:
+        lo, hi = (".".join(map(str, v)) for v in vendor_libs.NVSHMEM_SUPPORTED)
+        row("NVSHMEM", nv.version, vendor_libs.nvshmem_in_matrix(nv.version), f"{lo} to {hi}.x")
+    else:
+        print("  NVSHMEM  not found")
 
 
 def _library_calls(backend) -> None:

@@ -299,6 +299,7 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from . import _triton_compat
     from .backends import by_triton_backend
     from .errors import BackendUnavailable
     from .triton_support import extern_libs
@@ -317,17 +318,27 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
             return result
         # rocSHMEM's bitcode is built with ROCm only; a code object without it resolves at module load
         libs, result["note"] = {}, f"{e}: its symbols stay declarations, resolved at module load"
+    # NOTE [Triton releases]: an undefined call that this Triton cannot assemble: LLVM IR only
+    lowering = not libs and not _triton_compat.assembles_undefined_calls(backend)
     options = dict(options, extern_libs=tuple({**libs, **dict(options.get("extern_libs") or {})}.items()))
     start = time.perf_counter()
     try:
         # Triton prints the whole PTX on a ptxas failure and warns about its settings: the error keeps
         # what matters, so the report stays readable
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            compiled = triton.compile(
-                ASTSource(kernel.jit_function, signature=signature, constexprs=constexprs, attrs=attrs),
-                target=GPUTarget(backend, arch, warp),
-                options=options,
-            )
+            with _triton_compat.lowering_only() if lowering else contextlib.nullcontext():
+                compiled = triton.compile(
+                    ASTSource(kernel.jit_function, signature=signature, constexprs=constexprs, attrs=attrs),
+                    target=GPUTarget(backend, arch, warp),
+                    options=options,
+                )
+            llir, binary = compiled.asm["llir"], compiled.asm[vendor.triton_binary]
+    except _triton_compat.LoweredOnly as e:
+        llir, binary = e.llir, b""
+        result["note"] = (
+            f"{result['note']}; lowered to LLVM IR, not assembled: Triton {triton.__version__} cannot assemble "
+            "a code object that calls an undefined function (NOTE [Triton releases])"
+        )
     except Exception as e:
         result["seconds"] = round(time.perf_counter() - start, 1)
         lacks = _not_available(e)
@@ -340,17 +351,20 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
             result["unresolved"] = re.findall(rf"Unresolved extern function '({vendor.name}\w*)'", str(e))
         return result
     result["seconds"] = round(time.perf_counter() - start, 1)
-    llir, binary = compiled.asm["llir"], compiled.asm[vendor.triton_binary]
     declared = sorted(set(re.findall(rf"^declare [^@]*@({vendor.name}\w*)\(", llir, re.M)))
-    result.update(binary_bytes=len(binary), unresolved=declared, linked=bool(libs) and not declared)
+    result.update(
+        binary_bytes=len(binary), unresolved=declared, linked=bool(libs) and not declared, assembled=not lowering
+    )
     # linked; or, for HIP without rocSHMEM's bitcode here, its calls left as declarations for module load
-    result["ok"] = result["linked"] or (not libs and bool(binary))
+    result["ok"] = result["linked"] or (not libs and bool(binary or lowering))
     if libs and declared:
         result["error"] = f"linked, yet {', '.join(declared)} stay declared: the bitcode lacks them"
     if out_dir is not None:
         several = len(_worker["specs"][name]) > 1
         stem = Path(out_dir) / (f"{name}.{index}.{target}" if several else f"{name}.{target}")
         for path, data in ((f"{stem}.{vendor.triton_binary}", binary), (f"{stem}.llir", llir)):
+            if not data:  # not assembled
+                continue
             Path(path).write_bytes(data if isinstance(data, bytes) else data.encode())
             result["files"].append(path)
     return result
@@ -363,6 +377,7 @@ def _failed(target: str | None, error: str | None) -> dict:
         "ok": False,
         "linked": False,
         "binary_bytes": 0,
+        "assembled": False,
         "unresolved": [],
         "lacks": None,
         "error": error,
@@ -466,6 +481,8 @@ def _describe(r: dict) -> str:
     if r["binary_bytes"]:
         done = "linked" if r["linked"] else "compiled, not linked" if r["ok"] else "compiled"
         parts.append(f"{done} ({by_triton_backend(backend).triton_binary} {r['binary_bytes']} B, {r['seconds']} s)")
+    elif r["ok"] and not r["assembled"]:
+        parts.append(f"lowered to LLVM IR, not assembled ({r['seconds']} s)")
     if r["unresolved"]:
         what = "left for module load" if r["ok"] else "unresolved"
         parts.append(f"{what}: {', '.join(r['unresolved'])}")

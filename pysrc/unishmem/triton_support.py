@@ -23,6 +23,7 @@ import threading
 
 import triton
 
+from . import _triton_compat
 from .errors import UnishmemError
 
 _KERNEL_NAMES: set[str] = set()
@@ -40,7 +41,9 @@ def extern_libs(backend: str, arch) -> dict[str, str]:
 
     vendor = by_triton_backend(backend)
     libs = {key: str(path) for key, path in vendor.linked_first}
-    libs[vendor.extern_lib_key] = str(vendor.bitcode(arch))
+    bitcode = vendor.bitcode(arch)
+    _triton_compat.check_readable(bitcode)
+    libs[vendor.extern_lib_key] = str(bitcode)
     return libs
 
 
@@ -342,6 +345,7 @@ class Kernel:
         if not isinstance(type(interpreter_builder).__dict__.get("grid_idx"), _ThreadGridIdx):
             type(interpreter_builder).grid_idx = _ThreadGridIdx()
         _serialise_rewrites()
+        _triton_compat.patch_interpreter()
         from . import hang, runtime
 
         watchdog = hang.watchdog(runtime())

@@ -30,6 +30,10 @@ from pathlib import Path
 from .errors import BackendUnavailable
 
 NVSHMEM_LIBRARY = "libnvshmem_host.so.3"
+# NVSHMEM's two bitcode layouts: from 3.7 one file per arch (libnvshmem_device_sm_90.bc...), before that
+# one file for every arch, which Install.bitcode keys ANY_ARCH.
+NVSHMEM_SINGLE_BITCODE = "libnvshmem_device.bc"
+ANY_ARCH = "any"
 
 
 @dataclass
@@ -53,12 +57,14 @@ class Install:
 
 
 def _header_version(include: Path) -> str | None:
+    """MAJOR.MINOR.PATCH from the numeric macros, which every release defines (3.4.5 has no version string)."""
     header = include / "non_abi" / "nvshmem_version.h"
     try:
-        m = re.search(r'NVSHMEM_VENDOR_BASE_VERSION_STRING\s+"([^"]+)"', header.read_text())
+        text = header.read_text()
     except OSError:
         return None
-    return m.group(1) if m else None
+    parts = [re.search(rf"#define\s+NVSHMEM_VENDOR_{p}_VERSION\s+(\d+)", text) for p in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) for m in parts) if all(parts) else None
 
 
 @functools.cache
@@ -72,6 +78,16 @@ def library_version(path: Path) -> str:
     v = [ctypes.c_int() for _ in range(3)]
     lib.nvshmemx_vendor_get_version_info(*(ctypes.byref(x) for x in v))
     return ".".join(str(x.value) for x in v)
+
+
+# The NVSHMEM releases of the support matrix (docs/nvidia.md#support-matrix), as pyproject's `cuda` extra
+# declares them: from what torch 2.11 pins to the newest checked.
+NVSHMEM_SUPPORTED = ((3, 4, 5), (3, 8))
+
+
+def nvshmem_in_matrix(version: str) -> bool:
+    have = tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+    return NVSHMEM_SUPPORTED[0] <= have and have[:2] <= NVSHMEM_SUPPORTED[1]
 
 
 _NVSHMEM_REMEDY = "set NVSHMEM_HOME or `pip install 'unishmem[cuda]'` (nvidia-nvshmem-cu13 and cuda-pathfinder)"
@@ -124,12 +140,14 @@ def find_nvshmem() -> Install:
     for bc in sorted(glob.glob(str(lib.parent / "libnvshmem_device_sm_*.bc"))):
         arch = re.search(r"_(sm_\d+)\.bc$", bc).group(1)
         inst.bitcode[arch] = Path(bc)
+    if not inst.bitcode and (lib.parent / NVSHMEM_SINGLE_BITCODE).exists():
+        inst.bitcode[ANY_ARCH] = lib.parent / NVSHMEM_SINGLE_BITCODE
     try:
         inst.version = library_version(lib)
     except (OSError, AttributeError) as e:
         inst.problems.append(f"{lib} does not load here: {e}")
     if not inst.bitcode:
-        inst.problems.append(f"no device bitcode (libnvshmem_device_sm_*.bc) beside {lib}")
+        inst.problems.append(f"no device bitcode (libnvshmem_device_sm_*.bc or {NVSHMEM_SINGLE_BITCODE}) beside {lib}")
     return inst
 
 
@@ -179,7 +197,10 @@ def check_bitcode(inst: Install, bitcode: Path) -> tuple[bool, str]:
 
 
 def bitcode_arch(capability: tuple[int, int], available) -> str | None:
-    """The newest sm_XX bitcode not newer than the device's compute capability."""
+    """The newest sm_XX bitcode not newer than the device's compute capability (the one file of a release
+    with a single bitcode)."""
+    if ANY_ARCH in available:
+        return ANY_ARCH
     cc = capability[0] * 10 + capability[1]
     fitting = sorted((int(a[3:]), a) for a in available if int(a[3:]) <= cc)
     return fitting[-1][1] if fitting else None
@@ -202,6 +223,131 @@ def nvshmem_bitcode(capability: tuple[int, int]) -> Path:
             f"{inst.library} ({inst.version}): {why}"
         )
     return inst.bitcode[arch]
+
+
+# ---- bitcode -------------------------------------------------------------------------------------
+# NOTE [bitcode producer]: LLVM reads bitcode that its own or an older release wrote, not a newer one's
+# (Triton 3.6, LLVM 22.0, fails on NVSHMEM 3.8's bitcode from LLVM 22.1: "Failed to parse library").
+# Which LLVM wrote a file is the STRING record of its IDENTIFICATION block, the first block after the
+# magic (LLVM's docs/BitCodeFormat.rst); the few lines below read only that block.
+
+_BITCODE_MAGIC = b"BC\xc0\xde"
+_WRAPPER_MAGIC = 0x0B17C0DE
+_IDENTIFICATION_BLOCK = 13
+_CHAR6 = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._"
+
+
+class _Bits:
+    """An LLVM bitstream: fields are read least significant bit first."""
+
+    def __init__(self, data: bytes, start: int):
+        self.data, self.pos = data, start * 8
+
+    def fixed(self, width: int) -> int:
+        value = 0
+        for i in range(width):
+            byte = self.data[self.pos >> 3]  # IndexError past the end: the caller reports a bad file
+            value |= ((byte >> (self.pos & 7)) & 1) << i
+            self.pos += 1
+        return value
+
+    def vbr(self, width: int) -> int:
+        value, shift, high = 0, 0, 1 << (width - 1)
+        while True:
+            chunk = self.fixed(width)
+            value |= (chunk & (high - 1)) << shift
+            if not chunk & high:
+                return value
+            shift += width - 1
+
+    def align32(self) -> None:
+        self.pos = (self.pos + 31) & ~31
+
+
+def _abbreviated(bits: _Bits, ops: list) -> list[int]:
+    """The fields of one record written with an abbreviation (a list of (encoding, value) operands)."""
+
+    def scalar(op):
+        kind, value = op
+        if kind == "literal":
+            return value
+        if kind == "fixed":
+            return bits.fixed(value)
+        if kind == "vbr":
+            return bits.vbr(value)
+        if kind == "char6":
+            return ord(_CHAR6[bits.fixed(6)])
+        raise ValueError(f"unexpected operand {kind} in an identification record")
+
+    fields, i = [], 0
+    while i < len(ops):
+        if ops[i][0] == "array":  # its element's encoding is the next operand
+            fields += [scalar(ops[i + 1]) for _ in range(bits.vbr(6))]
+            i += 2
+        else:
+            fields.append(scalar(ops[i]))
+            i += 1
+    return fields
+
+
+def _define_abbrev(bits: _Bits) -> list:
+    kinds = {1: "fixed", 2: "vbr", 3: "array", 4: "char6", 5: "blob"}
+    ops = []
+    for _ in range(bits.vbr(5)):
+        if bits.fixed(1):
+            ops.append(("literal", bits.vbr(8)))
+        else:
+            kind = kinds[bits.fixed(3)]
+            ops.append((kind, bits.vbr(5) if kind in ("fixed", "vbr") else None))
+    return ops
+
+
+@functools.cache
+def _producer(path: str, size: int, mtime: float) -> str | None:
+    with open(path, "rb") as f:
+        head = f.read(4096)  # the identification block is a few dozen bytes
+    start = 0
+    if int.from_bytes(head[:4], "little") == _WRAPPER_MAGIC:  # the Darwin-style wrapper header
+        start = int.from_bytes(head[8:12], "little")
+    if head[start : start + 4] != _BITCODE_MAGIC:
+        return None
+    bits = _Bits(head, start + 4)
+    try:
+        if bits.fixed(2) != 1 or bits.vbr(8) != _IDENTIFICATION_BLOCK:  # ENTER_SUBBLOCK of that block
+            return None
+        width = bits.vbr(4)
+        bits.align32()
+        bits.fixed(32)  # the block's length in words
+        abbrevs = []
+        while True:
+            abbrev = bits.fixed(width)
+            if abbrev == 0:  # END_BLOCK
+                return None
+            if abbrev == 2:  # DEFINE_ABBREV
+                abbrevs.append(_define_abbrev(bits))
+                continue
+            if abbrev == 3:  # UNABBREV_RECORD: code, count, fields
+                code, n = bits.vbr(6), bits.vbr(6)
+                fields = [code] + [bits.vbr(6) for _ in range(n)]
+            else:
+                fields = _abbreviated(bits, abbrevs[abbrev - 4])
+            if fields[0] == 1:  # IDENTIFICATION_CODE_STRING
+                return "".join(map(chr, fields[1:]))
+    except (IndexError, KeyError, ValueError):
+        return None
+
+
+def bitcode_producer(path: Path) -> str | None:
+    """The LLVM release that wrote a bitcode file ('LLVM22.1.8'), None where the file does not say (or is
+    not bitcode: a stand-in in IR text, say). NOTE [bitcode producer]."""
+    st = path.stat()
+    return _producer(str(path), st.st_size, st.st_mtime)
+
+
+def llvm_release(producer: str) -> tuple[int, int] | None:
+    """'LLVM22.1.8' -> (22, 1); 'LLVM22.0.0git' -> (22, 0)."""
+    m = re.match(r"LLVM(\d+)\.(\d+)", producer or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 # ---- rocSHMEM -----------------------------------------------------------------------------------

@@ -1,0 +1,133 @@
+"""What differs between the Triton releases unishmem supports, in one place (NOTE [Triton releases]).
+
+NOTE [Triton releases]: unishmem runs on Triton 3.6 to 3.9 (docs/nvidia.md#support-matrix); torch 2.11's
+CUDA wheels pin 3.6.0. The releases differ in what this module holds, and nowhere else:
+- the LLVM each is built with, which decides the newest bitcode it reads (NOTE [bitcode producer] in
+  vendor_libs.py): Triton 3.6 (LLVM 22.0) cannot read NVSHMEM 3.8's bitcode (LLVM 22.1);
+- 3.6's interpreter converts a scalar to an index with int() of a one-element array, which numpy 2.4
+  refuses ("only 0-dimensional arrays can be converted to Python scalars": `range(1, n)` over a kernel
+  argument); later releases squeeze the array first, as `index_patch` does;
+- 3.6's LLVM aborts the process ("cannot evaluate equated symbol 'kernel.num_named_barrier'") when it
+  assembles an AMD code object that calls a function nothing defines, as a rocSHMEM call is where its
+  bitcode is not installed; with the callee defined it assembles. Where that is so, a HIP compile without
+  rocSHMEM's bitcode stops at LLVM IR (`lowering_only`), the last stage that needs no rocSHMEM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import mmap
+import re
+from pathlib import Path
+
+import triton
+
+from .errors import BackendUnavailable
+
+SUPPORTED = ((3, 6), (3, 9))  # the oldest and newest minor releases of the matrix
+
+
+def version() -> tuple[int, int]:
+    major, minor = re.match(r"(\d+)\.(\d+)", triton.__version__).groups()
+    return int(major), int(minor)
+
+
+def in_matrix() -> bool:
+    return SUPPORTED[0] <= version() <= SUPPORTED[1]
+
+
+def matrix_note() -> str:
+    """One line for `unishmem info` and error messages."""
+    lo, hi = (f"{a}.{b}" for a, b in SUPPORTED)
+    where = "in" if in_matrix() else "NOT in"
+    return f"Triton {triton.__version__} (LLVM {llvm_producer() or 'unknown'}): {where} the support matrix ({lo}-{hi})"
+
+
+@functools.cache
+def llvm_producer() -> str | None:
+    """The LLVM release Triton is built with, as that LLVM names itself in the bitcode it writes
+    ('LLVM22.0.0git'); None where its library does not say. Read once (a scan of about 0.5 s)."""
+    path = Path(triton.__file__).parent / "_C" / "libtriton.so"
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            m = re.search(rb"\x00(LLVM\d+\.\d+\.\d+(?:git)?)\x00", data)
+            return m.group(1).decode() if m else None  # while the mapping is open
+    except (OSError, ValueError):
+        return None
+
+
+@functools.cache
+def check_readable(bitcode: Path) -> None:
+    """BackendUnavailable, with the remedy, where this Triton's LLVM cannot read `bitcode` (NOTE [bitcode
+    producer]); silent where either release is unknown (Triton's own error then says it)."""
+    from .vendor_libs import bitcode_producer, llvm_release
+
+    writer, reader = bitcode_producer(bitcode), llvm_producer()
+    if writer is None or reader is None or llvm_release(writer) <= llvm_release(reader):
+        return
+    raise BackendUnavailable(
+        f"{bitcode} was written by {writer}, and Triton {triton.__version__} is built with {reader}, which "
+        "cannot read bitcode of a newer LLVM: install a vendor library whose bitcode is not newer (Triton 3.6 "
+        "reads NVSHMEM up to 3.7; torch 2.11 pins nvidia-nvshmem-cu13==3.4.5) or a newer Triton "
+        "(docs/nvidia.md#support-matrix)"
+    )
+
+
+def patch_interpreter() -> None:
+    """Triton 3.6's interpreter: a scalar's __index__ as later releases have it (squeeze, then int)."""
+    if version() >= (3, 7):
+        return
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "_unishmem_index", False):
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patch_lang_tensor._unishmem_index = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+
+
+def assembles_undefined_calls(backend: str) -> bool:
+    """Whether this Triton assembles a code object for `backend` that calls a function nothing defines."""
+    return backend != "hip" or version() >= (3, 7)
+
+
+class LoweredOnly(Exception):
+    """Raised by `lowering_only`'s stage in place of assembling: carries the kernel's LLVM IR."""
+
+    def __init__(self, llir: str):
+        super().__init__("lowered to LLVM IR; not assembled")
+        self.llir = llir
+
+
+@contextlib.contextmanager
+def lowering_only():
+    """triton.compile stops after LLVM IR and raises LoweredOnly with it (Triton's stage hook, in every
+    supported release). For one compile in a worker process: the hook is Triton's one global."""
+    from triton import knobs
+
+    def stop_after_llir(*args):
+        if not args:  # Triton >= 3.7 also asks the hook for a cache key: (key, hash)
+            return "unishmem-lowering-only", "unishmem-lowering-only"
+        if previous is not None:
+            previous(*args)
+        stages = args[1]  # (backend, stages, options, language, capability)
+        names = list(stages)
+        for name in names[names.index("llir") + 1 :]:
+            stages[name] = _raise_lowered
+
+    previous = knobs.runtime.add_stages_inspection_hook
+    knobs.runtime.add_stages_inspection_hook = stop_after_llir
+    try:
+        yield
+    finally:
+        knobs.runtime.add_stages_inspection_hook = previous
+
+
+def _raise_lowered(src, metadata):
+    raise LoweredOnly(src)
