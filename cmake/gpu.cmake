@@ -9,12 +9,14 @@
 set(NVSHMEM_HOME "$ENV{NVSHMEM_HOME}" CACHE PATH "NVSHMEM install prefix (else the pip wheel is used)")
 unishmem_site_paths(_nv_wheels nvidia/nvshmem)
 set(_nv_prefixes ${NVSHMEM_HOME} ${_nv_wheels})
+unishmem_search_anew_for("${_nv_prefixes}" UNISHMEM_NVSHMEM_INCLUDE UNISHMEM_NVSHMEM_LIBRARY)
 find_path(UNISHMEM_NVSHMEM_INCLUDE nvshmem_host.h PATHS ${_nv_prefixes} PATH_SUFFIXES include NO_DEFAULT_PATH)
 find_file(UNISHMEM_NVSHMEM_LIBRARY NAMES libnvshmem_host.so.3 libnvshmem_host.so PATHS ${_nv_prefixes}
           PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
 
 unishmem_site_paths(_cuda_wheels nvidia/cu13 nvidia/cuda_runtime)
 set(_cuda_prefixes $ENV{CUDA_HOME} $ENV{CUDA_PATH} /usr/local/cuda ${_cuda_wheels})
+unishmem_search_anew_for("${_cuda_prefixes}" UNISHMEM_CUDA_INCLUDE UNISHMEM_CUDART_STATIC UNISHMEM_CUDA_CCCL)
 find_path(UNISHMEM_CUDA_INCLUDE cuda_runtime.h PATHS ${_cuda_prefixes} PATH_SUFFIXES include NO_DEFAULT_PATH)
 find_library(UNISHMEM_CUDART_STATIC NAMES libcudart_static.a PATHS ${_cuda_prefixes} PATH_SUFFIXES lib64 lib
              NO_DEFAULT_PATH)

@@ -33,6 +33,19 @@ function(unishmem_site_paths out)
   set(${out} ${paths} PARENT_SCOPE)
 endfunction()
 
+# unishmem_search_anew_for(<places> <var>...): forget the cached find results <var>... when the places they
+# were searched in differ from last time, so that a build directory reused by another environment (another
+# venv, another NVSHMEM wheel) does not keep the first one's headers and libraries.
+function(unishmem_search_anew_for places)
+  string(MAKE_C_IDENTIFIER "${ARGV1}" key)
+  if(NOT "${places}" STREQUAL "${UNISHMEM_SEARCHED_${key}}")
+    foreach(var IN LISTS ARGN)
+      unset(${var} CACHE)
+    endforeach()
+    set(UNISHMEM_SEARCHED_${key} "${places}" CACHE INTERNAL "where ${ARGN} were found")
+  endif()
+endfunction()
+
 # unishmem_missing(<list> <var> <what>): appends <what> to <list> where the find result <var> is unset
 # or NOTFOUND, so that CMake can say every missing piece at once.
 function(unishmem_missing list var what)

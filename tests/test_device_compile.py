@@ -19,11 +19,11 @@ from compile_cache import CompileCache  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from unishmem import BackendUnavailable  # noqa: E402
+from unishmem import BackendUnavailable, _triton_compat  # noqa: E402
 from unishmem.triton_support import extern_libs  # noqa: E402
 
-CUDA_ARCHS = (80, 90, 100)
-# scripts/ci_rocm.sh sets the arch of the machine it runs on
+# .ci/run's second stack narrows both; scripts/ci_rocm.sh sets the arch of the machine it runs on
+CUDA_ARCHS = tuple(int(a) for a in os.environ.get("UNISHMEM_TEST_CUDA_ARCHS", "80,90,100").split(","))
 HIP_ARCHS = tuple(os.environ.get("UNISHMEM_TEST_HIP_ARCHS", "gfx942,gfx950").split(","))
 
 
@@ -52,19 +52,22 @@ def _compile(
     try:
         if constexprs is None:
             constexprs = {"N": 8} if signature is None else {}
-        c = triton.compile(
+        # NOTE [Triton releases]: LLVM IR only where this Triton cannot assemble an undefined call
+        asm, assembled = _triton_compat.compile_asm(
             ASTSource(kernel, signature=signature or default, constexprs=constexprs, attrs=attrs),
-            target=target,
-            options=options,
+            target,
+            options,
+            linked=link,
         )
     except Exception as e:  # reported to the test, which decides
         return {"error": f"{type(e).__name__}: {e}"[:4000]}
-    binary = c.asm.get("cubin", c.asm.get("hsaco", b""))
+    binary = asm.get("cubin", asm.get("hsaco", b""))
     return {
-        "ttir": c.asm["ttir"],
-        "ttgir": c.asm["ttgir"],
-        "llir": c.asm["llir"],
+        "ttir": asm["ttir"],
+        "ttgir": asm["ttgir"],
+        "llir": asm["llir"],
         "binary": len(binary),
+        "assembled": assembled,
         "rocshmem_names": {m.decode() for m in re.findall(rb"ROCSHMEM_\w+", binary)},
     }
 
@@ -183,7 +186,8 @@ def test_single_issue_put_starts_with_a_block_barrier(builds):
     assert any(line.startswith(("gpu.barrier", "ttg.barrier")) for line in ttir[store:put]), ttir[store : put + 1]
     llir = _instructions(out["llir"])  # and in the LLVM IR: the store, a barrier, thread 0's call
     store = next(i for i, line in enumerate(llir) if line.startswith("store ") or "st.global" in line)
-    call = next(i for i, line in enumerate(llir) if "@nvshmem_putmem" in line and "call" in line)
+    # the first call into NVSHMEM: nvshmem_putmem, or what it inlines to (NVSHMEM 3.4.5's bitcode)
+    call = next(i for i in range(store, len(llir)) if re.search(r"call .*@(_Z\d+)?nvshmemi?_", llir[i]))
     assert any("barrier" in line for line in llir[store:call]), llir[store : call + 1]
 
 
@@ -201,10 +205,15 @@ def test_consume_token_keeps_guarded_loads_after_their_waits(builds):
         return seen
 
     unguarded, guarded = (builds["gemm"][g] for g in (False, True))
-    for out in (unguarded, guarded):
-        assert "error" not in out, out.get("error")
+    assert "error" not in unguarded, unguarded.get("error")
     # Unguarded, the pipeliner issues the first A tiles before any wait: the hazard.
     assert order(unguarded["ttgir"])[0] == 0, order(unguarded["ttgir"])
+    if _triton_compat.version() < (3, 9):
+        # NOTE [Triton releases]: 3.6-3.8's pipeliner stops at the wait the loads depend on ("pipeliner doesn't
+        # know how to predicate this op", on stderr): a compile error, not the hazard
+        assert guarded.get("error") == "RuntimeError: PassManager::run failed", guarded.get("error")
+        return
+    assert "error" not in guarded, guarded.get("error")
     # Guarded, it still pipelines (the prologue loads stay async copies) but each tile comes after its own wait.
     seen = order(guarded["ttgir"])
     assert len(seen) >= 3 and all(waits > i for i, waits in enumerate(seen)), seen
@@ -452,7 +461,7 @@ def test_every_rocshmem_kernel_keeps_the_globals_module_init_needs(tmp_path, mon
     )
     for k, o in out.items():
         assert "error" not in o, f"{k}: {o.get('error')}"
-        assert o["binary"] > 0
+        assert o["binary"] > 0 or not o["assembled"]  # Triton 3.6: LLVM IR only (NOTE [Triton releases])
     # the hazard, with rocSHMEM's bitcode alone: a kernel keeps only the globals its calls read
     assert not _defined_globals(out["alone"]["llir"]) & ROCSHMEM_GLOBALS
     assert _defined_globals(out["teams alone"]["llir"]) & ROCSHMEM_GLOBALS == ROCSHMEM_GLOBALS - {
@@ -462,7 +471,8 @@ def test_every_rocshmem_kernel_keeps_the_globals_module_init_needs(tmp_path, mon
     for k in ("unishmem", "unishmem teams"):
         assert ROCSHMEM_GLOBALS <= _defined_globals(out[k]["llir"]), out[k]["llir"][:3000]
         assert not re.findall(r"^@(ROCSHMEM_\w+) = external", out[k]["llir"], re.M)
-        assert ROCSHMEM_GLOBALS <= out[k]["rocshmem_names"]  # in the code object, where hipModuleGetGlobal looks
+        if out[k]["assembled"]:  # in the code object, where hipModuleGetGlobal looks
+            assert ROCSHMEM_GLOBALS <= out[k]["rocshmem_names"]
 
 
 def test_a_rocshmem_team_handle_crosses_as_64_bits():

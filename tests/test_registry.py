@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 import tomllib
 import torch
-from nvshmem_wheel import WHEEL, needs_wheel
+from nvshmem_wheel import WHEEL, needs_wheel, sm_90_bitcode, wheel_file
 
 import unishmem
 from unishmem import backends
@@ -38,11 +38,6 @@ def run_python(code: str, env=None) -> subprocess.CompletedProcess:
         timeout=120,
         env=dict(os.environ, **(env or {})),
     )
-
-
-def _wheel_file(name: str) -> Path:
-    entry = next(f for f in WHEEL.files if f.name == name)
-    return Path(WHEEL.locate_file(entry)).resolve()
 
 
 # ---- the registry ------------------------------------------------------------------------------
@@ -93,7 +88,7 @@ def test_bitcode_for_a_device_is_the_wheels_file():
     nv = backends.get("nvshmem")
     arch = nv.device_arch(SimpleNamespace(major=9, minor=0))
     assert arch == 90
-    expected = _wheel_file("libnvshmem_device_sm_90.bc")
+    expected = sm_90_bitcode()
     assert nv.bitcode(arch).resolve() == expected
     assert {k: Path(v).resolve() for k, v in extern_libs("cuda", 90).items()} == {nv.extern_lib_key: expected}
     roc = backends.get("rocshmem")
@@ -148,8 +143,8 @@ def test_pathfinder_finds_the_wheels_library_and_headers():
     )
     assert proc.returncode == 0, proc.stderr
     library, include, origin, problems = proc.stdout.splitlines()
-    assert Path(library) == _wheel_file("libnvshmem_host.so.3")
-    assert Path(include) == _wheel_file("nvshmem.h").parent
+    assert Path(library) == wheel_file("libnvshmem_host.so.3")
+    assert Path(include) == wheel_file("nvshmem.h").parent
     assert origin == f"pip: {WHEEL.metadata['Name']} {WHEEL.version}"
     assert problems == "[]"
 
@@ -169,7 +164,7 @@ def test_without_pathfinder_nvshmem_is_unavailable_unless_nvshmem_home_names_it(
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "UNAVAILABLE NVSHMEM: not searched: cuda-pathfinder is not installed; set NVSHMEM_HOME" in proc.stdout
-    home = _wheel_file("libnvshmem_host.so.3").parent.parent
+    home = wheel_file("libnvshmem_host.so.3").parent.parent
     env["NVSHMEM_HOME"] = str(home)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr

@@ -9,9 +9,10 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
-from nvshmem_wheel import WHEEL, needs_wheel
+from nvshmem_wheel import WHEEL, needs_wheel, sm_90_bitcode, wheel_bitcode
 from spmd import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,29 +77,43 @@ def test_info_reports_library_version_and_matching_bitcode():
         rf"version {re.escape(WHEEL.version)}",
         out,
     ), out
-    bitcode = re.findall(r"^  bitcode\s+(sm_\d+)\s+\S+libnvshmem_device_\1\.bc\s+\[ok: same release", out, re.M)
-    assert "sm_90" in bitcode and "sm_80" in bitcode, out
+    listed = dict(re.findall(r"^  bitcode\s+(\S+)\s+\S+/(libnvshmem_device\S*\.bc)\s+\[ok: same release", out, re.M))
+    shipped = set(wheel_bitcode())  # one file per arch from NVSHMEM 3.7, one for every arch before
+    if shipped == {"libnvshmem_device.bc"}:
+        assert listed == {"any": "libnvshmem_device.bc"}, out
+    else:
+        assert set(listed.values()) == shipped and listed["sm_90"] == "libnvshmem_device_sm_90.bc", out
+    assert re.search(r"^  triton\s+\S+ \(LLVM\S+\)\s+in the matrix", out, re.M), out
+    assert re.search(rf"^  NVSHMEM\s+{re.escape(WHEEL.version)}\s+in the matrix", out, re.M), out
 
 
 @needs_wheel
 def test_bitcode_from_another_install_is_reported(tmp_path):
     """The release check compares files, not names: a prefix whose headers name another release fails."""
     real = os.path.join(WHEEL.locate_file("nvidia/nvshmem/lib"))
-    for version, expect in (("3.8.0", True), ("3.7.0", False)):
+    other = "3.7.0" if WHEEL.version != "3.7.0" else "3.6.5"
+    # both bitcode layouts, and the headers' version as 3.4.5 writes it (numeric macros, no version string)
+    cases = [
+        (WHEEL.version, "libnvshmem_device_sm_90.bc", "sm_90", True),
+        (other, "libnvshmem_device.bc", "any", False),
+    ]
+    for version, bitcode, arch, expect in cases:
         prefix = tmp_path / version
         (prefix / "lib").mkdir(parents=True)
         (prefix / "include" / "non_abi").mkdir(parents=True)
         shutil.copy(os.path.join(real, "libnvshmem_host.so.3"), prefix / "lib")
-        (prefix / "lib" / "libnvshmem_device_sm_90.bc").write_bytes(b"BC\xc0\xde")
+        (prefix / "lib" / bitcode).write_bytes(b"BC\xc0\xde")
+        major, minor, patch = version.split(".")
         (prefix / "include" / "non_abi" / "nvshmem_version.h").write_text(
-            f'#define NVSHMEM_VENDOR_BASE_VERSION_STRING "{version}"\n'
+            f"#define NVSHMEM_VENDOR_MAJOR_VERSION {major}\n#define NVSHMEM_VENDOR_MINOR_VERSION {minor}\n"
+            f"#define NVSHMEM_VENDOR_PATCH_VERSION {patch}\n#define NVSHMEM_VENDOR_PACKAGE_VERSION 0\n"
         )
         proc = run_python(
-            """
+            f"""
             from unishmem import vendor_libs
             inst = vendor_libs.find_nvshmem()
             print(inst.origin, inst.version, sorted(inst.bitcode))
-            print(vendor_libs.check_bitcode(inst, inst.bitcode["sm_90"]))
+            print(vendor_libs.check_bitcode(inst, inst.bitcode["{arch}"]))
             try:
                 vendor_libs.nvshmem_bitcode((9, 0))
                 print("ACCEPTED")
@@ -108,12 +123,69 @@ def test_bitcode_from_another_install_is_reported(tmp_path):
             env={"NVSHMEM_HOME": str(prefix)},
         )
         assert proc.returncode == 0, proc.stderr
-        assert f"NVSHMEM_HOME={prefix} {WHEEL.version} ['sm_90']" in proc.stdout, proc.stdout
+        assert f"NVSHMEM_HOME={prefix} {WHEEL.version} ['{arch}']" in proc.stdout, proc.stdout
         if expect:
             assert "(True, 'same install prefix" in proc.stdout and "ACCEPTED" in proc.stdout, proc.stdout
         else:
             assert "REFUSED BackendUnavailable" in proc.stdout, proc.stdout
-            assert f"the host library is {WHEEL.version}, the headers beside it say 3.7.0" in proc.stdout
+            assert f"the host library is {WHEEL.version}, the headers beside it say {other}" in proc.stdout
+
+
+@needs_wheel
+@pytest.mark.skipif(shutil.which("llvm-bcanalyzer") is None, reason="no llvm-bcanalyzer (Debian's llvm)")
+def test_bitcode_producer_is_what_llvm_bcanalyzer_reads():
+    """NOTE [bitcode producer]: the LLVM that wrote each of the wheel's bitcode files, as LLVM's own tool
+    reads the identification block."""
+    from unishmem.vendor_libs import bitcode_producer
+
+    for name, path in wheel_bitcode().items():
+        dump = subprocess.run(["llvm-bcanalyzer", "-dump", str(path)], capture_output=True, text=True, timeout=300)
+        expected = re.search(r"<IDENTIFICATION_BLOCK.*?record string = '([^']+)'", dump.stdout, re.S).group(1)
+        assert bitcode_producer(path) == expected, name
+    standin = os.path.join(ROOT, "tests", "fixtures", "standin_rocshmem_device.ll")  # IR text: no producer
+    assert bitcode_producer(Path(standin)) is None
+
+
+@needs_wheel
+def test_bitcode_newer_than_tritons_llvm_is_refused_before_linking(monkeypatch):
+    """Triton 3.6 (LLVM 22.0) fails on NVSHMEM 3.8's bitcode (LLVM 22.1) with "Failed to parse library":
+    the check names both releases first. The wheel's real bitcode, against a reader one minor release older."""
+    pytest.importorskip("triton")
+    from unishmem import BackendUnavailable, _triton_compat
+    from unishmem.vendor_libs import bitcode_producer, llvm_release
+
+    bitcode = sm_90_bitcode()
+    writer = bitcode_producer(bitcode)
+    major, minor = llvm_release(writer)
+    _triton_compat.check_readable.cache_clear()
+    monkeypatch.setattr(_triton_compat, "llvm_producer", lambda: f"LLVM{major}.{minor}.0")
+    _triton_compat.check_readable(bitcode)  # the same release reads it
+    older = f"LLVM{major}.0.0git" if minor else f"LLVM{major - 1}.1.0"
+    monkeypatch.setattr(_triton_compat, "llvm_producer", lambda: older)
+    _triton_compat.check_readable.cache_clear()
+    with pytest.raises(BackendUnavailable, match=rf"written by {writer}, .* built with {older}, which cannot read"):
+        _triton_compat.check_readable(bitcode)
+    _triton_compat.check_readable.cache_clear()
+
+
+def test_pyproject_declares_the_support_matrix():
+    """pyproject's requirements are the matrix that unishmem info checks (docs/nvidia.md#support-matrix)."""
+    tomllib = pytest.importorskip("tomllib")
+    from unishmem import vendor_libs
+
+    project = tomllib.loads(open(os.path.join(ROOT, "pyproject.toml")).read())["project"]
+    assert project["requires-python"] == ">=3.10,<3.13"
+    extras = project["optional-dependencies"]
+    lo, hi = vendor_libs.NVSHMEM_SUPPORTED
+    nvshmem = f"nvidia-nvshmem-cu13>={'.'.join(map(str, lo))},<{hi[0]}.{hi[1] + 1}"
+    assert nvshmem in extras["cuda"] and nvshmem in extras["test"]
+    triton = pytest.importorskip("triton")
+    from unishmem import _triton_compat
+
+    (lo_major, lo_minor), (hi_major, hi_minor) = _triton_compat.SUPPORTED
+    spec = f"triton>={lo_major}.{lo_minor},<{hi_major}.{hi_minor + 1}"
+    assert spec in extras["triton"] and spec in extras["test"]
+    assert _triton_compat.in_matrix(), triton.__version__  # what this test run uses is in it
 
 
 def test_init_nvshmem_without_gpu_raises_backend_unavailable_with_the_reason():

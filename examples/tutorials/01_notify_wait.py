@@ -43,6 +43,22 @@ def notify_wait(inbox, stage, ready, freed, out, epoch, N: tl.constexpr):
         shl.signal_op(freed, epoch, shl.SIGNAL_SET, (me + n - 1) % n)
 
 
+# How `unishmem compile` compiles the kernel with no GPU (the types main() launches it with).
+COMPILE = {
+    notify_wait: {
+        "signature": {
+            "inbox": "*i32",
+            "stage": "*i32",
+            "ready": "*u64",
+            "freed": "*u64",
+            "out": "*i32",
+            "epoch": "i32",
+        },
+        "constexprs": {"N": 16},
+    }
+}
+
+
 def main() -> None:
     n_elems = 16
     with unishmem.init(heap_size="64M") as rt:

@@ -41,6 +41,22 @@ def one_shot_sum(x, slots, arrived, out, epoch, numel, BLOCK: tl.constexpr):
     tl.store(out + offs, acc, mask=mask)
 
 
+# How `unishmem compile` compiles the kernel with no GPU (the types main() launches it with).
+COMPILE = {
+    one_shot_sum: {
+        "signature": {
+            "x": "*fp32",
+            "slots": "*fp32",
+            "arrived": "*u64",
+            "out": "*fp32",
+            "epoch": "i32",
+            "numel": "i32",
+        },
+        "constexprs": {"BLOCK": 1024},
+    }
+}
+
+
 def main() -> None:
     numel, block = 3000, 1024
     with unishmem.init(heap_size="64M") as rt:

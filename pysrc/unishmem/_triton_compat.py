@@ -10,7 +10,12 @@ CUDA wheels pin 3.6.0. The releases differ in what this module holds, and nowher
 - 3.6's LLVM aborts the process ("cannot evaluate equated symbol 'kernel.num_named_barrier'") when it
   assembles an AMD code object that calls a function nothing defines, as a rocSHMEM call is where its
   bitcode is not installed; with the callee defined it assembles. Where that is so, a HIP compile without
-  rocSHMEM's bitcode stops at LLVM IR (`lowering_only`), the last stage that needs no rocSHMEM.
+  rocSHMEM's bitcode stops at LLVM IR (`compile_asm`), the last stage that needs no rocSHMEM;
+- 3.6's to 3.8's LLVM fail an assertion compiling NVSHMEM's half and bfloat16 `p` (language/_vendor.py's
+  P_AS_BITS sends their bits instead, on every release);
+- 3.6's to 3.8's pipeliner cannot schedule a loop (num_stages > 1) whose loads depend on a device wait
+  through consume_token ("pipeliner doesn't know how to predicate this op": the compile fails, nothing runs
+  wrong); 3.9 pipelines it. There, such a loop takes `tl.range(..., num_stages=1)`.
 """
 
 from __future__ import annotations
@@ -97,18 +102,33 @@ def assembles_undefined_calls(backend: str) -> bool:
     return backend != "hip" or version() >= (3, 7)
 
 
-class LoweredOnly(Exception):
-    """Raised by `lowering_only`'s stage in place of assembling: carries the kernel's LLVM IR."""
+def compile_asm(src, target, options: dict, linked: bool) -> tuple[dict, bool]:
+    """(triton.compile(src, target, options).asm, True); where this Triton cannot assemble the calls that
+    are left undefined (`linked` False: the vendor's bitcode is not here), the text of each stage up to LLVM
+    IR and False."""
+    if linked or assembles_undefined_calls(target.backend):
+        return triton.compile(src, target=target, options=options).asm, True
+    try:
+        with _lowering_only():
+            triton.compile(src, target=target, options=options)
+    except _LoweredOnly as e:
+        return e.asm, False
+    raise AssertionError("a compile that stops after LLVM IR returned")  # every backend has a stage after it
 
-    def __init__(self, llir: str):
+
+class _LoweredOnly(Exception):
+    """Raised by `_lowering_only` in place of assembling: `asm` has the text of each stage up to LLVM IR
+    ("ttir", "ttgir", "llir"), as a compiled kernel's asm has them."""
+
+    def __init__(self, asm: dict[str, str]):
         super().__init__("lowered to LLVM IR; not assembled")
-        self.llir = llir
+        self.asm = asm
 
 
 @contextlib.contextmanager
-def lowering_only():
-    """triton.compile stops after LLVM IR and raises LoweredOnly with it (Triton's stage hook, in every
-    supported release). For one compile in a worker process: the hook is Triton's one global."""
+def _lowering_only():
+    """triton.compile stops after LLVM IR and raises _LoweredOnly (Triton's stage hook, which every supported
+    release has). For one compile in a worker process: the hook is Triton's one global."""
     from triton import knobs
 
     def stop_after_llir(*args):
@@ -116,10 +136,13 @@ def lowering_only():
             return "unishmem-lowering-only", "unishmem-lowering-only"
         if previous is not None:
             previous(*args)
-        stages = args[1]  # (backend, stages, options, language, capability)
+        stages, asm = args[1], {}  # args: (backend, stages, options, language, capability)
         names = list(stages)
-        for name in names[names.index("llir") + 1 :]:
-            stages[name] = _raise_lowered
+        last = names.index("llir")
+        for name in names[: last + 1]:
+            stages[name] = _recorded(stages[name], name, asm)
+        for name in names[last + 1 :]:
+            stages[name] = functools.partial(_raise_lowered, asm)
 
     previous = knobs.runtime.add_stages_inspection_hook
     knobs.runtime.add_stages_inspection_hook = stop_after_llir
@@ -129,5 +152,14 @@ def lowering_only():
         knobs.runtime.add_stages_inspection_hook = previous
 
 
-def _raise_lowered(src, metadata):
-    raise LoweredOnly(src)
+def _recorded(stage, name: str, asm: dict):
+    def run(src, metadata):
+        out = stage(src, metadata)
+        asm[name] = str(out)
+        return out
+
+    return run
+
+
+def _raise_lowered(asm, src, metadata):
+    raise _LoweredOnly(asm)

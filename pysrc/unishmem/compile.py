@@ -318,27 +318,18 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
             return result
         # rocSHMEM's bitcode is built with ROCm only; a code object without it resolves at module load
         libs, result["note"] = {}, f"{e}: its symbols stay declarations, resolved at module load"
-    # NOTE [Triton releases]: an undefined call that this Triton cannot assemble: LLVM IR only
-    lowering = not libs and not _triton_compat.assembles_undefined_calls(backend)
     options = dict(options, extern_libs=tuple({**libs, **dict(options.get("extern_libs") or {})}.items()))
     start = time.perf_counter()
     try:
         # Triton prints the whole PTX on a ptxas failure and warns about its settings: the error keeps
         # what matters, so the report stays readable
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            with _triton_compat.lowering_only() if lowering else contextlib.nullcontext():
-                compiled = triton.compile(
-                    ASTSource(kernel.jit_function, signature=signature, constexprs=constexprs, attrs=attrs),
-                    target=GPUTarget(backend, arch, warp),
-                    options=options,
-                )
-            llir, binary = compiled.asm["llir"], compiled.asm[vendor.triton_binary]
-    except _triton_compat.LoweredOnly as e:
-        llir, binary = e.llir, b""
-        result["note"] = (
-            f"{result['note']}; lowered to LLVM IR, not assembled: Triton {triton.__version__} cannot assemble "
-            "a code object that calls an undefined function (NOTE [Triton releases])"
-        )
+            asm, assembled = _triton_compat.compile_asm(
+                ASTSource(kernel.jit_function, signature=signature, constexprs=constexprs, attrs=attrs),
+                GPUTarget(backend, arch, warp),
+                options,
+                linked=bool(libs),
+            )
     except Exception as e:
         result["seconds"] = round(time.perf_counter() - start, 1)
         lacks = _not_available(e)
@@ -351,12 +342,18 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
             result["unresolved"] = re.findall(rf"Unresolved extern function '({vendor.name}\w*)'", str(e))
         return result
     result["seconds"] = round(time.perf_counter() - start, 1)
+    llir, binary = asm["llir"], asm.get(vendor.triton_binary, b"")
+    if not assembled:  # NOTE [Triton releases]
+        result["note"] = (
+            f"{result['note']}; lowered to LLVM IR, not assembled: Triton {triton.__version__} cannot assemble "
+            "a code object that calls an undefined function"
+        )
     declared = sorted(set(re.findall(rf"^declare [^@]*@({vendor.name}\w*)\(", llir, re.M)))
     result.update(
-        binary_bytes=len(binary), unresolved=declared, linked=bool(libs) and not declared, assembled=not lowering
+        binary_bytes=len(binary), unresolved=declared, linked=bool(libs) and not declared, assembled=assembled
     )
     # linked; or, for HIP without rocSHMEM's bitcode here, its calls left as declarations for module load
-    result["ok"] = result["linked"] or (not libs and bool(binary or lowering))
+    result["ok"] = result["linked"] or (not libs and bool(binary or not assembled))
     if libs and declared:
         result["error"] = f"linked, yet {', '.join(declared)} stay declared: the bitcode lacks them"
     if out_dir is not None:

@@ -21,6 +21,7 @@ from ._vendor import (
     AMO_TYPES,
     CMP_VALUES,
     CONSUME_TOKEN_CONSTRAINTS,
+    P_AS_BITS,
     SCOPES,
     SIGNAL_VALUES,
     TEAM_TYPE,
@@ -212,6 +213,10 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator):
         if not fn.blocks and isinstance(args[name], tl.tensor) and args[name].type.is_block():
             raise _not_a_block(fn.name, f"{fn.name}: {name}", args[name].shape)
     elem = _elem_type(fn.name, args, fn.params)
+    if fn.name == "p" and elem in P_AS_BITS[vendor]:  # the value's bits, by an integer p
+        bits = P_AS_BITS[vendor][elem]
+        args = dict(args, value=semantic.bitcast(_as(semantic, args["value"], elem), bits))
+        elem = bits
 
     def call(s: Sym):
         names = s.args or tuple(n for n, k in fn.params if k != "redop" and not ("{sigop}" in s.template and n == "op"))

@@ -56,6 +56,10 @@ RMA_TYPES = {
         tl.uint64: "ulong",
     },
 }
+# Element types whose single-element put (`p`) a vendor sends as integer bits of the same width: NVSHMEM's
+# nvshmem_half_p and nvshmem_bfloat16_p make the LLVM of Triton 3.6 to 3.8 fail an assertion in instruction
+# selection (SelectionDAG::ReplaceAllUsesWith), and nvshmem_uint16_p stores the same two bytes.
+P_AS_BITS = {"nvshmem": {tl.float16: tl.uint16, tl.bfloat16: tl.uint16}, "rocshmem": {}}
 WAIT_TYPES = {
     "nvshmem": {tl.int32: "int32", tl.int64: "int64", tl.uint64: "uint64"},
     "rocshmem": {tl.int32: "int", tl.int64: "long", tl.uint64: "uint64"},
