@@ -103,7 +103,7 @@ fi
 
 # ---- device library and unishmem.kernels, compiled: what limited mode allows (device RMA, signals,
 # barrier_all; the kernels' cross-PE shape check goes through the bootstrap there: NOTE [limited-mode
-# exchange] in pysrc/unishmem/kernels/_workspace.py). Each tutorial checks itself against torch.
+# exchange] in pysrc/unishmem/_workspaces.py). Each tutorial checks itself against torch.
 phase "device-library examples and tutorials, compiled, 2 PEs (logs: <example>.log)"
 for example in ring_allgather ping_pong tutorials/01_notify_wait tutorials/02_all_gather_gemm \
   tutorials/03_gemm_reduce_scatter tutorials/04_moe_all_to_all tutorials/05_one_shot_all_reduce; do

@@ -211,7 +211,7 @@ def test_sub_team_errors_raise_on_every_member_and_the_job_goes_on(rt):
 def test_agreement_through_the_bootstrap_matches_the_fcollect(rt):
     """NOTE [limited-mode exchange]: the path a library in limited mode takes, over this job's own
     bootstrap, gives the rows that the host fcollect gives."""
-    from unishmem.kernels._workspace import _exchange_through_bootstrap, exchange
+    from unishmem._workspaces import _exchange_through_bootstrap, exchange
 
     desc = [rt.my_pe, 7, rt.n_pes]
     for team in (rt.team_world, rt.team_node):

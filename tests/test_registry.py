@@ -77,7 +77,14 @@ def test_device_library_tables_cover_the_registrys_vendors():
     from unishmem.language import _vendor
 
     assert _vendor.VENDOR_OF_BACKEND == {"cuda": "nvshmem", "hip": "rocshmem"}
-    for table in (_vendor.SCOPES, _vendor.SIGNAL_VALUES, _vendor.CMP_VALUES, _vendor.WARP_SIZE, _vendor.TEAM_TYPE):
+    for table in (
+        _vendor.SCOPES,
+        _vendor.SIGNAL_VALUES,
+        _vendor.CMP_VALUES,
+        _vendor.WARP_SIZE,
+        _vendor.TEAM_TYPE,
+        _vendor.P_AS_BITS,
+    ):
         assert set(table) == set(_vendor.VENDOR_OF_BACKEND.values())
 
 
@@ -310,3 +317,23 @@ def test_the_package_says_it_is_typed_and_its_public_api_is_annotated():
         missing += [f"{f.__qualname__}({p.name})" for p in params if p.name not in hints]
         missing += [f"{f.__qualname__} -> ?"] if "return" not in hints else []
     assert missing == [], missing
+
+
+def test_the_host_api_runs_and_finalizes_without_triton():
+    """Without the `triton` package a host-API program runs to its end: finalize frees kernel workspaces
+    without importing unishmem.kernels (which needs Triton)."""
+    proc = run_python(
+        BLOCK.format(names=["triton"])
+        + textwrap.dedent("""
+        import unishmem
+        rt = unishmem.init(backend="host", heap_size="16M")
+        x = rt.zeros(4)
+        rt.reduce(x, x, "sum")
+        rt.free(x)
+        rt.free_workspaces()
+        rt.finalize()
+        print("FINALIZED", "triton" in sys.modules and sys.modules["triton"] is not None)
+    """)
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "FINALIZED False" in proc.stdout, proc.stdout

@@ -1,6 +1,6 @@
 """Team arenas: symmetric memory reserved for the kernel workspaces of a team smaller than the
 world, at the split that makes it or, for a node team, at init (NOTE [workspaces] in
-unishmem/kernels/_workspace.py). Here, not in unishmem.kernels, because init, splits and finalize use
+unishmem/_workspaces.py). Here, not in unishmem.kernels, because init, splits and finalize use
 them and must not import Triton."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from . import _config
 from .errors import HeapExhaustedError
 
-AGREE_WIDTH = 10  # int64 words of the longest description kernels exchange (kernels/_workspace.py)
+AGREE_WIDTH = 10  # int64 words of the longest description kernels exchange (_workspaces.py)
 ALIGN = 256  # of every buffer in an arena, as the heap's allocator aligns allocations
 
 

@@ -343,7 +343,7 @@ class Runtime:
     def free_workspaces(self) -> None:
         """Collective: frees the symmetric workspaces unishmem.kernels made, empties the team
         arenas and frees those of teams destroyed everywhere (NOTE [workspaces])."""
-        from .kernels._workspace import free_workspaces
+        from ._workspaces import free_workspaces
 
         self._check_active()
         free_workspaces(self)

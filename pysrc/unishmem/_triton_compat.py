@@ -42,13 +42,6 @@ def in_matrix() -> bool:
     return SUPPORTED[0] <= version() <= SUPPORTED[1]
 
 
-def matrix_note() -> str:
-    """One line for `unishmem info` and error messages."""
-    lo, hi = (f"{a}.{b}" for a, b in SUPPORTED)
-    where = "in" if in_matrix() else "NOT in"
-    return f"Triton {triton.__version__} (LLVM {llvm_producer() or 'unknown'}): {where} the support matrix ({lo}-{hi})"
-
-
 @functools.cache
 def llvm_producer() -> str | None:
     """The LLVM release Triton is built with, as that LLVM names itself in the bitcode it writes

@@ -14,8 +14,8 @@ import triton.language as tl
 
 from .. import jit
 from .. import language as shl
+from .._workspaces import Workspace, workspace
 from ..enums import REDUCE_OPS
-from ._workspace import Workspace, workspace
 
 OPS = {"sum": 0, "min": 1, "max": 2, "prod": 3}
 ALGORITHMS = ("auto", "one_shot", "two_shot")

@@ -31,8 +31,8 @@ import triton.language as tl
 
 from .. import jit
 from .. import language as shl
+from .._workspaces import workspace
 from ..triton_support import interpreting
-from ._workspace import workspace
 from .collectives import _check_tensor, _team, all_gather
 
 DTYPES = (torch.float16, torch.float32)

@@ -53,8 +53,8 @@ import triton.language as tl
 from .. import jit
 from .. import language as shl
 from .._dtypes import DTYPE_CODES
+from .._workspaces import Workspace, exchange, new_workspace
 from ..triton_support import interpreting
-from ._workspace import Workspace, exchange, new_workspace
 from .collectives import _check_tensor, _team
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)

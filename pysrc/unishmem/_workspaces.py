@@ -1,4 +1,7 @@
-"""NOTE [workspaces]: the symmetric buffers a kernel needs (staging, receive slots, signals) are
+"""The symmetric buffers of unishmem.kernels, outside that package so that `rt.free_workspaces()` and
+finalize never import Triton.
+
+NOTE [workspaces]: the symmetric buffers a kernel needs (staging, receive slots, signals) are
 allocated collectively the first time a (kernel, shape, dtype, team) is called and reused after;
 `rt.free_workspaces()` and finalize free them, never garbage collection (a free is collective, so it
 cannot happen at a moment one PE chooses).
@@ -34,8 +37,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .._arena import AGREE_WIDTH, Arena, reclaim_arenas
-from .._dtypes import DTYPE_CODES
+from ._arena import AGREE_WIDTH, Arena, reclaim_arenas
+from ._dtypes import DTYPE_CODES
 
 # the numbers every PE's call is described by (a shape), compared across PEs, in a desc of
 # (kind, dtype, ndim, *dims, variant): the longest any kernel exchanges, which a team arena has room for
