@@ -226,3 +226,15 @@ def half_p(hbuf, pe):
 @triton.jit
 def pe_only(buf):
     tl.store(buf, shl.my_pe())
+
+
+# A literal team: NVSHMEM's world team is 0, but on rocSHMEM a team is the address of its descriptor.
+@triton.jit
+def constant_team(buf, src, sig, ivar, team, N: tl.constexpr):
+    shl.reduce(0, buf, src, N, "sum")
+
+
+# The grid barrier counting on a uint64 signal word instead of an int64 one.
+@triton.jit
+def grid_barrier_on_a_signal(buf, src, sig, ivar, team, N: tl.constexpr):
+    shl.barrier_all_grid(sig)

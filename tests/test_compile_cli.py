@@ -65,6 +65,8 @@ def test_failing_kernels_make_the_exit_status_one(report):
     assert not report["json"]["ok"]
     assert {(r["kernel"], r["target"]) for r in report["json"]["results"] if not r["ok"]} == {
         ("half_p", "gfx942"),
+        ("mixed_sign", "sm_90"),
+        ("mixed_sign", "gfx942"),
         ("undeclared", None),
     }
 
@@ -85,10 +87,8 @@ def test_hip_reports_the_rocshmem_symbols_left_for_module_load(report):
     row = _row(report, "ring_p", "gfx942")
     assert row["ok"] and not row["linked"], row  # no rocSHMEM bitcode on this machine
     assert row["unresolved"] == RING_P_ROCSHMEM
-    if _triton_compat.version() < (
-        3,
-        7,
-    ):  # its LLVM cannot assemble an undefined call: LLVM IR only (NOTE [Triton releases])
+    # Triton 3.6's LLVM cannot assemble an undefined call: LLVM IR only (NOTE [Triton releases])
+    if _triton_compat.version() < (3, 7):
         assert not row["assembled"] and not (report["out"] / "ring_p.gfx942.hsaco").exists(), row
         llir = (report["out"] / "ring_p.gfx942.llir").read_text()
         assert all(re.search(rf"^declare .*@{name}\(", llir, re.M) for name in RING_P_ROCSHMEM), llir[:2000]
@@ -123,7 +123,18 @@ def test_text_report(report):
     text = format_report(report["json"])
     assert "ring_p  (N=8)\n  sm_90   ok     linked (cubin " in text, text
     assert "  gfx942  FAILED p: rocshmem has no form for fp16" in text, text
-    assert text.endswith("2 of 5 failed"), text
+    assert text.endswith("4 of 7 failed"), text
+
+
+def test_an_error_inside_a_helper_is_reported_with_its_reason_first(report):
+    # Triton's own message for the kernel names only the kernel's line that called the helper
+    reason = "TypeError: Cannot use /, #, or % with triton.language.uint64 and triton.language.int32"
+    for target in ("sm_90", "gfx942"):
+        assert _row(report, "mixed_sign", target)["error"].startswith(reason), _row(report, "mixed_sign", target)
+    from unishmem.compile import format_report
+
+    row = format_report(report["json"]).split("mixed_sign\n")[1].split("\n")[:4]
+    assert row[0].startswith("  sm_90   FAILED " + reason) and "_wrap(tl.load(words))" in row[3], row
 
 
 def test_example_compiles_for_gfx942():

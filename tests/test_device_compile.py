@@ -107,6 +107,8 @@ def builds(request):
     jobs += [("team_reduce_ops", "hip", arch, False, "TEAM_REDUCE_SIGNATURE") for arch in HIP_ARCHS]
     named = {job[:3]: job for job in jobs}
     named["half_p"] = ("half_p", "hip", "gfx942", False, {"hbuf": "*fp16", "pe": "i32"}, {})
+    for kernel in ("constant_team", "grid_barrier_on_a_signal"):
+        named[kernel] = (kernel, "hip", HIP_ARCHS[0], False)
     aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
     for guard in (False, True):
         constants = dict(device_kernels.GEMM_CONSTANTS, GUARD=guard)
@@ -424,6 +426,17 @@ def test_every_triton_entry_names_an_implementation_taking_the_rows_parameters()
 
 def test_what_rocshmem_lacks_fails_at_compile_time_with_the_reason(builds):
     assert re.search(r"p: rocshmem has no form for fp16", builds["half_p"].get("error", "")), builds["half_p"]
+
+
+def test_a_constant_team_on_rocshmem_is_refused_naming_it(builds):
+    error = builds["constant_team"].get("error", "")
+    assert "reduce: team=0 is a constant, which cannot be a team on rocshmem" in error, builds["constant_team"]
+    assert "pass team.handle (rt.team_world.handle for the world team) as a kernel argument" in error, error
+
+
+def test_the_grid_barrier_counts_on_a_uint64_signal_word(builds):
+    assert "error" not in builds["grid_barrier_on_a_signal"], builds["grid_barrier_on_a_signal"]["error"]
+    assert re.search(r"atomicrmw add ptr addrspace\(1\) %\S+, i64 1", builds["grid_barrier_on_a_signal"]["llir"])
 
 
 ROCSHMEM_GLOBALS = {"ROCSHMEM_CTX_DEFAULT", "ROCSHMEM_TEAM_WORLD", "ROCSHMEM_TEAM_SHARED"}

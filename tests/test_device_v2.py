@@ -249,6 +249,10 @@ def test_grid_barrier_orders_every_program_of_every_pe(rt):
     persistent[(programs,)](slots, seen, counter, ROUNDS=rounds, launch_cooperative_grid=True)
     expect = torch.tensor([sum((left + 1) * 1000 + r * 10 + i for i in range(programs)) for r in range(rounds)])
     assert torch.equal(seen.view(rounds, programs), expect[:, None].expand(rounds, programs)), seen
+    signal = rt.signals(1)  # a uint64 signal word counts as well as an int64 one
+    seen.zero_()
+    persistent[(programs,)](slots, seen, signal, ROUNDS=rounds, launch_cooperative_grid=True)
+    assert torch.equal(seen.view(rounds, programs), expect[:, None].expand(rounds, programs)), seen
     try:
         persistent[(programs * 3,)](slots, seen, counter, ROUNDS=rounds, launch_cooperative_grid=True)
     except UnishmemError as e:
@@ -258,6 +262,7 @@ def test_grid_barrier_orders_every_program_of_every_pe(rt):
     rt.barrier_all()
     rt.free(slots)
     rt.free(counter)
+    rt.free(signal)
 
 
 @unishmem.jit

@@ -281,17 +281,29 @@ def _discover():
     return jobs, problems
 
 
+def _causes(e: BaseException) -> list[BaseException]:
+    """A compile error and what it came from, outermost first: Triton wraps an error in one
+    CompilationError per @triton.jit function it was inlined through."""
+    chain = []
+    while e is not None and all(e is not seen for seen in chain):
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    return chain
+
+
 def _not_available(e: BaseException):
     """The NotAvailableError that a compile error comes from, through Triton's CompilationError layers."""
     from .errors import NotAvailableError
 
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, NotAvailableError):
-            return e
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return None
+    return next((c for c in _causes(e) if isinstance(c, NotAvailableError)), None)
+
+
+def _compile_error(e: BaseException) -> str:
+    """Where in the kernel the compile failed (the outermost error's source), led by why (the innermost
+    error) when Triton's message left it out, as it does for an error inside a nested @triton.jit function."""
+    root = _causes(e)[-1]
+    where = f"{type(e).__name__}: {e}".strip()
+    return where if str(root) in str(e) else f"{type(root).__name__}: {root}".strip() + "\n" + where
 
 
 def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
@@ -337,7 +349,7 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
             result["lacks"] = {"function": lacks.function, "vendor": lacks.vendor}
             result["error"] = str(lacks)
         else:
-            result["error"] = f"{type(e).__name__}: {e}".strip()
+            result["error"] = _compile_error(e)
             # ptxas names the first vendor function the bitcode did not provide
             result["unresolved"] = re.findall(rf"Unresolved extern function '({vendor.name}\w*)'", str(e))
         return result

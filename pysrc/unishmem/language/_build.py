@@ -24,6 +24,7 @@ from ._vendor import (
     P_AS_BITS,
     SCOPES,
     SIGNAL_VALUES,
+    TEAM_CONSTANT_REFUSED,
     TEAM_TYPE,
     THREAD_ID,
     TYPE_TABLES,
@@ -97,8 +98,20 @@ def _extern_arg(semantic, kind: str, value, elem, vendor: str, what: str):
             raise ValueError(f"{what}={constant!r} is not one of shl.{names}")
         return semantic.to_tensor(table[vendor][constant])
     if kind == "team":
-        return _as(semantic, value, TEAM_TYPE[vendor])
+        return _team_arg(semantic, value, vendor, what)
     return _as(semantic, value, elem if kind == "val" else _IR_TYPES[kind])
+
+
+def _team_arg(semantic, value, vendor: str, what: str):
+    """A team handle as the vendor's handle type; a constant where that cannot be one is refused, naming it."""
+    if not isinstance(value, tl.tensor) and TEAM_CONSTANT_REFUSED[vendor]:
+        constant = value.value if isinstance(value, tl.constexpr) else value
+        raise ValueError(
+            f"{what}={constant!r} is a constant, which cannot be a team on {vendor}: "
+            f"{TEAM_CONSTANT_REFUSED[vendor]}; pass team.handle (rt.team_world.handle for the world team) "
+            "as a kernel argument"
+        )
+    return _as(semantic, value, TEAM_TYPE[vendor])
 
 
 def _as(semantic, value, ty: tl.dtype):
@@ -207,7 +220,11 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator):
     if isinstance(sym, Triton):
         from . import _triton_impl
 
-        return generator.call_JitFunction(getattr(_triton_impl, sym.impl), [args[n] for n, _ in fn.params], {})
+        # the implementation reads a team as a tensor of the vendor's handle type, as the extern calls do
+        impl_args = [
+            _team_arg(semantic, args[n], vendor, f"{fn.name}: {n}") if k == "team" else args[n] for n, k in fn.params
+        ]
+        return generator.call_JitFunction(getattr(_triton_impl, sym.impl), impl_args, {})
     kinds = dict(fn.params)
     for name, _ in fn.params:
         if not fn.blocks and isinstance(args[name], tl.tensor) and args[name].type.is_block():

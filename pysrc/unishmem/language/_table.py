@@ -233,7 +233,7 @@ def _rows() -> list[DeviceFn]:
             "",
             in_triton("barrier_all_grid"),
             doc="Every program of the launch, then every PE, then every program again. `counter`: a "
-            "zeroed int64 word of the symmetric heap kept for this use (never reset); the launch must "
+            "zeroed int64 word (or a uint64 signal word) of the symmetric heap kept for this use (never reset); the launch must "
             "be cooperative (launch_cooperative_grid=True) so that all its programs are resident.",
         ),
         DeviceFn(

@@ -292,7 +292,8 @@ def store_remote(ptr, value, pe, mask=None):
 def _grid_sync(counter):
     # every program adds 1; the launch has passed once the counter reaches the next multiple of
     # the program count (monotonic: no reset, so consecutive barriers cannot mix)
-    n = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
+    # in the counter's type: a signal word (uint64) cannot be mixed with the int32 program count
+    n = (tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)).to(counter.dtype.element_ty)
     arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
     shl.wait_until(counter, shl.CMP_GE, arrived - arrived % n + n)
 

@@ -88,6 +88,12 @@ WARP_SIZE = {"nvshmem": 32, "rocshmem": 64}
 # What `team.handle` is in a kernel: NVSHMEM's nvshmem_team_t (int32); on rocSHMEM the address of
 # unishmem's team descriptor in the symmetric heap (NOTE [team descriptor]), as int64.
 TEAM_TYPE = {"nvshmem": tl.int32, "rocshmem": tl.int64}
+# Why a compile-time constant cannot be a team handle on a vendor (None: it can, NVSHMEM's predefined teams
+# are small integers, and Triton specialises an int argument equal to 1 into a constant).
+TEAM_CONSTANT_REFUSED = {
+    "nvshmem": None,
+    "rocshmem": "a team handle there is the address of its descriptor in the symmetric heap, known at run time",
+}
 
 # How a kernel reads its thread id: PTX inline assembly on CUDA; on HIP the work-item id from the
 # OpenCL kernel library that Triton links for AMD targets.
