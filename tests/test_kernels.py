@@ -99,6 +99,53 @@ def test_bad_arguments_raise_on_every_pe_and_the_job_goes_on(rt):
     assert torch.equal(K.all_reduce(x), torch.stack([data(pe, (6,), torch.float32) for pe in range(rt.n_pes)]).sum(0))
 
 
+@spmd(sizes=(2, 4))
+def test_captured_calls_replay_right_after_the_inputs_change(rt):
+    # NOTE [call counter]: the launches a call made, replayed with the same arguments (as a CUDA graph
+    # replays), give the result for the inputs' new values; the last PE comes late to one replay, so a
+    # kernel that does not wait for its peers' data reads what the previous call left
+    import time
+
+    import unishmem.testing
+
+    n, me = rt.n_pes, rt.my_pe
+    calls = {
+        "all_gather": (lambda x: K.all_gather(x), lambda xs: torch.cat(list(xs))),
+        "reduce_scatter": (lambda x: K.reduce_scatter(x), lambda xs: xs.sum(0).chunk(n)[me]),
+        "one_shot": (lambda x: K.all_reduce(x, algorithm="one_shot"), lambda xs: xs.sum(0)),
+        "two_shot": (lambda x: K.all_reduce(x, algorithm="two_shot"), lambda xs: xs.sum(0)),
+    }
+    for name, (call, reference) in calls.items():
+        x = data(me, (4 * n, 3), torch.float32)
+        call(x)  # warm: the workspace is made outside the capture
+        with unishmem.testing.capture() as graph:
+            out = call(x)
+        assert graph.launches == 1, (name, graph.launches)
+        for seed in range(1, 11):
+            x.copy_(data(me, x.shape, x.dtype, seed))
+            if seed == 5 and me == n - 1:
+                time.sleep(0.2)
+            graph.replay()
+            xs = torch.stack([data(pe, x.shape, x.dtype, seed) for pe in range(n)])
+            assert torch.equal(out, reference(xs)), (name, seed, out, reference(xs))
+    rt.barrier_all()
+
+
+@spmd(sizes=(2, 4))
+def test_a_host_sync_inside_a_capture_is_refused(rt):
+    import unishmem.testing
+
+    x = torch.ones(4)
+    try:
+        with unishmem.testing.capture():
+            K.all_reduce(x).sum().item()
+    except unishmem.testing.CaptureError as e:
+        assert "aten._local_scalar_dense reads device values on the host" in str(e), e
+    else:
+        raise AssertionError(".item() inside a capture was accepted")
+    assert torch.equal(K.all_reduce(x), x * rt.n_pes)  # the job goes on
+
+
 @spmd(sizes=(2,))
 def test_workspaces_are_reused_and_freed(rt):
     x = torch.ones(100)

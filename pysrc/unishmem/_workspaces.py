@@ -6,8 +6,9 @@ allocated collectively the first time a (kernel, shape, dtype, team) is called a
 `rt.free_workspaces()` and finalize free them, never garbage collection (a free is collective, so it
 cannot happen at a moment one PE chooses).
 
-Each call numbers itself (`epoch`, from 1): signals are SET to the epoch and waited for with >=,
-so nothing is ever reset between calls. Receive buffers come in two parities, alternating by
+Each call numbers itself (`epoch`, from 1; the collectives count on the device, NOTE [call counter]
+in kernels/_calls.py, the others with Workspace.next_epoch): signals are SET to the epoch and waited
+for with >=, so nothing is ever reset between calls. Receive buffers come in two parities, alternating by
 epoch: a peer may start call k+1 while this PE still reads call k's data, but not call k+2 (that
 needs this PE's data of call k+1, sent after it finished reading call k).
 

@@ -44,6 +44,9 @@ class Backend:
     triton_binary: str | None = None  # the key of a compiled kernel's loadable binary in Triton's asm
     device_arch: Callable[[Any], Any] | None = None  # torch device properties -> arch as its bitcode names it
     bitcode: Callable[[Any], Path] | None = None  # arch -> the device bitcode, BackendUnavailable if none
+    # the environment variables that choose the library and its bitcode: a launch resolves the bitcode
+    # once per (target, their values), not per call (triton_support.extern_libs)
+    library_env: tuple[str, ...] = ()
     # Key under which Triton's extern_libs names the bitcode. Triton's AMD backend links a library only
     # when an undefined function's name contains the key, hence "rocshmem".
     extern_lib_key: str | None = None
@@ -326,6 +329,7 @@ BACKENDS: dict[str, Backend] = {
         triton_binary="cubin",
         device_arch=lambda props: props.major * 10 + props.minor,  # compute capability, e.g. 90
         bitcode=lambda arch: vendor_libs.nvshmem_bitcode(divmod(int(arch), 10)),
+        library_env=vendor_libs.NVSHMEM_ENV,
         extern_lib_key="libnvshmem_device",
         module_global=("libcuda.so.1", "cuModuleGetGlobal_v2", "cuMemcpyHtoD_v2"),
     ),
@@ -342,6 +346,7 @@ BACKENDS: dict[str, Backend] = {
         triton_binary="hsaco",
         device_arch=lambda props: props.gcnArchName,  # e.g. 'gfx942:sramecc+:xnack-'
         bitcode=lambda arch: vendor_libs.rocshmem_bitcode(str(arch)),
+        library_env=vendor_libs.ROCSHMEM_ENV,
         extern_lib_key="rocshmem",
         # NOTE [rocSHMEM module globals] (in the file): every rocSHMEM symbol is rocshmem_*, so Triton
         # links this file, keyed "rocshmem_", with the bitcode.

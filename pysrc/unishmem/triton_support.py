@@ -27,6 +27,9 @@ from . import _triton_compat
 from .errors import UnishmemError
 
 _KERNEL_NAMES: set[str] = set()
+# unishmem.testing.capture() sets it while it records: called with each launch (kernel, args, grid,
+# kwargs), it returns the context the launch runs in
+launch_recorder = None
 
 _hook_added = False
 
@@ -36,29 +39,38 @@ def interpreting() -> bool:
 
 
 def extern_libs(backend: str, arch) -> dict[str, str]:
-    """extern_libs for a Triton compile target ('cuda', 90) or ('hip', 'gfx942')."""
+    """extern_libs for a Triton compile target ('cuda', 90) or ('hip', 'gfx942'). Finding the library
+    scans the installed distributions (tens of milliseconds): it is done once per target and values of
+    the variables that choose the library, never per launch."""
     from .backends import by_triton_backend
 
     vendor = by_triton_backend(backend)
-    libs = {key: str(path) for key, path in vendor.linked_first}
-    bitcode = vendor.bitcode(arch)
+    return dict(_resolved_libs(backend, arch, tuple(os.environ.get(v) for v in vendor.library_env)))
+
+
+@functools.cache
+def _resolved_libs(backend: str, arch, environment: tuple) -> tuple[tuple[str, str], ...]:
+    from .backends import by_triton_backend
+
+    vendor = by_triton_backend(backend)
+    bitcode = vendor.bitcode(arch)  # BackendUnavailable is raised, not cached: the next call looks again
     _triton_compat.check_readable(bitcode)
-    libs[vendor.extern_lib_key] = str(bitcode)
-    return libs
+    return (*((key, str(path)) for key, path in vendor.linked_first), (vendor.extern_lib_key, str(bitcode)))
 
 
-def _runtime_target(rt) -> tuple[str, object]:
+@functools.cache
+def _device_target(backend_name: str, device) -> tuple[str, object]:
     import torch
 
     from .backends import get
 
-    backend = get(rt.backend)
+    backend = get(backend_name)
     if backend.triton_backend is None:
         raise UnishmemError(
-            f"compiled Triton kernels need a GPU backend, and this runtime's is {rt.backend!r}; "
+            f"compiled Triton kernels need a GPU backend, and this runtime's is {backend_name!r}; "
             "run with TRITON_INTERPRET=1 to execute them on the host backend"
         )
-    return backend.triton_backend, backend.device_arch(torch.cuda.get_device_properties(rt.device))
+    return backend.triton_backend, backend.device_arch(torch.cuda.get_device_properties(device))
 
 
 def _on_kernel_load(module, function, name, metadata_group, hash, **_):
@@ -317,13 +329,19 @@ class Kernel:
         return getattr(self.jit_function, name)
 
     def run(self, *args, grid, **kwargs):
+        if launch_recorder is not None:
+            with launch_recorder(self, args, grid, dict(kwargs)):
+                return self._launch(args, grid, kwargs)
+        return self._launch(args, grid, kwargs)
+
+    def _launch(self, args, grid, kwargs):
         if interpreting():
             return self._run_interpreted(args, grid, kwargs)
         from . import hang, runtime
         from .language import _debug
 
         rt = runtime()
-        libs = extern_libs(*_runtime_target(rt))
+        libs = extern_libs(*_device_target(rt.backend, rt.device))
         if self.debug_waits or (self.debug_waits is None and _debug.env_enabled()):
             libs[_debug.LIB_KEY] = _debug.LIBRARY
             _debug.table(rt)

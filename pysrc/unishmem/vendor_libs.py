@@ -33,6 +33,9 @@ NVSHMEM_LIBRARY = "libnvshmem_host.so.3"
 # NVSHMEM's two bitcode layouts: from 3.7 one file per arch (libnvshmem_device_sm_90.bc...), before that
 # one file for every arch, which Install.bitcode keys ANY_ARCH.
 NVSHMEM_SINGLE_BITCODE = "libnvshmem_device.bc"
+# the environment variables that choose where each library and its bitcode are found
+NVSHMEM_ENV = ("NVSHMEM_HOME",)
+ROCSHMEM_ENV = ("ROCM_PATH", "ROCSHMEM_LIB_DIR")
 ANY_ARCH = "any"
 
 
@@ -129,7 +132,7 @@ def _find_with_pathfinder() -> Install:
 
 
 def find_nvshmem() -> Install:
-    home = os.environ.get("NVSHMEM_HOME")
+    home = os.environ.get(NVSHMEM_ENV[0])
     inst = _find_in_home(home) if home else _find_with_pathfinder()
     if inst.library is None:
         return inst
@@ -354,12 +357,12 @@ def llvm_release(producer: str) -> tuple[int, int] | None:
 
 
 def rocm_path() -> Path:
-    return Path(os.environ.get("ROCM_PATH") or "/opt/rocm")
+    return Path(os.environ.get(ROCSHMEM_ENV[0]) or "/opt/rocm")
 
 
 def find_rocshmem() -> Install:
     inst = Install("rocSHMEM", prefix=rocm_path(), origin=f"ROCM_PATH={rocm_path()}")
-    dirs = [Path(d) for d in (os.environ.get("ROCSHMEM_LIB_DIR"), str(rocm_path() / "lib")) if d]
+    dirs = [Path(d) for d in (os.environ.get(ROCSHMEM_ENV[1]), str(rocm_path() / "lib")) if d]
     for d in dirs:
         for bc in sorted(glob.glob(str(d / "librocshmem_device_*.bc"))):
             arch = re.search(r"librocshmem_device_(.+)\.bc$", bc).group(1)

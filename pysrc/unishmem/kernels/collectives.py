@@ -1,9 +1,11 @@
 """all_gather, reduce_scatter and all_reduce as Triton kernels in unishmem.language, over any team.
 
 Every kernel pushes: a PE puts its data into each member's receive slot with putmem_signal (the
-signal SET to the call's epoch, NOTE [workspaces]) and then waits for its own slots. Inputs are
-staged into the workspace first and results copied out, so x and out may be any tensors on the
-runtime's device.
+signal SET to the call's epoch, NOTE [workspaces]) and then waits for its own slots. The kernel
+numbers its calls on the device (NOTE [call counter]) and writes the result into `out` itself, so
+a call's launch arguments are the same every time: captured in a CUDA graph, it replays correctly.
+x is staged into the workspace first (a copy on torch's current stream), so x and out may be any
+tensors on the runtime's device; out must be contiguous.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from .. import jit
 from .. import language as shl
 from .._workspaces import Workspace, workspace
 from ..enums import REDUCE_OPS
+from ._calls import STATE_WORDS, begin_call, end_call
 
 OPS = {"sum": 0, "min": 1, "max": 2, "prod": 3}
 ALGORITHMS = ("auto", "one_shot", "two_shot")
@@ -35,13 +38,27 @@ def _combine(a, b, OP: tl.constexpr):
 
 
 @jit
-def _all_gather(src, dst, sig, members, epoch, my_index, numel, ITEMSIZE: tl.constexpr):
-    # program i sends this PE's block to member i, then waits for member i's block
+def _all_gather(src, dst, sig, out, state, members, my_index, numel, BLOCK: tl.constexpr, ITEMSIZE: tl.constexpr):
+    # program i sends this PE's block to member i, waits for member i's block and copies it into out
     i = tl.program_id(0)
+    n = tl.num_programs(0)
+    epoch = begin_call(state)
+    parity = epoch % 2
+    dst += parity * n * numel
+    sig += parity * n
     shl.putmem_signal_nbi_block(
         dst + my_index * numel, src, numel * ITEMSIZE, sig + my_index, epoch, shl.SIGNAL_SET, tl.load(members + i)
     )
     shl.signal_wait_until(sig + i, shl.CMP_GE, epoch)
+    _copy(out + i * numel, dst + i * numel, numel, BLOCK)
+    end_call(state, epoch)
+
+
+@triton.jit
+def _copy(dest, source, numel, BLOCK: tl.constexpr):
+    for start in range(0, numel, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        tl.store(dest + offs, tl.load(source + offs, mask=offs < numel), mask=offs < numel)
 
 
 @jit
@@ -52,11 +69,13 @@ def _reduce(
     red,
     gathered,
     sig2,
+    out,
+    state,
     members,
-    epoch,
     my_index,
     n,
     chunk,
+    numel,
     SCATTER: tl.constexpr,
     GATHER: tl.constexpr,
     OP: tl.constexpr,
@@ -64,8 +83,13 @@ def _reduce(
     ITEMSIZE: tl.constexpr,
 ):
     """Push chunk p of src (SCATTER; else all of it) to member p's slot my_index, reduce this PE's
-    n slots block by block into red; with GATHER, push each reduced block to every member too."""
+    n slots block by block into out (with GATHER into red, then push each reduced block to every
+    member, whose blocks go into out as they come); numel: out's elements."""
     p = tl.program_id(0)
+    epoch = begin_call(state)
+    parity = epoch % 2
+    recv += parity * n * chunk
+    sig += parity * n
     if p < n:
         shl.putmem_signal_nbi_block(
             recv + my_index * chunk,
@@ -84,8 +108,11 @@ def _reduce(
         acc = tl.load(recv + offs, mask=mask)
         for s in range(1, n):
             acc = _combine(acc, tl.load(recv + s * chunk + offs, mask=mask), OP)
-        tl.store(red + offs, acc, mask=mask)
         if GATHER:  # two-shot: every member gets this reduced block; signals per (block, sender)
+            red += parity * chunk
+            gathered += parity * n * chunk
+            sig2 += parity * tl.cdiv(chunk, BLOCK) * n
+            tl.store(red + offs, acc, mask=mask)
             size = tl.minimum(BLOCK, chunk - start) * ITEMSIZE
             for j in range(n):
                 shl.putmem_signal_nbi_block(
@@ -98,6 +125,12 @@ def _reduce(
                     tl.load(members + j),
                 )
             shl.wait_until_all(sig2 + p * n, n, shl.CMP_GE, epoch)
+            for j in range(n):
+                where = j * chunk + offs
+                tl.store(out + where, tl.load(gathered + where, mask=mask), mask=mask & (where < numel))
+        else:
+            tl.store(out + offs, acc, mask=mask)
+    end_call(state, epoch)
 
 
 def _team(rt, team):
@@ -128,7 +161,13 @@ def _check_out(out, shape, dtype, what: str):
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(shape) or out.dtype != dtype:
         got = f"{out.dtype} of shape {list(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
         return ValueError(f"{what}: out must be {dtype} of shape {list(shape)}, got {got}")
+    if not out.is_contiguous():  # the kernel writes it as one run of elements
+        return ValueError(f"{what}: out must be contiguous, got strides {list(out.stride())}")
     return None
+
+
+def _output(rt, out, shape, dtype):
+    return torch.empty(shape, dtype=dtype, device=rt.device) if out is None else out
 
 
 def _stage(ws: Workspace, x):
@@ -136,7 +175,8 @@ def _stage(ws: Workspace, x):
 
 
 def all_gather(x, out=None, team=None):
-    """Every member's x, concatenated along dim 0 in team order (all_gather_into_tensor)."""
+    """Every member's x, concatenated along dim 0 in team order (all_gather_into_tensor). Runs on
+    torch's current stream; safe to capture in a CUDA graph once a call of the same shape has run."""
     from .. import runtime
 
     rt = runtime()
@@ -151,15 +191,29 @@ def all_gather(x, out=None, team=None):
         team,
         "all_gather",
         x,
-        lambda: {"src": ((numel,), x.dtype), "dst": ((2, n * numel), x.dtype), "sig": ((2, n), torch.uint64)},
+        lambda: {
+            "src": ((numel,), x.dtype),
+            "dst": ((2, n * numel), x.dtype),
+            "sig": ((2, n), torch.uint64),
+            "state": ((STATE_WORDS,), torch.int64),
+        },
         problem,
     )
-    epoch, parity = ws.next_epoch()
     _stage(ws, x)
-    dst, sig = ws.buffers["dst"][parity], ws.buffers["sig"][parity]
-    _all_gather[(n,)](ws.buffers["src"], dst, sig, ws.members, epoch, ws.my_index, numel, ITEMSIZE=x.element_size())
-    out = torch.empty(shape, dtype=x.dtype, device=rt.device) if out is None else out
-    out.view(-1).copy_(dst)
+    out = _output(rt, out, shape, x.dtype)
+    b = ws.buffers
+    _all_gather[(n,)](
+        b["src"],
+        b["dst"],
+        b["sig"],
+        out,
+        b["state"],
+        ws.members,
+        ws.my_index,
+        numel,
+        BLOCK=_block(numel),
+        ITEMSIZE=x.element_size(),
+    )
     return out
 
 
@@ -182,7 +236,8 @@ def _reduction_args(rt, x, op, out, team, what: str, out_shape):
 
 def reduce_scatter(x, op: str = "sum", out=None, team=None):
     """Member i gets block i (along dim 0) of the elementwise reduction of every member's x
-    (reduce_scatter_tensor); x.shape[0] must split into team.n_pes equal blocks."""
+    (reduce_scatter_tensor); x.shape[0] must split into team.n_pes equal blocks. Runs on torch's
+    current stream; safe to capture in a CUDA graph once a call of the same shape has run."""
     from .. import runtime
 
     rt = runtime()
@@ -204,7 +259,8 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None):
 def all_reduce(x, op: str = "sum", algorithm: str = "auto", out=None, team=None):
     """The elementwise reduction of every member's x, on every member. "one_shot": each PE reads
     all n copies; "two_shot": reduce-scatter then all-gather in one launch; "auto": one-shot up to
-    256 KiB."""
+    256 KiB. Runs on torch's current stream; safe to capture in a CUDA graph once a call of the same
+    shape has run."""
     from .. import runtime
 
     rt = runtime()
@@ -234,11 +290,15 @@ def _reduce_buffers(x, n: int, chunk: int, gather: bool) -> dict:
     buffers = {
         "src": ((max(n * chunk if gather else x.numel(), 1),), x.dtype),
         "recv": ((2, n * chunk), x.dtype),
-        "red": ((2, chunk), x.dtype),
         "sig": ((2, n), torch.uint64),
+        "state": ((STATE_WORDS,), torch.int64),
     }
     if gather:
-        buffers |= {"gathered": ((2, n * chunk), x.dtype), "sig2": ((2, nblocks * n), torch.uint64)}
+        buffers |= {
+            "red": ((2, chunk), x.dtype),
+            "gathered": ((2, n * chunk), x.dtype),
+            "sig2": ((2, nblocks * n), torch.uint64),
+        }
     return buffers
 
 
@@ -246,40 +306,43 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, scatter: bool, gathe
     from .. import runtime
 
     rt = runtime()
-    epoch, parity = ws.next_epoch()
     _stage(ws, x)
+    out = _output(rt, out, shape, x.dtype)
     b = ws.buffers
-    red = b["red"][parity]
-    gathered, sig2 = (b["gathered"][parity], b["sig2"][parity]) if gather else (red, b["sig"][parity])
+    # one-shot and reduce-scatter have no second exchange: those arguments are never read
+    red, gathered, sig2 = (b["red"], b["gathered"], b["sig2"]) if gather else (out, out, b["sig"])
     block = _block(chunk)
     grid = (max(n, triton.cdiv(chunk, block)),)
     _reduce[grid](
         b["src"],
-        b["recv"][parity],
-        b["sig"][parity],
+        b["recv"],
+        b["sig"],
         red,
         gathered,
         sig2,
+        out,
+        b["state"],
         ws.members,
-        epoch,
         ws.my_index,
         n,
         chunk,
+        out.numel(),
         SCATTER=scatter,
         GATHER=gather,
         OP=OPS[op],
         BLOCK=block,
         ITEMSIZE=x.element_size(),
     )
-    out = torch.empty(shape, dtype=x.dtype, device=rt.device) if out is None else out
-    out.view(-1).copy_((gathered if gather else red)[: out.numel()])
     return out
 
 
 # How `unishmem compile` builds these kernels with no GPU (float32 data, 1024-element blocks).
-_SIG = {"sig": "*u64", "members": "*i32", "epoch": "i64", "my_index": "i32"}
+_SIG = {"sig": "*u64", "out": "*fp32", "state": "*i64", "members": "*i32", "my_index": "i32"}
 COMPILE = {
-    _all_gather: {"signature": {"src": "*fp32", "dst": "*fp32", **_SIG, "numel": "i64"}, "constexprs": {"ITEMSIZE": 4}},
+    _all_gather: {
+        "signature": {"src": "*fp32", "dst": "*fp32", **_SIG, "numel": "i64"},
+        "constexprs": {"BLOCK": 1024, "ITEMSIZE": 4},
+    },
     _reduce: [
         {
             "signature": {
@@ -291,6 +354,7 @@ COMPILE = {
                 **_SIG,
                 "n": "i32",
                 "chunk": "i64",
+                "numel": "i64",
             },
             "constexprs": {"SCATTER": scatter, "GATHER": scatter, "OP": 0, "BLOCK": 1024, "ITEMSIZE": 4},
         }

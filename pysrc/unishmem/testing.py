@@ -1,0 +1,127 @@
+"""Helpers for testing code that calls unishmem.kernels, on the host backend as on a GPU.
+
+`capture()` records what a call does, its torch operations and its kernel launches, the way a CUDA
+graph captures them; `Capture.replay()` runs them again with the very same arguments, as a graph
+replays. A call whose result is right after the inputs were changed in place and the capture replayed
+keeps no per-call state on the host (NOTE [call counter] in unishmem/kernels/_calls.py):
+
+    out = K.all_reduce(x)                 # warm: workspaces are made outside the capture
+    with unishmem.testing.capture() as graph:
+        out = K.all_reduce(x)
+    x.copy_(new)
+    graph.replay()                        # out is now the sum of every PE's new x
+
+Unlike a CUDA graph, the capture also runs the call once (every PE records the same call, so the
+PEs stay in step). What a capture cannot hold fails in it with `CaptureError`: an operation that
+reads a device value on the host (`.item()`, `nonzero`, ...) or whose result's shape depends on data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_flatten
+
+from .errors import UnishmemError
+
+# operations that need device values on the host: a host synchronisation, not capturable
+HOST_SYNCS = frozenset(
+    {
+        "_local_scalar_dense",
+        "item",
+        "is_nonzero",
+        "equal",
+        "nonzero",
+        "masked_select",
+        "unique",
+        "_unique",
+        "_unique2",
+        "unique_dim",
+        "unique_consecutive",
+        "bincount",
+        "repeat_interleave",
+    }
+)
+# factory operations whose result is only memory: replaying them would change nothing a kernel reads
+MEMORY_ONLY = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+
+
+class CaptureError(UnishmemError):
+    """A call did something inside `capture()` that a CUDA graph cannot capture."""
+
+
+class Capture:
+    """What one `capture()` recorded: steps to run again, in order."""
+
+    def __init__(self):
+        self.steps: list = []
+        self.launches = 0  # kernel launches among the steps
+
+    def replay(self, times: int = 1) -> None:
+        for _ in range(times):
+            for step in self.steps:
+                step()
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, graph: Capture):
+        super().__init__()
+        self.graph = graph
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if name in HOST_SYNCS:
+            raise CaptureError(
+                f"unishmem.testing.capture: aten.{name} reads device values on the host (a host "
+                "synchronisation), which a CUDA graph cannot capture"
+            )
+        result = func(*args, **kwargs)
+        if name not in MEMORY_ONLY:
+            self.graph.steps.append(_replayed(func, args, kwargs, result))
+        return result
+
+
+def _replayed(func, args, kwargs, result):
+    """The step that runs `func` again: in place where it writes its inputs, into the tensors it
+    returned where it made new ones; nothing where it only made a view."""
+    aliased = [r.alias_info is not None for r in func._schema.returns]
+    if any(aliased):
+        if not func._schema.is_mutable:
+            return lambda: None  # a view: the tensor it returned already sees the same memory
+        return lambda: func(*args, **kwargs)
+    outputs = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
+
+    def step():
+        for recorded, fresh in zip(
+            outputs, [t for t in tree_flatten(func(*args, **kwargs))[0] if isinstance(t, torch.Tensor)]
+        ):
+            recorded.copy_(fresh)
+
+    return step
+
+
+@contextlib.contextmanager
+def capture():
+    """Record the torch operations and unishmem kernel launches of the enclosed calls (see the module)."""
+    from . import triton_support
+
+    if triton_support.launch_recorder is not None:
+        raise CaptureError("unishmem.testing.capture: a capture is already recording")
+    graph = Capture()
+
+    @contextlib.contextmanager
+    def record_launch(kernel, args, grid, kwargs):
+        graph.steps.append(lambda: kernel.run(*args, grid=grid, **dict(kwargs)))
+        graph.launches += 1
+        with _disable_current_modes():  # the launch is one step: not the torch work inside it
+            yield
+
+    triton_support.launch_recorder = record_launch
+    try:
+        with _Recorder(graph):
+            yield graph
+    finally:
+        triton_support.launch_recorder = None
