@@ -49,6 +49,7 @@ def _all_gather(src, dst, sig, out, state, members, my_index, numel, BLOCK: tl.c
     shl.putmem_signal_nbi_block(
         dst + my_index * numel, src, numel * ITEMSIZE, sig + my_index, epoch, shl.SIGNAL_SET, tl.load(members + i)
     )
+    shl.quiet()  # src is the next call's staging buffer: the put must be done reading it
     shl.signal_wait_until(sig + i, shl.CMP_GE, epoch)
     _copy(out + i * numel, dst + i * numel, numel, BLOCK)
     end_call(state, epoch)
@@ -100,6 +101,7 @@ def _reduce(
             shl.SIGNAL_SET,
             tl.load(members + p),
         )
+        shl.quiet()  # src is the next call's staging buffer: the put must be done reading it
     shl.wait_until_all(sig, n, shl.CMP_GE, epoch)
     start = p * BLOCK
     if start < chunk:

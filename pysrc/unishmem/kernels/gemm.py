@@ -1,9 +1,9 @@
 """GEMMs with their tensor-parallel communication, written once in unishmem.language.
 
 ag_gemm (A sharded by rows, B replicated): c = all_gather(a_shard) @ b on every PE.
-  overlap=True: one launch. The A shard is cut into chunks of BLOCK_M rows; program q (the lowest
-  ids, which start first) pushes chunk q % chunks to one peer with putmem_signal, the signal SET to
-  the call's epoch. Every program then computes one C tile from one chunk: the local shard first
+  overlap=True: one launch. The A shard (staged into the workspace) is cut into chunks of BLOCK_M
+  rows; program q (the lowest ids, which start first) pushes chunk q % chunks to one peer with
+  putmem_signal, the signal SET to the call's epoch. Every program then computes one C tile from one chunk: the local shard first
   (no wait), then the shard of member my-1, my-2, ... (the order in which they send to us); a tile of
   a remote shard waits for that chunk's signal, and its A loads depend on the wait through
   consume_token, so that Triton's pipeliner cannot issue them earlier. Pushes never wait, so no
@@ -20,7 +20,8 @@ gemm_rs (K split over PEs): a [M, K_local] and b_shard [K_local, N] on each PE g
 Tiles need not divide M, N or K (masked loads and stores). float16 and float32; tl.dot accumulates
 in float32 (float32 operands use tl.dot's default precision: TF32 on NVIDIA tensor cores). Blocks
 are powers of two from 16 (tl.dot's minimum) to 64 by default, smaller for small matrices.
-Workspaces, epochs and parities follow NOTE [workspaces].
+Workspaces, epochs and parities follow NOTE [workspaces]; each kernel counts its calls on the device
+(NOTE [call counter]), so a call captured in a CUDA graph replays correctly.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .. import jit
 from .. import language as shl
 from .._workspaces import workspace
 from ..triton_support import interpreting
+from ._calls import STATE_WORDS, begin_call, end_call
 from .collectives import _check_tensor, _team, all_gather
 
 DTYPES = (torch.float16, torch.float32)
@@ -74,14 +76,15 @@ def _store_tile(c, acc, rows, pn, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
     )
 
 
-@jit(do_not_specialize=["epoch"])  # a new epoch each call: no recompiles for 1 or multiples of 16
+@jit
 def _ag_gemm(
     a,
+    src,
     b,
     c,
     sig,
+    state,
     members,
-    epoch,
     my_index,
     n,
     m,
@@ -92,18 +95,28 @@ def _ag_gemm(
     BLOCK_K: tl.constexpr,
     ITEMSIZE: tl.constexpr,
 ):
-    """a: [n * m, K] symmetric, this PE's shard already in rows my_index * m...; sig: a word per
-    (shard, chunk); c: [n * m, N]."""
+    """a: [2, n * m, K] symmetric, the peers' shards in rows shard * m... of the call's parity; src:
+    [m, K] symmetric, this PE's shard; sig: [2, n * chunks], a word per (shard, chunk); c: [n * m, N]."""
     pid = tl.program_id(0)
+    epoch = begin_call(state)
     chunks = tl.cdiv(m, BLOCK_M)
+    a += epoch % 2 * n * m * K
+    sig += epoch % 2 * n * chunks
     if pid < chunks * (n - 1):  # push chunk pid % chunks of the local shard to member my_index + 1 + pid // chunks
         chunk = pid % chunks
         first = my_index * m + chunk * BLOCK_M
         nbytes = tl.minimum(BLOCK_M, m - chunk * BLOCK_M) * K * ITEMSIZE
         peer = tl.load(members + (my_index + 1 + pid // chunks) % n)
         shl.putmem_signal_nbi_block(
-            a + first * K, a + first * K, nbytes, sig + my_index * chunks + chunk, epoch, shl.SIGNAL_SET, peer
+            a + first * K,
+            src + chunk * BLOCK_M * K,
+            nbytes,
+            sig + my_index * chunks + chunk,
+            epoch,
+            shl.SIGNAL_SET,
+            peer,
         )
+        shl.quiet()  # src is the next call's staging buffer: the put must be done reading it
     tiles_n = tl.cdiv(N, BLOCK_N)
     shard = (my_index - pid // (chunks * tiles_n) + n) % n  # local shard first, then my-1, my-2, ...
     chunk = pid % (chunks * tiles_n) // tiles_n
@@ -111,14 +124,15 @@ def _ag_gemm(
     first = shard * m + chunk * BLOCK_M
     if shard != my_index:
         token = shl.signal_wait_until(sig + shard * chunks + chunk, shl.CMP_GE, epoch)
+        # the A rows' offset depends on the wait (NOTE: consume_token on the scalar offset keeps the
+        # alignment Triton knows of K, so the tile loads stay vectorised where K allows)
+        a_rows = a + shl.consume_token(first, token) * K
     else:
-        token = tl.cast(epoch, tl.uint64)  # staged before the launch: nothing to wait for
-    # the A rows' offset depends on the wait (NOTE: consume_token on the scalar offset keeps the
-    # alignment Triton knows of K, so the tile loads stay vectorised where K allows)
-    a_rows = a + shl.consume_token(first, token) * K
+        a_rows = src + chunk * BLOCK_M * K  # staged before the launch: nothing to wait for
     rows = m - chunk * BLOCK_M
     acc = _tile(a_rows, rows, b, pn, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
     _store_tile(c + first * N, acc, rows, pn, N, BLOCK_M, BLOCK_N)
+    end_call(state, epoch)
 
 
 @jit
@@ -132,7 +146,7 @@ def _gemm(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_
     _store_tile(c + first * N, acc, M - first, pn, N, BLOCK_M, BLOCK_N)
 
 
-@jit(do_not_specialize=["epoch"])
+@jit
 def _gemm_rs(
     a,
     b,
@@ -140,8 +154,8 @@ def _gemm_rs(
     stage,
     recv,
     sig,
+    state,
     members,
-    epoch,
     my_index,
     n,
     m,
@@ -152,18 +166,23 @@ def _gemm_rs(
     BLOCK_K: tl.constexpr,
     ITEMSIZE: tl.constexpr,
 ):
-    """a: [n * m, K], b: [K, N], c: [m, N]. stage and recv: [n, tiles, BLOCK_M * BLOCK_N] (recv's
-    first index the sender, stage's the owner); sig: a word per (tile, sender)."""
+    """a: [n * m, K], b: [K, N], c: [m, N]. stage and recv: [2, n, tiles, BLOCK_M * BLOCK_N] (recv's
+    first index after the parity the sender, stage's the owner); sig: [2, tiles * n], a word per
+    (tile, sender)."""
     pid = tl.program_id(0)
+    epoch = begin_call(state)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tl.cdiv(m, BLOCK_M) * tiles_n  # per owner
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    stage += epoch % 2 * n * tiles * TILE
+    recv += epoch % 2 * n * tiles * TILE
+    sig += epoch % 2 * tiles * n
     owner = (my_index + 1 + pid // tiles) % n  # the other members' tiles first, this PE's last
     t = pid % tiles
     chunk = t // tiles_n
     pn = t % tiles_n
     rows = m - chunk * BLOCK_M
     acc = _tile(a + (owner * m + chunk * BLOCK_M) * K, rows, b, pn, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
-    TILE: tl.constexpr = BLOCK_M * BLOCK_N
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     if owner != my_index:  # the whole tile (zeros outside the matrix), contiguous, with its signal
         staged = stage + (owner * tiles + t) * TILE
@@ -184,12 +203,13 @@ def _gemm_rs(
                 slot = shl.consume_token((s * tiles + t) * TILE, token)  # the loads come after the wait
                 acc += tl.load(recv + slot + offs).to(tl.float32)
         _store_tile(c + chunk * BLOCK_M * N, acc, rows, pn, N, BLOCK_M, BLOCK_N)
+    end_call(state, epoch)
 
 
 # How `unishmem compile` (and tests/test_kernels_compile.py) compile these kernels with no GPU:
 # float16 with the default 64x64x32 blocks, pipelined as a launch on a GPU is: on aligned tensors
 # with N and K multiples of 16 (what the K loop's vectorised, asynchronous tile loads need).
-_INTS = ("epoch", "my_index", "n", "m", "N", "K")
+_INTS = ("my_index", "n", "m", "N", "K")
 _BLOCKS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
 _OPTIONS = {"num_stages": NUM_STAGES}
 
@@ -201,13 +221,22 @@ def _spec(pointers: dict, ints, constexprs: dict) -> dict:
 
 COMPILE = {
     _ag_gemm: _spec(
-        {"a": "*fp16", "b": "*fp16", "c": "*fp16", "sig": "*u64", "members": "*i32"},
+        {"a": "*fp16", "src": "*fp16", "b": "*fp16", "c": "*fp16", "sig": "*u64", "state": "*i64", "members": "*i32"},
         _INTS,
         {**_BLOCKS, "ITEMSIZE": 2},
     ),
     _gemm: _spec({"a": "*fp16", "b": "*fp16", "c": "*fp16"}, ("M", "N", "K"), _BLOCKS),
     _gemm_rs: _spec(
-        {"a": "*fp16", "b": "*fp16", "c": "*fp16", "stage": "*fp16", "recv": "*fp16", "sig": "*u64", "members": "*i32"},
+        {
+            "a": "*fp16",
+            "b": "*fp16",
+            "c": "*fp16",
+            "stage": "*fp16",
+            "recv": "*fp16",
+            "sig": "*u64",
+            "state": "*i64",
+            "members": "*i32",
+        },
         _INTS,
         {**_BLOCKS, "ITEMSIZE": 2},
     ),
@@ -284,7 +313,16 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
         team,
         "ag_gemm",
         a_shard if problem is None else _dummy(),
-        lambda: {"a": ((2, n * m, K), a_shard.dtype), "sig": ((2, n * chunks), torch.uint64)} if overlap else {},
+        lambda: (
+            {
+                "a": ((2, n * m, K), a_shard.dtype),
+                "src": ((m, K), a_shard.dtype),
+                "sig": ((2, n * chunks), torch.uint64),
+                "state": ((STATE_WORDS,), torch.int64),
+            }
+            if overlap
+            else {}
+        ),
         problem,
         key=(bm,),
         shape=(m, K, N, bm, int(overlap is True)),
@@ -299,16 +337,16 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
             a_full, b, c, n * m, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=NUM_STAGES
         )
         return c
-    epoch, parity = ws.next_epoch()
-    a_full, sig = ws.buffers["a"][parity], ws.buffers["sig"][parity]
-    a_full[ws.my_index * m : (ws.my_index + 1) * m].copy_(a_shard)
+    buf = ws.buffers
+    buf["src"].copy_(a_shard)
     _ag_gemm[(n * chunks * triton.cdiv(N, bn),)](
-        a_full,
+        buf["a"],
+        buf["src"],
         b,
         c,
-        sig,
+        buf["sig"],
+        buf["state"],
         ws.members,
-        epoch,
         ws.my_index,
         n,
         m,
@@ -357,24 +395,24 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None):
             "stage": ((2, n * tiles * bm * bn), a.dtype),
             "recv": ((2, n * tiles * bm * bn), a.dtype),
             "sig": ((2, tiles * n), torch.uint64),
+            "state": ((STATE_WORDS,), torch.int64),
         },
         problem,
         key=(bm, bn),
         shape=(M, N, bm, bn),
         label="(M, N, block_m, block_n)",
     )
-    epoch, parity = ws.next_epoch()
     c = torch.empty((m, N), dtype=a.dtype, device=rt.device)
     buf = ws.buffers
     _gemm_rs[(n * tiles,)](
         a.contiguous(),
         b_shard.contiguous(),
         c,
-        buf["stage"][parity],
-        buf["recv"][parity],
-        buf["sig"][parity],
+        buf["stage"],
+        buf["recv"],
+        buf["sig"],
+        buf["state"],
         ws.members,
-        epoch,
         ws.my_index,
         n,
         m,
