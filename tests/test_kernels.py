@@ -127,7 +127,7 @@ def test_captured_calls_replay_right_after_the_inputs_change(rt):
         call(x)  # warm: the workspace is made outside the capture
         with unishmem.testing.capture() as graph:
             out = call(x)
-        assert graph.launches == launches.get(name, 1), (name, graph.launches)
+        assert len(graph.launches) == launches.get(name, 1), (name, graph.launches)
         for seed in range(1, 11):
             x.copy_(data(me, x.shape, x.dtype, seed))
             if seed == 5 and me == n - 1:
@@ -136,6 +136,27 @@ def test_captured_calls_replay_right_after_the_inputs_change(rt):
             xs = torch.stack([data(pe, x.shape, x.dtype, seed) for pe in range(n)])
             assert torch.equal(out, reference(xs)), (name, seed, out, reference(xs))
     rt.barrier_all()
+
+
+@spmd(sizes=(2, 4))
+def test_forty_calls_compile_one_binary_per_kernel_and_dtype(rt):
+    # Triton's kernel-cache key of every launch, for sm_90: nothing a call passes changes between calls
+    import unishmem.testing
+
+    n, me = rt.n_pes, rt.my_pe
+    calls = {
+        "_all_gather": lambda x: K.all_gather(x),
+        "_reduce": lambda x: K.all_reduce(x),
+        "_ag_gemm": lambda x: K.ag_gemm(x, torch.ones(3, 5, dtype=x.dtype)),
+        "_gemm_rs": lambda x: K.gemm_rs(x, torch.ones(3, 5, dtype=x.dtype)),
+    }
+    with unishmem.testing.capture() as graph:
+        for i in range(40):
+            dtype = (torch.float32, torch.float16)[i % 2]
+            for call in calls.values():
+                call(data(me, (2 * n, 3), dtype, seed=i))  # a new tensor each call, as a model passes
+    assert len(graph.launches) == 40 * len(calls), len(graph.launches)
+    assert graph.compiled_variants("sm_90") == {name: 2 for name in calls}, graph.compiled_variants("sm_90")
 
 
 @spmd(sizes=(2, 4))

@@ -156,3 +156,24 @@ def _recorded(stage, name: str, asm: dict):
 
 def _raise_lowered(asm, src, metadata):
     raise _LoweredOnly(asm)
+
+
+def launch_cache_key(jit_function, target, args: tuple, kwargs: dict) -> str:
+    """The key under which `jit_function.run(*args, **kwargs)` finds its compiled kernel for `target`
+    (a GPUTarget): a new key is a new compile. Computed as JITFunction.run computes it (its binder and
+    compute_cache_key, the same in 3.6 to 3.9) without a GPU, under the interpreter too: for counting a
+    kernel's compiled variants."""
+    from triton.runtime.jit import compute_cache_key
+
+    _, specialization, options = _binder(jit_function, target)(*args, **kwargs)
+    return compute_cache_key({}, specialization, options)
+
+
+@functools.cache
+def _binder(jit_function, target):
+    from triton.compiler import make_backend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    if not isinstance(jit_function, JITFunction):  # TRITON_INTERPRET=1: the same function, as compiled
+        jit_function = JITFunction(jit_function.fn, **jit_function.kwargs)
+    return create_function_from_signature(jit_function.signature, jit_function.params, make_backend(target))

@@ -57,12 +57,27 @@ class Capture:
 
     def __init__(self):
         self.steps: list = []
-        self.launches = 0  # kernel launches among the steps
+        self.launches: list[tuple] = []  # (kernel, args, grid, kwargs) of each kernel launch, in order
 
     def replay(self, times: int = 1) -> None:
         for _ in range(times):
             for step in self.steps:
                 step()
+
+    def compiled_variants(self, target: str = "sm_90") -> dict[str, int]:
+        """Per kernel, how many binaries Triton would compile for the recorded launches on `target`
+        (a name of unishmem.compile.TARGETS): one per distinct key of Triton's kernel cache."""
+        from triton.backends.compiler import GPUTarget
+
+        from . import _triton_compat
+        from .compile import TARGETS
+
+        gpu = GPUTarget(*TARGETS[target])
+        keys: dict[str, set] = {}
+        for kernel, args, _, kwargs in self.launches:
+            key = _triton_compat.launch_cache_key(kernel.jit_function, gpu, args, kwargs)
+            keys.setdefault(kernel.fn.__name__, set()).add(key)
+        return {name: len(found) for name, found in keys.items()}
 
 
 class _Recorder(TorchDispatchMode):
@@ -115,7 +130,7 @@ def capture():
     @contextlib.contextmanager
     def record_launch(kernel, args, grid, kwargs):
         graph.steps.append(lambda: kernel.run(*args, grid=grid, **dict(kwargs)))
-        graph.launches += 1
+        graph.launches.append((kernel, args, grid, kwargs))
         with _disable_current_modes():  # the launch is one step: not the torch work inside it
             yield
 

@@ -60,7 +60,7 @@ from .collectives import _check_tensor, _team
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
-@jit
+@jit(do_not_specialize=["epoch"])  # a new epoch each call: no new binary at 1 or multiples of 16
 def _dispatch(
     stage,
     my_counts,
@@ -101,7 +101,7 @@ def _dispatch(
     shl.wait_until_all(recv_sig, n * L, shl.CMP_GE, epoch)
 
 
-@jit
+@jit(do_not_specialize=["epoch"])
 def _combine(
     stage,
     C,
