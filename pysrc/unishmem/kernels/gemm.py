@@ -291,7 +291,8 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     overlap: True (default) gathers A chunk by chunk inside the GEMM launch, each GEMM tile waiting
     only for its own rows; False gathers all of A first (unishmem.kernels.all_gather), then runs
     a plain GEMM. block_m, block_n, block_k: tile sizes (powers of two >= 16); every PE must pass
-    the same."""
+    the same. Runs on torch's current stream; safe to capture in a CUDA graph once a call of the same
+    shapes has run."""
     from .. import runtime
 
     rt = runtime()
@@ -368,7 +369,8 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None):
     a: [M, K_p] (its columns of the activations) and b_shard: [K_p, N] (its rows of the weight);
     K_p may differ between PEs, M and N may not, and M must split into n equal blocks. Returns
     c_shard: [M / n, N] in a's dtype (float16 or float32). Partial tiles travel in that dtype and
-    are summed in float32 by their owner. block_m, block_n, block_k: as for ag_gemm."""
+    are summed in float32 by their owner. block_m, block_n, block_k: as for ag_gemm. Runs on torch's
+    current stream; safe to capture in a CUDA graph once a call of the same shapes has run."""
     from .. import runtime
 
     rt = runtime()

@@ -285,7 +285,8 @@ def _blocks(n: int) -> int:
 def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | None = None, team=None):
     """Send each copy (t, k) of this PE's token rows to the PE owning expert topk_ids[t, k].
     Returns (expert_tokens [R, H], counts [L, n_pes] int64, handle); see the module's docstring for
-    the packed layout and the capacity (max_tokens)."""
+    the packed layout and the capacity (max_tokens). Runs on torch's current stream; not yet safe to
+    capture in a CUDA graph (it reads the counts on the host to size its output)."""
     from .. import runtime
 
     rt = runtime()
@@ -366,7 +367,8 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
 def combine(expert_out, handle, *, team=None):
     """Send each row of expert_out (expert_tokens' layout) back to its (t, k) and return this PE's
     tokens [T, H]: out[t] = sum_k topk_weights[t, k] * row of (t, k), in float32, in k order.
-    team: the team the handle's dispatch ran on (default: the world)."""
+    team: the team the handle's dispatch ran on (default: the world). Runs on torch's current stream;
+    not yet safe to capture in a CUDA graph (its call number is a host integer)."""
     from .. import runtime
 
     rt = runtime()
