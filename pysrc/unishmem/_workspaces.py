@@ -34,6 +34,7 @@ teams stays carved until the world allocation it lies in goes.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -44,6 +45,20 @@ from ._dtypes import DTYPE_CODES
 # the numbers every PE's call is described by (a shape), compared across PEs, in a desc of
 # (kind, dtype, ndim, *dims, variant): the longest any kernel exchanges, which a team arena has room for
 DESC_DIMS = AGREE_WIDTH - 4
+
+
+_capturing = False  # inside unishmem.testing.capture(): see capturing()
+
+
+@contextlib.contextmanager
+def capturing():
+    """While a capture records: calls check their arguments once per shape, as on a GPU backend."""
+    global _capturing
+    _capturing = True
+    try:
+        yield
+    finally:
+        _capturing = False
 
 
 @dataclass
@@ -182,7 +197,9 @@ def workspace(
     )
     full_key = (what, getattr(x, "dtype", None), shape, team._id, *key)
     ws = rt._workspaces.get(full_key)
-    if ws is None or problem or rt.backend == "host":  # GPU backends check once per shape: a host collective
+    # GPU backends check once per shape (a host collective), and so does a capture (unishmem.testing),
+    # which, like a CUDA graph, cannot hold one
+    if ws is None or problem or (rt.backend == "host" and not _capturing):
         _agree(rt, team, what, desc, problem, label, variants)
     if ws is None:
         ws = rt._workspaces[full_key] = new_workspace(rt, team, what, buffers())

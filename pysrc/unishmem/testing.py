@@ -12,7 +12,8 @@ keeps no per-call state on the host (NOTE [call counter] in unishmem/kernels/_ca
     graph.replay()                        # out is now the sum of every PE's new x
 
 Unlike a CUDA graph, the capture also runs the call once (every PE records the same call, so the
-PEs stay in step). What a capture cannot hold fails in it with `CaptureError`: an operation that
+PEs stay in step). Inside it, calls compare their arguments across PEs only on a shape's first call,
+as on a GPU backend: the host backend's check of every call is a host collective, which no graph holds. What a capture cannot hold fails in it with `CaptureError`: an operation that
 reads a device value on the host (`.item()`, `nonzero`, ...) or whose result's shape depends on data.
 """
 
@@ -57,6 +58,7 @@ class Capture:
 
     def __init__(self):
         self.steps: list = []
+        self.ops: list[str] = []  # the torch operations among the steps (aten names), in order
         self.launches: list[tuple] = []  # (kernel, args, grid, kwargs) of each kernel launch, in order
 
     def replay(self, times: int = 1) -> None:
@@ -94,19 +96,18 @@ class _Recorder(TorchDispatchMode):
                 "synchronisation), which a CUDA graph cannot capture"
             )
         result = func(*args, **kwargs)
-        if name not in MEMORY_ONLY:
-            self.graph.steps.append(_replayed(func, args, kwargs, result))
+        step = None if name in MEMORY_ONLY else _replayed(func, args, kwargs, result)
+        if step is not None:
+            self.graph.steps.append(step)
+            self.graph.ops.append(name)
         return result
 
 
 def _replayed(func, args, kwargs, result):
     """The step that runs `func` again: in place where it writes its inputs, into the tensors it
-    returned where it made new ones; nothing where it only made a view."""
-    aliased = [r.alias_info is not None for r in func._schema.returns]
-    if any(aliased):
-        if not func._schema.is_mutable:
-            return lambda: None  # a view: the tensor it returned already sees the same memory
-        return lambda: func(*args, **kwargs)
+    returned where it made new ones; None where it only made a view (the view already sees the memory)."""
+    if any(r.alias_info is not None for r in func._schema.returns):
+        return (lambda: func(*args, **kwargs)) if func._schema.is_mutable else None
     outputs = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)]
 
     def step():
@@ -121,7 +122,7 @@ def _replayed(func, args, kwargs, result):
 @contextlib.contextmanager
 def capture():
     """Record the torch operations and unishmem kernel launches of the enclosed calls (see the module)."""
-    from . import triton_support
+    from . import _workspaces, triton_support
 
     if triton_support.launch_recorder is not None:
         raise CaptureError("unishmem.testing.capture: a capture is already recording")
@@ -136,7 +137,7 @@ def capture():
 
     triton_support.launch_recorder = record_launch
     try:
-        with _Recorder(graph):
+        with _workspaces.capturing(), _Recorder(graph):
             yield graph
     finally:
         triton_support.launch_recorder = None

@@ -4,8 +4,9 @@ Every kernel pushes: a PE puts its data into each member's receive slot with put
 signal SET to the call's epoch, NOTE [workspaces]) and then waits for its own slots. The kernel
 numbers its calls on the device (NOTE [call counter]) and writes the result into `out` itself, so
 a call's launch arguments are the same every time: captured in a CUDA graph, it replays correctly.
-x is staged into the workspace first (a copy on torch's current stream), so x and out may be any
-tensors on the runtime's device; out must be contiguous.
+x is read in place where it is a contiguous symmetric tensor, else staged into the workspace first
+(a copy on torch's current stream), so x and out may be any tensors on the runtime's device; out
+must be contiguous.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _all_gather(src, dst, sig, out, state, members, my_index, numel, BLOCK: tl.c
     shl.putmem_signal_nbi_block(
         dst + my_index * numel, src, numel * ITEMSIZE, sig + my_index, epoch, shl.SIGNAL_SET, tl.load(members + i)
     )
-    shl.quiet()  # src is the next call's staging buffer: the put must be done reading it
+    shl.quiet()  # src (x or its staged copy) may change after the call: the put must have read it
     shl.signal_wait_until(sig + i, shl.CMP_GE, epoch)
     _copy(out + i * numel, dst + i * numel, numel, BLOCK)
     end_call(state, epoch)
@@ -101,7 +102,7 @@ def _reduce(
             shl.SIGNAL_SET,
             tl.load(members + p),
         )
-        shl.quiet()  # src is the next call's staging buffer: the put must be done reading it
+        shl.quiet()  # src (x or its staged copy) may change after the call: the put must have read it
     shl.wait_until_all(sig, n, shl.CMP_GE, epoch)
     start = p * BLOCK
     if start < chunk:
@@ -172,8 +173,15 @@ def _output(rt, out, shape, dtype):
     return torch.empty(shape, dtype=dtype, device=rt.device) if out is None else out
 
 
-def _stage(ws: Workspace, x):
-    ws.buffers["src"].view(-1)[: x.numel()].copy_(x.reshape(-1))
+def _source(rt, ws: Workspace, x, readable: int):
+    """What the kernel sends from: x itself where it is a contiguous symmetric tensor and the kernel
+    reads no more than its `readable` elements, else x staged into the workspace (a copy on torch's
+    current stream)."""
+    if x.is_contiguous() and x.numel() >= readable and rt.is_symmetric(x):
+        return x
+    src = ws.buffers["src"]
+    src.view(-1)[: x.numel()].copy_(x.reshape(-1))
+    return src
 
 
 def all_gather(x, out=None, team=None):
@@ -201,11 +209,11 @@ def all_gather(x, out=None, team=None):
         },
         problem,
     )
-    _stage(ws, x)
+    src = _source(rt, ws, x, numel)
     out = _output(rt, out, shape, x.dtype)
     b = ws.buffers
     _all_gather[(n,)](
-        b["src"],
+        src,
         b["dst"],
         b["sig"],
         out,
@@ -308,7 +316,7 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, scatter: bool, gathe
     from .. import runtime
 
     rt = runtime()
-    _stage(ws, x)
+    src = _source(rt, ws, x, n * chunk if scatter else x.numel())  # two-shot pads x to n chunks
     out = _output(rt, out, shape, x.dtype)
     b = ws.buffers
     # one-shot and reduce-scatter have no second exchange: those arguments are never read
@@ -316,7 +324,7 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, scatter: bool, gathe
     block = _block(chunk)
     grid = (max(n, triton.cdiv(chunk, block)),)
     _reduce[grid](
-        b["src"],
+        src,
         b["recv"],
         b["sig"],
         red,

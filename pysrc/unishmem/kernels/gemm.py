@@ -1,10 +1,10 @@
 """GEMMs with their tensor-parallel communication, written once in unishmem.language.
 
 ag_gemm (A sharded by rows, B replicated): c = all_gather(a_shard) @ b on every PE.
-  overlap=True: one launch. The A shard (staged into the workspace) is cut into chunks of BLOCK_M
-  rows; program q (the lowest ids, which start first) pushes chunk q % chunks to one peer with
-  putmem_signal, the signal SET to the call's epoch. Every program then computes one C tile from one chunk: the local shard first
-  (no wait), then the shard of member my-1, my-2, ... (the order in which they send to us); a tile of
+  overlap=True: one launch. The A shard (read in place if it is a contiguous symmetric tensor, else
+  staged into the workspace) is cut into chunks of BLOCK_M rows; program q (the lowest ids, which
+  start first) pushes chunk q % chunks to one peer with putmem_signal, the signal SET to the call's
+  epoch. Every program then computes one C tile from one chunk: the local shard first (no wait), then the shard of member my-1, my-2, ... (the order in which they send to us); a tile of
   a remote shard waits for that chunk's signal, and its A loads depend on the wait through
   consume_token, so that Triton's pipeliner cannot issue them earlier. Pushes never wait, so no
   program waits for one that cannot start: it works at any occupancy.
@@ -35,7 +35,7 @@ from .. import language as shl
 from .._workspaces import workspace
 from ..triton_support import interpreting
 from ._calls import STATE_WORDS, begin_call, end_call
-from .collectives import _check_tensor, _team, all_gather
+from .collectives import _check_tensor, _source, _team, all_gather
 
 DTYPES = (torch.float16, torch.float32)
 MAX_BLOCK = {"block_m": 64, "block_n": 64, "block_k": 32}
@@ -116,7 +116,7 @@ def _ag_gemm(
             shl.SIGNAL_SET,
             peer,
         )
-        shl.quiet()  # src is the next call's staging buffer: the put must be done reading it
+        shl.quiet()  # src (a_shard or its staged copy) may change after the call: the put must have read it
     tiles_n = tl.cdiv(N, BLOCK_N)
     shard = (my_index - pid // (chunks * tiles_n) + n) % n  # local shard first, then my-1, my-2, ...
     chunk = pid % (chunks * tiles_n) // tiles_n
@@ -339,10 +339,9 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
         )
         return c
     buf = ws.buffers
-    buf["src"].copy_(a_shard)
     _ag_gemm[(n * chunks * triton.cdiv(N, bn),)](
         buf["a"],
-        buf["src"],
+        _source(rt, ws, a_shard, m * K),
         b,
         c,
         buf["sig"],
