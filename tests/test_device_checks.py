@@ -62,7 +62,9 @@ def same_error(host_call, device_call):
 def test_rma_into_a_freed_tensor_is_not_symmetric(rt):
     local = torch.zeros(16, dtype=torch.int32)
     x = rt.zeros(16, dtype=torch.int32)
-    view = x[0:16]  # a view does not carry its allocation: the host API finds it freed by address, as a device does
+    # Over the heap, of no allocation's storage (NOTE [allocation identity]): the host API checks it by
+    # address, as a device checks a pointer. (A view of x says it was freed: test_errors.py.)
+    view = rt.peer(x, rt.my_pe)
     rt.free(x)
     message = same_error(lambda: rt.put(view, local, 0), lambda: putmem[(1,)](x, local, 64, 0))
     assert "dest (heap offset" in message and "is in no live allocation" in message, message
@@ -74,7 +76,7 @@ def test_rma_into_a_freed_tensor_is_not_symmetric(rt):
 def test_rma_past_the_end_of_an_allocation(rt):
     x, after = rt.zeros(16, dtype=torch.int32), rt.zeros(16, dtype=torch.int32)
     local = torch.zeros(32, dtype=torch.int32)
-    past_end = torch.as_strided(x, (32,), (1,))
+    past_end = torch.as_strided(rt.peer(x, rt.my_pe), (32,), (1,))  # x's own storage ends with x
     message = same_error(lambda: rt.put(past_end, local, 1), lambda: putmem[(1,)](x, local, 128, 1))
     assert "past the end of its allocation (64 bytes" in message, message
     same_error(lambda: rt.get(local, past_end, 1), lambda: getmem[(1,)](local, x, 128, 1))

@@ -36,7 +36,9 @@ def test_local_argument_errors(rt):
     raises(ValueError, "is on meta, but this runtime's device is cpu", rt.put, x, torch.zeros(8, device="meta"), 0)
     raises(ValueError, "must be contiguous", rt.put, x[::2], torch.zeros(4), 0)
     raises(TypeError, "must be a torch.Tensor", rt.put, x, [0.0] * 8, 0)
-    past_end = torch.as_strided(x, (100,), (1,))  # a view reaching past its allocation
+    with pytest.raises(RuntimeError, match="out of bounds for storage"):  # x's storage is its allocation's
+        torch.as_strided(x, (100,), (1,))
+    past_end = torch.as_strided(rt.peer(x, rt.my_pe), (100,), (1,))  # a view of the heap past x's end
     raises(ValueError, "past the end of its allocation", rt.put, past_end, torch.zeros(100), 0)
     sig = rt.signals(2)
     raises(TypeError, "1-element torch.uint64", rt.signal_op, sig, 1, 0)
@@ -120,12 +122,51 @@ def test_use_after_free(rt):
     x = rt.zeros(16)
     view = x[4:8]
     rt.free(x)
-    raises(NotSymmetricError, "dest was freed", rt.put, x, torch.zeros(16), 0)
-    raises(NotSymmetricError, "in no live allocation", rt.put, view, torch.zeros(4), 0)
+    raises(NotSymmetricError, r"dest \(heap offset \d+, 64 bytes\) was freed", rt.put, x, torch.zeros(16), 0)
+    raises(NotSymmetricError, r"dest \(heap offset \d+, 16 bytes\) was freed", rt.put, view, torch.zeros(4), 0)
     raises(ValueError, "not a live symmetric allocation", rt.free, x)  # double free, on every PE
     raises(ValueError, "not a live symmetric allocation", rt.free, view)
     y = rt.zeros(16)  # the heap is intact
     rt.free(y)
+
+
+@spmd
+def test_a_stale_view_does_not_reach_the_allocation_that_replaced_it(rt):
+    """use_after_free_realloc: views of a freed allocation (those torch tracks as views, and
+    those it does not: a dtype view, detach(), .data), after the same bytes were allocated again."""
+    x = rt.zeros(16)
+    sig = rt.signals(2)
+    stale = {"x": x, "x[4:8]": x[4:8], "x.view(int32)": x.view(torch.int32), "x.detach()": x.detach()}
+    stale["x.data[1:]"] = x.data[1:]
+    word = sig[1]
+    for t in stale.values():  # hot calls trust tensors that passed the checks before (NOTE [hot calls])
+        rt.put(t, t.clone(), rt.my_pe)
+    rt.signal_op(word, 0, rt.my_pe)
+    rt.free(x)
+    rt.free(sig)
+    y = rt.zeros(16)  # the same bytes again
+    sig2 = rt.signals(2)
+    assert (y.data_ptr(), sig2.data_ptr()) == (x.data_ptr(), sig.data_ptr())
+    for t in stale.values():
+        src = torch.ones(t.shape, dtype=t.dtype)
+        for call, role in ((lambda: rt.put(t, src, 0), "dest"), (lambda: rt.get(src, t, 0), "source")):
+            raises(NotSymmetricError, rf"{role} \(heap offset \d+, {t.nbytes} bytes\) was freed", call)
+        raises(NotSymmetricError, "tensor .* was freed", rt.peer, t, 0)
+    raises(NotSymmetricError, "signal .* was freed", rt.signal_op, word, 1, 0)
+    raises(NotSymmetricError, "signal .* was freed", rt.signal_fetch, word)
+    raises(NotSymmetricError, "signal .* was freed", rt.signal_wait_until, word, unishmem.CMP.EQ, 0)
+    raises(NotSymmetricError, "signal .* was freed", rt.put_signal, y, torch.ones(16), word, 1, 0)
+    raises(NotSymmetricError, "dest .* was freed", rt.atomic_add, word, 1, 0)
+    # collectives: every PE passes its stale view and raises its own error
+    raises(NotSymmetricError, "dest .* was freed", rt.reduce, stale["x[4:8]"], y[:4])
+    raises(NotSymmetricError, "source .* was freed", rt.broadcast, y[:4], stale["x[4:8]"], 0)
+    raises(ValueError, "was freed already", rt.free, x)  # not y, which now starts at x's address
+    rt.barrier_all()
+    assert y.tolist() == [0.0] * 16 and sig2.tolist() == [0, 0]  # nothing reached the new allocations
+    rt.put(y[4:8], torch.ones(4), rt.my_pe)  # views of the live ones work
+    assert y.tolist() == [0.0] * 4 + [1.0] * 4 + [0.0] * 8
+    rt.free(y)
+    rt.free(sig2)
 
 
 @spmd(sizes=(2, 4))

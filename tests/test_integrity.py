@@ -1,31 +1,47 @@
 """PEs that disagree on a collective call: every PE raises, naming each PE's call, and the job
-goes on working (NOTE [collective descriptor] in csrc/common/collective.hpp)."""
+goes on working (NOTE [collective descriptor] in csrc/common/collective.hpp). So does a PE that
+waits elsewhere while the others enter a collective: every PE raises DeadlockError, and the PEs
+that had arrived take their arrival back (NOTE [taken-back arrival] in csrc/host/)."""
 
+import functools
 import re
 
 import pytest
 import torch
 from spmd import spmd
 
-from unishmem import NotSymmetricError, SymmetryError
+from unishmem import CMP, DeadlockError, NotSymmetricError, SymmetryError
 
+SPMD_ENV = {"UNISHMEM_DEADLOCK_TIMEOUT": "1"}
 SIZES = (2, 4)
 
 
 def team_works(rt, team):
-    """Called on every PE: an allocation, then a barrier and a reduction over `team` (a split's
-    result: None on PEs outside it) that give the right numbers."""
-    x = rt.full(3, rt.my_pe + 1, dtype=torch.int64)
+    """Called on every PE: allocations, then a barrier and reductions over `team` (a split's
+    result: None on PEs outside it) that give what torch computes."""
+    x = rt.zeros(5, dtype=torch.float64)
+    out = rt.empty(5, dtype=torch.float64)
+    x.copy_(torch.arange(5.0) * (rt.my_pe + 1) - 2)
     if team is not None:
-        rt.barrier(team)
-        rt.reduce(x, x, team=team)
         members = [team.translate_pe(i, rt.team_world) for i in range(team.n_pes)]
-        assert x.tolist() == [sum(m + 1 for m in members)] * 3
+        each = torch.stack([torch.arange(5.0, dtype=torch.float64) * (m + 1) - 2 for m in members])
+        rt.barrier(team)
+        rt.reduce(out, x, team=team)
+        assert torch.equal(out, each.sum(0)), (out, each)
+        rt.reduce(out, x, op="min", team=team)
+        assert torch.equal(out, each.min(0).values), (out, each)
+    rt.free(out)
     rt.free(x)
 
 
 def still_works(rt):
     team_works(rt, rt.team_world)
+
+
+def deadlock(fn, *args):
+    """fn raises DeadlockError: every PE waits, and none can make another's wait finish."""
+    with pytest.raises(DeadlockError, match="every PE has been waiting"):
+        fn(*args)
 
 
 def mismatch(fn, *args, match, **kwargs):
@@ -65,6 +81,36 @@ def test_skipped_barrier_is_found(rt):
     else:
         mismatch(rt.empty, 8, dtype=torch.int32, match=["PE 0 called barrier", "allocation of 32 bytes of int32"])
     still_works(rt)
+    # The last PE skips the barrier and waits for what PE 0 would send after it.
+    sig = rt.signals(1)
+    if rt.my_pe == rt.n_pes - 1:
+        deadlock(rt.signal_wait_until, sig, CMP.EQ, 1)
+    else:
+        deadlock(rt.barrier_all)
+    still_works(rt)
+    rt.free(sig)
+
+
+@spmd(sizes=SIZES)
+def test_a_signal_wait_against_a_barrier_is_a_deadlock_the_job_survives(rt):
+    sig = rt.signals(1)
+    for _ in range(2):  # and again: the barrier counts are equal after each
+        if rt.my_pe == 0:
+            deadlock(rt.signal_wait_until, sig, CMP.EQ, 1)
+        else:
+            deadlock(rt.barrier_all)
+        still_works(rt)
+    # on a team too: PE 0 waits, PE 1 in a barrier of the pair, any others in a world barrier
+    pair = rt.team_world.split_strided(0, 1, 2)
+    if rt.my_pe == 0:
+        deadlock(rt.signal_wait_until, sig, CMP.EQ, 1)
+    else:
+        deadlock(rt.barrier, pair)
+    team_works(rt, pair)
+    if pair:
+        pair.destroy()
+    still_works(rt)
+    rt.free(sig)
 
 
 def one_pe_wrong(rt, wrong, right, exc, match):
@@ -203,6 +249,11 @@ def test_team_destroyed_on_one_member_only(rt):
     elif rt.my_pe == 1:
         mismatch(rt.barrier, pair, match=calls)
     team_works(rt, pair)  # it lives on both
+    # PE 0 destroys it while the others go on to a world barrier: every PE waits (at 2 PEs the
+    # pair synchronises with the world, NOTE [barrier channel], so there the calls are compared)
+    fails = deadlock if rt.n_pes > 2 else functools.partial(mismatch, match=["PE 0 called team_destroy"])
+    fails(pair.destroy if rt.my_pe == 0 else rt.barrier_all)
+    team_works(rt, pair)  # it still lives on both
     if pair:
         pair.destroy()
     still_works(rt)

@@ -41,6 +41,8 @@
 #include <functional>
 #include <string>
 
+#include "../backend.hpp"
+
 namespace unishmem {
 
 // Python passes the seconds (their defaults live once, in pysrc/unishmem/_config.py).
@@ -176,8 +178,13 @@ void wait_for(Done&& done, Describe&& describe, const WaitPolicy& policy, SpinSt
     next_check = now + kCheckEvery;
     try {
       check();
-    } catch (...) {
-      if (done()) return;  // the peer did its part just before it left
+    } catch (const Error& e) {
+      // A peer that did its part just before it left ends the wait; a deadlock, which every PE
+      // raises, stands: what came true since is another PE's next call (NOTE [taken-back arrival]).
+      if (e.kind != ErrorKind::deadlock && done()) return;
+      throw;
+    } catch (...) {  // Ctrl-C (KeyboardInterrupt), as a peer's failure above
+      if (done()) return;
       throw;
     }
     const double waited = std::chrono::duration<double>(now - start).count();

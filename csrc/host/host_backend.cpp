@@ -254,6 +254,7 @@ void HostBackend::raise_deadlock() {
     if (report_verdict_ != verdict) {  // the first of this PE's threads to raise reads everyone's waits
       report_ = snapshot(true);
       report_verdict_ = verdict;
+      take_back_arrival();
       // No PE leaves its wait (and publishes others) before every PE has read them, or the reports
       // would differ; a PE that does not answer (stopped) is waited for at most a second.
       store_release(ctl(pe_)->deadlock_seen.value, verdict);
@@ -274,6 +275,19 @@ void HostBackend::raise_deadlock() {
     for (const WaitView& w : v.waits)
       what += " PE " + std::to_string(v.pe) + " waits (" + w.label + (w.label.empty() ? "" : ", ") + w.site + ");";
   throw DeadlockFailure(what, std::move(pes), policy_.deadlock_s);
+}
+
+// NOTE [taken-back arrival]: a PE that raises DeadlockError while it waits in a barrier takes its
+// arrival back, so that after a deadlock every PE has arrived on every channel as often as before
+// the calls that deadlocked (a PE that waited elsewhere never arrived): the next collective call of
+// every PE meets the others' at one barrier and is compared with theirs, and a caller that catches
+// the error goes on (NOTE [collective check]). No PE has passed that barrier (a member never
+// arrived), and the arrival goes before this PE says it has read the others' waits (deadlock_seen),
+// which every PE waits for before it leaves raise_deadlock: so no PE's next call can count it.
+// Only a deadlock is known to end every PE's wait; after a timeout or a Ctrl-C the arrival stays.
+void HostBackend::take_back_arrival() {
+  const int c = waits_in_barrier_.exchange(-1);
+  if (c >= 0) store_release(ctl(pe_)->arrive[c].value, load_acquire(ctl(pe_)->arrive[c].value) - 1);
 }
 
 std::vector<PeView> HostBackend::snapshot(bool deadlock) const {
@@ -423,10 +437,20 @@ void HostBackend::end_turn() {
 
 // ---- teams and internal exchange -------------------------------------------------------------
 
+std::uint64_t HostBackend::arrivals(int c) const {
+  const Team& t = *teams_[c];
+  return load_acquire(ctl(pe_)->arrive[c].value) - t.base[t.my_index];
+}
+
 void HostBackend::team_barrier(int team) {
   const int c = team_ref(team).channel;
-  Team& t = *teams_[c];
-  const std::uint64_t e = ++t.epoch;
+  const Team& t = *teams_[c];
+  const std::uint64_t e = arrivals(c) + 1;
+  waits_in_barrier_ = c;  // before arriving: a deadlock verdict may come as soon as we wait
+  struct Left {  // however the waits end; after a deadlock the arrival is taken back already
+    std::atomic<int>& channel;
+    ~Left() { channel = -1; }
+  } left{waits_in_barrier_};
   store_release(ctl(pe_)->arrive[c].value, t.base[t.my_index] + e);
   ring(ctl(pe_)->arrived);
   for (std::size_t i = 0; i < t.members.size(); ++i) {
@@ -450,7 +474,7 @@ void HostBackend::enter(int team, Call call, std::uint64_t payload) {
   const Team& t = team_ref(team);
   call.team = team;
   call.team_id = t.id;
-  call.seq = teams_[t.channel]->epoch + 1;
+  call.seq = arrivals(t.channel) + 1;
   const CallWords mine = call.pack();
   const int parity = int(call.seq & 1);
   std::uint64_t* record = ctl(pe_)->calls[t.channel][parity];
@@ -468,7 +492,7 @@ void HostBackend::enter(int team, Call call, std::uint64_t payload) {
 
 std::uint64_t HostBackend::payload(int team, int i) const {
   const Team& t = team_ref(team);
-  return ctl(t.members[i])->calls[t.channel][teams_[t.channel]->epoch & 1][kCallWords];
+  return ctl(t.members[i])->calls[t.channel][arrivals(t.channel) & 1][kCallWords];
 }
 
 void HostBackend::make_team(int slot, std::vector<int> members) {

@@ -118,7 +118,6 @@ static_assert(sizeof(ControlArea) <= kControlBytes);
 // the check, instead of each waiting forever for the other.
 struct Team : TeamInfo {
   std::vector<std::uint64_t> base;  // a channel's own: each member's arrive value when it was made
-  std::uint64_t epoch = 0;          // a channel's own: barriers passed on it
 };
 
 // NOTE [simulated nodes]: every PE of a host job is on one machine, but a job may be split into
@@ -239,6 +238,9 @@ class HostBackend final : public BackendBase {
   void check_deadlock();
   [[noreturn]] void raise_deadlock();
   void team_barrier(int team);
+  // Barriers this PE has arrived at on channel `c` since it was made: its arrive word is the count.
+  std::uint64_t arrivals(int c) const;
+  void take_back_arrival();  // NOTE [taken-back arrival]
   void leave(bool collective_barrier, PeState state);
 
   std::string token_;
@@ -249,6 +251,7 @@ class HostBackend final : public BackendBase {
   int live_ = 1;                     // threads that may wait: the launching one, or a launch's programs
   std::atomic<bool> aborted_{false};
   std::mutex collective_mu_;
+  std::atomic<int> waits_in_barrier_{-1};  // the channel whose barrier this PE has arrived at and waits in
   std::mutex deadlock_mu_;           // one thread of this PE at a time runs the deadlock check
   std::vector<Mapping> maps_;
   std::vector<int> pids_;

@@ -395,9 +395,15 @@ class Runtime:
         alloc = _Allocation(offset, nbytes, dtype)
         self._allocs[offset] = alloc
         bisect.insort(self._offsets, offset)
-        itemsize = _ITEMSIZE[dtype]
-        t = self._typed_heap(self.my_pe, dtype).as_strided(shape, _contiguous_strides(shape), offset // itemsize)
-        t._unishmem_allocation = alloc
+        # NOTE [allocation identity]: each allocation gets a storage of its own over its bytes (the
+        # DLPack view of a slice of the heap, at least a byte: the allocator gives 0 bytes some) and
+        # that storage carries its _Allocation. Every tensor sharing it (views, dtype views,
+        # detach(), .data) is then known as this allocation's, also once it is freed and its bytes
+        # belong to another: _symmetric and rt.free ask the storage, in constant time.
+        with torch.inference_mode(False):  # the heap never becomes an inference tensor
+            storage = torch.from_dlpack(self._heap_of(self.my_pe)[offset : offset + max(nbytes, 1)]).untyped_storage()
+            t = torch.empty(0, dtype=dtype, device=self.device).set_(storage, 0, shape, _contiguous_strides(shape))
+        storage._unishmem_allocation = alloc
         return t
 
     def _filled(self, shape, value, dtype, check_value: bool = True) -> torch.Tensor:
@@ -452,10 +458,18 @@ class Runtime:
         addr, nbytes = self._local(t, "tensor to free", contiguous=False)
         if not self._in_heap(addr, nbytes):
             raise NotSymmetricError(f"rt.free: the tensor at {addr:#x} is not in the symmetric heap")
-        alloc = self._allocs.get(addr - self._base)
-        if alloc is None:
+        offset = addr - self._base
+        alloc = getattr(t.untyped_storage(), "_unishmem_allocation", None)  # NOTE [allocation identity]
+        if alloc is None:  # a tensor the runtime did not make: by its address
+            alloc = self._allocs.get(offset)
+        elif not alloc.live:
             raise ValueError(
-                f"rt.free: the tensor at heap offset {addr - self._base} is not a live symmetric "
+                f"rt.free: the tensor at heap offset {offset} is not a live symmetric allocation: it was "
+                "freed already (its bytes may belong to another allocation now)"
+            )
+        if alloc is None or alloc.offset != offset:
+            raise ValueError(
+                f"rt.free: the tensor at heap offset {offset} is not a live symmetric "
                 "allocation (freed already, or a view that does not start one)"
             )
         return alloc
@@ -495,11 +509,14 @@ class Runtime:
 
     def _symmetric(self, t, name: str, contiguous: bool = True) -> tuple[int, int]:
         addr, nbytes = self._local(t, name, contiguous)
-        own = getattr(t, "_unishmem_allocation", None)
+        own = getattr(t.untyped_storage(), "_unishmem_allocation", None)  # NOTE [allocation identity]
         if own is not None:
-            if not own.live:
-                raise NotSymmetricError(f"{name} was freed (use after free): allocate it again with rt.empty()")
             offset = addr - self._base
+            if not own.live:
+                raise NotSymmetricError(
+                    f"{name} (heap offset {offset}, {nbytes} bytes) was freed (use after free; its bytes may "
+                    "belong to another allocation now): allocate it again with rt.empty()"
+                )
             if own.offset <= offset and offset + nbytes <= own.offset + own.nbytes:
                 return addr, nbytes  # fast path: inside the live allocation it was made by
         return self._range(addr, nbytes, name), nbytes
