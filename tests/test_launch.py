@@ -179,6 +179,65 @@ def test_ctrl_c_stops_every_pe(mode):
     assert not segments_left(before)
 
 
+# A PE that says READY, then sleeps until it is interrupted.
+SLEEPER = """
+import os, time
+print("READY", os.getpid(), flush=True)
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    print("INTERRUPTED", flush=True)
+"""
+
+
+def _start_sleepers(n: int, tmp: str) -> tuple[subprocess.Popen, list[int]]:
+    """`unishmem run` of n sleeping PEs, with its temporary directory in `tmp`; returns it once every PE runs."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unishmem", "run", "-n", str(n), sys.executable, "-c", SLEEPER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, TMPDIR=tmp),
+    )
+    pids = [int(proc.stdout.readline().split()[1]) for _ in range(n)]
+    return proc, pids
+
+
+def _gone(pid: int) -> bool:
+    return not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] == "Z"
+
+
+def test_ctrl_c_again_and_again_still_stops_every_pe_and_cleans_up(tmp_path):
+    """Ctrl-C pressed over and over until the launcher has stopped its PEs: no signal may break into what the
+    launcher is doing (one used to land inside Popen.poll, holding its waitpid lock, after which
+    Popen.wait could block for good), so it still stops every PE, says so once and removes everything."""
+    proc, pids = _start_sleepers(2, str(tmp_path))
+    start = time.monotonic()
+    while proc.poll() is None and not all(_gone(pid) for pid in pids) and time.monotonic() - start < 20:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.002)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert err.count("interrupted; stopping 2 PE(s)") == 1 and "Traceback" not in err, err
+    assert out.count("INTERRUPTED") == 2, out + err
+    assert all(_gone(pid) for pid in pids)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sigkilled_launcher_leaves_nothing_behind(tmp_path):
+    """Its PEs die with it; its directory (the rendezvous socket, hang reports) and the job's segments go too."""
+    proc, pids = _start_sleepers(2, str(tmp_path))
+    (private,) = tmp_path.iterdir()
+    assert private.name.startswith("unishmem-run-") and (private / "rendezvous.sock").exists()
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while (list(tmp_path.iterdir()) or not all(_gone(pid) for pid in pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(pid) for pid in pids)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_launcher_removes_segments_a_crashed_pe_left():
     before = segments()
     proc = launch([FAILURES, "leak_segment"], 2, timeout=60)
@@ -468,6 +527,29 @@ def test_rank_0_dying_before_every_rank_came_leaves_no_rendezvous_file(how):
     assert how == "kill" or "rank 0 fails on purpose before the first exchange" in outs[0][0], said
     assert procs[1].returncode == 3 and "INIT FAILED rank=1" in outs[1][0], said
     assert not _rendezvous_files(f"srun|4244-0-{os.getpid()}"), said
+
+
+def test_a_program_failing_after_init_leaves_no_rendezvous_socket(tmp_path):
+    """Under mpirun, srun or torchrun on one host, rank 0 serves the rendezvous; a program that raises
+    once init has returned never finalizes, and nothing of the rendezvous may stay behind."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UNISHMEM_", "OMPI_", "PMI", "SLURM_"))}
+    env.update(XDG_RUNTIME_DIR=str(tmp_path))
+    srun = dict(SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE="2", SLURM_JOB_ID="4245", SLURM_STEP_ID="0")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, INIT_FAULTS, "raise_after_init"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(env, SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank), **srun),
+        )
+        for rank in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    said = "".join(o + e for o, e in outs)
+    assert [p.returncode for p in procs] == [1, 1], said
+    assert sorted(re.findall(r"^INIT RETURNED rank=(\d)$", said, re.M)) == ["0", "1"], said
+    assert [p for p in tmp_path.rglob("*") if not p.is_dir()] == [], said
 
 
 @pytest.mark.parametrize("flavour", ["srun", "torchrun"])

@@ -5,15 +5,20 @@ the address a job needs, planted files are refused, and bad placements fail at o
 import json
 import os
 import pickle
+import re
+import shutil
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
+import time
+import warnings
 
 import pytest
 
-from unishmem import PeerFailure, bootstrap, rendezvous
+from unishmem import PeerFailure, UnishmemWarning, bootstrap, rendezvous
 from unishmem.rendezvous import Client, RendezvousError, Server
 
 SECRET = b"0123456789abcdef" * 4
@@ -192,6 +197,113 @@ def test_gather_names_the_missing_rank_at_its_deadline_and_a_lost_one_at_once():
         server.close()
 
 
+@pytest.mark.parametrize("secret", [b"another job's secret", b""], ids=["wrong", "missing"])
+def test_a_rank_refused_for_the_secret_fails_rank_0_at_once(secret):
+    """A rank given a wrong UNISHMEM_SECRET, or none, is refused at once; the ranks waiting for it hear
+    of it at once too, not at the end of the bootstrap timeout."""
+    server = Server("tcp:127.0.0.1:0", SECRET, 2, timeout=20)
+    try:
+        rank0 = Client(server.address, SECRET, 0, 2, 0, timeout=20)
+        outcome = []
+
+        def gather():
+            start = time.monotonic()
+            try:
+                rank0.gather(1, "host 0")
+            except Exception as e:  # noqa: BLE001 - the test looks at it
+                outcome.append((e, time.monotonic() - start))
+
+        waiting = threading.Thread(target=gather)
+        waiting.start()
+        with pytest.raises(RendezvousError, match="does not know the job's secret"):
+            Client(server.address, secret, 1, 2, 0, timeout=20)
+        waiting.join(30)
+        ((error, after),) = outcome
+        assert isinstance(error, RendezvousError), error
+        assert re.search(
+            r"rank 1 \(pid \d+, from 127\.0\.0\.1\) was refused: it does not know the job's secret", str(error)
+        )
+        assert after < 5, after
+        rank0.close()
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("how", ["missing", "refused"])
+def test_an_unreachable_launcher_rendezvous_fails_at_once(monkeypatch, tmp_path, how):
+    """`unishmem run` listens before it hands out the address: a socket that is missing or refuses is gone."""
+    _clear_launcher_env(monkeypatch)
+    path = tmp_path / "rendezvous.sock"
+    if how == "refused":
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.bind(str(path))  # its name stays; nothing listens
+    for k, v in dict(
+        UNISHMEM_RENDEZVOUS=f"unix:{path}",
+        UNISHMEM_SECRET="x",
+        UNISHMEM_RANK="1",
+        UNISHMEM_WORLD_SIZE="2",
+        UNISHMEM_BOOTSTRAP_TIMEOUT="20",
+    ).items():
+        monkeypatch.setenv(k, v)
+    start = time.monotonic()
+    with pytest.raises(RendezvousError, match=f"cannot reach the rendezvous at unix:{path}: "):
+        bootstrap.discover()
+    assert time.monotonic() - start < 5
+
+
+def joined_by_a_stranger(value):
+    """Rank 0 of an unauthenticated two-rank job (a bootstrap) and, as rank 1, a stranger who joined
+    first and sends `value` (JSON, as it crosses the wire) in every exchange."""
+    server = Server("tcp:127.0.0.1:0", b"", 2, timeout=10)
+    stranger = Client(server.address, b"", 1, 2, 0, timeout=10)
+
+    def send():
+        for step in range(1, 4):
+            try:
+                stranger.gather(step, value)
+            except (PeerFailure, RendezvousError):
+                return
+
+    threading.Thread(target=send, daemon=True).start()
+    client = Client(server.address, b"", 0, 2, 0, timeout=10)
+    return bootstrap.RendezvousBootstrap(bootstrap.Placement(0, 2, 0, 1, "srun"), 0, client, server)
+
+
+@pytest.mark.parametrize(
+    "mine, theirs, shown",
+    [
+        ("host-a", {"bytes": "00ff"}, r"b'\\x00\\xff' \(bytes\) in init exchange 1, where every rank sends a str"),
+        (1 << 20, None, r"None in init exchange 1, where every rank sends an int"),
+        (1 << 20, True, r"True \(bool\) in init exchange 1, where every rank sends an int"),
+        (
+            [1, 2, 3],
+            [1, "2", 3],
+            r"\[1, '2', 3\] \(list\) in init exchange 1, where every rank sends a list of 3 \(int, int, int\)",
+        ),
+        ("host-a", {"bytes": "not hex"}, r"\{'bytes': 'not hex'\} \(dict\), which is not a value"),
+        ("host-a", {"code": "import os"}, r"\{'code': 'import os'\} \(dict\), which is not a value"),
+    ],
+)
+def test_every_value_from_a_peer_is_type_checked(mine, theirs, shown):
+    boot = joined_by_a_stranger(theirs)
+    try:
+        with pytest.raises(RendezvousError, match=r"^rank 1 sent " + shown):
+            boot.allgather(mine)
+    finally:
+        boot.close()
+
+
+def test_a_strangers_bytes_end_the_host_backends_init_with_a_clear_error():
+    from unishmem import backends
+
+    boot = joined_by_a_stranger({"bytes": "00ff"})
+    try:
+        with pytest.raises(RendezvousError, match=r"^rank 1 sent b'\\x00\\xff' \(bytes\) in init exchange 1"):
+            backends.open_host(backends.get("host"), boot, 1 << 20, None)
+    finally:
+        boot.close()
+
+
 # ---- planted files and directories (one-host rendezvous) ---------------------------------------
 
 
@@ -232,48 +344,160 @@ def test_planted_link_or_readable_file_is_refused(private):
         _join_as_rank_1()
 
 
-def test_private_directory_must_be_ours_and_closed(private):
-    d = private / f"unishmem-{os.getuid()}"
-    d.mkdir(mode=0o755)
-    os.chmod(d, 0o755)
-    with pytest.raises(RendezvousError, match="has mode 755; others may enter it"):
-        rendezvous.private_dir()
-    if os.getuid() == 0:
-        os.chmod(d, 0o700)
-        os.chown(d, 65534, 65534)
-        with pytest.raises(RendezvousError, match="belongs to uid 65534"):
-            rendezvous.private_dir()
-    d.rmdir()
-    os.symlink(private, d)
-    with pytest.raises(RendezvousError, match="is not a directory"):
-        rendezvous.private_dir()
+def test_private_directory_passes_over_names_it_cannot_trust(private):
+    """Whatever holds a name (an open directory, a link, a file; another user's directory where root can
+    make one) is passed over with a warning, never used or removed: the next free name is made 0700."""
+    uid = os.getuid()
+    open_dir = private / f"unishmem-{uid}"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o755)
+    os.symlink(private, private / f"unishmem-{uid}-1")
+    (private / f"unishmem-{uid}-2").write_text("")
+    taken = [open_dir, private / f"unishmem-{uid}-1", private / f"unishmem-{uid}-2"]
+    if uid == 0:
+        theirs = private / f"unishmem-{uid}-3"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        taken.append(theirs)
+    with pytest.warns(UnishmemWarning) as said:
+        path = rendezvous.private_dir()
+    assert path == str(private / f"unishmem-{uid}-{len(taken)}")
+    st = os.lstat(path)
+    assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == uid
+    messages = [str(w.message) for w in said]
+    assert any(f"unishmem-{uid} is open to others (mode 755)" in m for m in messages), messages
+    assert any(f"unishmem-{uid}-1 is a symbolic link" in m for m in messages), messages
+    assert any(f"unishmem-{uid}-2 is not a directory" in m for m in messages), messages
+    assert uid != 0 or any(f"unishmem-{uid}-3 belongs to uid 65534" in m for m in messages), messages
+    assert all(os.path.lexists(t) for t in taken)  # nothing of theirs was touched
+    with pytest.warns(UnishmemWarning):
+        assert rendezvous.private_dir() == path  # and every later call finds the same one
+
+
+# Run as uid 65534, another local user: it plants, where the victim's job looks first, a directory anyone
+# may enter holding a rendezvous file and a listening socket under the job's own names, and a link to it
+# at the next name. Told to on its stdin, it says whether anyone connected.
+SQUATTER = """
+import json, os, socket, sys
+base, uid, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+trap = os.path.join(base, f"unishmem-{uid}")
+os.mkdir(trap)
+os.chmod(trap, 0o777)
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(os.path.join(trap, name + ".sock"))
+os.chmod(os.path.join(trap, name + ".sock"), 0o777)
+listener.listen(16)
+with open(os.path.join(trap, name + ".json"), "w") as f:
+    json.dump({"address": "unix:" + os.path.join(trap, name + ".sock"), "secret": "x", "pid": os.getpid()}, f)
+os.symlink(trap, os.path.join(base, f"unishmem-{uid}-1"))
+print("PLANTED", flush=True)
+sys.stdin.read()
+listener.setblocking(False)
+try:
+    listener.accept()
+    print("CONNECTED", flush=True)
+except BlockingIOError:
+    print("NOBODY", flush=True)
+"""
+
+
+def _python_for_others() -> str | None:
+    """A Python interpreter that another user may run (this one may lie in a directory only we can enter)."""
+    for candidate in (sys.executable, "/usr/bin/python3"):
+        path = os.path.realpath(candidate)
+        dirs = [os.path.dirname(path)]
+        while dirs[-1] != "/":
+            dirs.append(os.path.dirname(dirs[-1]))
+        if os.path.isfile(path) and all(os.stat(p).st_mode & 0o001 for p in [path, *dirs]):
+            return path
+    return None
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="running a process as another user (uid 65534) needs root")
+def test_names_another_user_took_first_stand_in_no_jobs_way(tmp_path, monkeypatch):
+    """Another local user takes, in a shared sticky directory, the names a job looks for first: the job
+    runs anyway, in a directory of its own, and never connects to the squatter."""
+    python = _python_for_others()
+    if python is None:
+        pytest.skip("no Python interpreter here that uid 65534 may run")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    name = os.path.basename(bootstrap._rendezvous_file("a job", 0)[0])[: -len(".json")]
+    shared = tempfile.mkdtemp(prefix="unishmem-test-shared-", dir="/tmp")
+    os.chmod(shared, 0o1777)  # as /tmp is
+    squatter = None
+    try:
+        squatter = subprocess.Popen(
+            [python, "-I", "-c", SQUATTER, shared, str(os.getuid()), name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            user=65534,
+            group=65534,
+            extra_groups=[],
+        )
+        assert squatter.stdout.readline() == "PLANTED\n", squatter.communicate(timeout=30)[1]
+        monkeypatch.setenv("XDG_RUNTIME_DIR", shared)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnishmemWarning)  # passing over the names is said
+            boots = one_host_job(2, "a job")
+            results = allgather_all(boots, ["zero", "one"])
+        for b in boots:
+            b.close()
+        out, err = squatter.communicate("report", timeout=30)
+        assert results == [["zero", "one"]] * 2
+        assert out == "NOBODY\n", err
+        ours = os.path.join(shared, f"unishmem-{os.getuid()}-2")
+        assert os.lstat(ours).st_uid == os.getuid() and os.listdir(ours) == []
+    finally:
+        if squatter is not None and squatter.poll() is None:
+            squatter.kill()
+            squatter.wait()
+        shutil.rmtree(shared)
+
+
+def in_threads(size: int, fn) -> list:
+    """fn(rank) in a thread per rank; returns the results in rank order, or raises the first error."""
+    results = [None] * size
+
+    def run(r):
+        try:
+            results[r] = fn(r)
+        except Exception as e:  # noqa: BLE001 - raised below, in the test's thread
+            results[r] = e
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in reversed(range(size))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
+    return results
+
+
+def one_host_job(size: int, job: str, timeout: float = 10) -> list:
+    """The one-host bootstraps of a job of `size` ranks, each found by its own thread (rank 0 serves)."""
+    return in_threads(
+        size, lambda r: bootstrap._one_host(bootstrap.Placement(r, size, r, size, "srun"), job, 0, timeout)
+    )
+
+
+def allgather_all(boots: list, values: list) -> list:
+    return in_threads(len(boots), lambda r: boots[r].allgather(values[r]))
 
 
 def test_rank_0_serves_and_leaves_no_file(private):
-    """The one-host path end to end, in threads: rank 0 serves, rank 1 finds it; nothing is left."""
-    boots = [None, None]
-
-    def rank(r):
-        boots[r] = bootstrap._one_host(bootstrap.Placement(r, 2, r, 2, "srun"), "a job", 0, 10)
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in (1, 0)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    results = [[None], [None]]
-    ts = [
-        threading.Thread(target=lambda r=r: results.__setitem__(r, boots[r].allgather(b"\x00" * r + b"x")))
-        for r in (0, 1)
-    ]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(30)
-    assert results == [[b"x", b"\x00x"]] * 2  # bytes survive the JSON encoding
+    """The one-host path end to end, in threads: rank 0 serves, rank 1 finds it; once both have joined,
+    neither the rendezvous file nor its socket is left, before anyone closes anything (a program that
+    fails after init may never close its bootstrap)."""
+    boots = one_host_job(2, "a job")
+    assert allgather_all(boots, [b"x", b"\x00x"]) == [[b"x", b"\x00x"]] * 2  # bytes survive the JSON encoding
     d = private / f"unishmem-{os.getuid()}"
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
-    assert [p.suffix for p in d.iterdir()] == [".sock"]  # the file went once both had joined
+    assert list(d.iterdir()) == []
+    assert allgather_all(boots, [0, 1]) == [[0, 1]] * 2  # the connections stay
     for b in boots:
         b.close()
     assert list(d.iterdir()) == []

@@ -129,7 +129,7 @@ def agree(boot: Bootstrap, what: str, fn: Callable[[], Any]) -> Any:
         result, error = fn(), None
     except Exception as e:  # noqa: BLE001 - reported to every rank, then re-raised here
         result, error = None, e
-    outcomes = boot.allgather(None if error is None else f"{type(error).__name__}: {error}")
+    outcomes = boot.allgather(None if error is None else f"{type(error).__name__}: {error}", kinds=(type(None), str))
     if error is not None:
         raise error
     failed = [(r, msg) for r, msg in enumerate(outcomes) if msg is not None]

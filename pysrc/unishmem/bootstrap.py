@@ -52,11 +52,40 @@ def _encode(obj):
 
 
 def _decode(obj):
+    """The value `_encode` made; ValueError for anything else."""
     if isinstance(obj, dict):
+        if list(obj) != ["bytes"] or not isinstance(obj["bytes"], str):
+            raise ValueError("a JSON object that is not bytes")
         return bytes.fromhex(obj["bytes"])
     if isinstance(obj, list):
         return [_decode(o) for o in obj]
     return obj
+
+
+def _like(mine, theirs) -> bool:
+    """Whether `theirs` (decoded) is a value of the kind of `mine`: of the same type, and for a list, a
+    list as long of values like mine, element by element."""
+    if isinstance(mine, (list, tuple)):
+        return isinstance(theirs, list) and len(theirs) == len(mine) and all(map(_like, mine, theirs))
+    return type(theirs) is type(mine)
+
+
+def _kind_name(kind: type) -> str:
+    if kind is type(None):
+        return "None"
+    return f"{'an' if kind.__name__[0] in 'aeiou' else 'a'} {kind.__name__}"
+
+
+def _kind_of(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} ({', '.join(type(v).__name__ for v in value)})"
+    return _kind_name(type(value))
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return text if value is None else f"{text} ({type(value).__name__})"
 
 
 class Bootstrap(abc.ABC):
@@ -75,12 +104,48 @@ class Bootstrap(abc.ABC):
     def size(self) -> int:
         return self.placement.size
 
-    def allgather(self, obj) -> list:
-        self._step += 1
-        return [_decode(v) for v in self._allgather(self._step, _encode(obj))]
+    def allgather(self, obj, kinds: tuple[type, ...] | None = None) -> list:
+        """Every rank's `obj`, in rank order. Each must be of one of the types `kinds` or, without them,
+        of the kind of this rank's own `obj`: anything else is a RendezvousError naming the rank that
+        sent it (a stranger's value must not reach code that trusts its type)."""
+        values = [self._decoded(rank, v) for rank, v in enumerate(self._exchange(obj))]
+        for rank, value in enumerate(values):
+            if kinds is None and not _like(obj, value):
+                self._refuse(rank, value, f"where every rank sends {_kind_of(obj)}")
+            if kinds is not None and type(value) not in kinds:
+                self._refuse(rank, value, f"where every rank sends {' or '.join(map(_kind_name, kinds))}")
+        return values
 
     def broadcast(self, obj, root: int = 0):
-        return self.allgather(obj if self.rank == root else None)[root]
+        """The root's `obj`; of the kind of this rank's own, unless that is None."""
+        value = self._decoded(root, self._exchange(obj if self.rank == root else None)[root])
+        if obj is not None and not _like(obj, value):
+            self._refuse(root, value, f"where the root sends {_kind_of(obj)}")
+        return value
+
+    def _exchange(self, obj) -> list:
+        self._step += 1
+        values = self._allgather(self._step, _encode(obj))
+        if not isinstance(values, list) or len(values) != self.size:
+            raise rendezvous.RendezvousError(
+                f"init exchange {self._step} returned {_shown(values)}, not one value for each of {self.size} ranks"
+            )
+        return values
+
+    def _decoded(self, rank: int, value):
+        try:
+            return _decode(value)
+        except ValueError:
+            raise rendezvous.RendezvousError(
+                f"rank {rank} sent {_shown(value)}, which is not a value the bootstrap exchanges (JSON, with "
+                'bytes as {"bytes": hex}), in init exchange {self._step}: is it a process of this job?'
+            ) from None
+
+    def _refuse(self, rank: int, value, expected: str):
+        raise rendezvous.RendezvousError(
+            f"rank {rank} sent {_shown(value)} in init exchange {self._step}, {expected}: is it a process of "
+            "this job, running this version of unishmem?"
+        )
 
     def barrier(self) -> None:
         self.allgather(None)
@@ -95,7 +160,8 @@ class Bootstrap(abc.ABC):
 
 class RendezvousBootstrap(Bootstrap):
     """Gathers through a rendezvous server; rank 0 may be serving it itself (`server`), and may hold
-    a rendezvous file to remove once every rank has connected (`leftover`)."""
+    a rendezvous file to remove, with the server's socket, once every rank has connected (`leftover`):
+    a program that fails after init may never close its bootstrap."""
 
     def __init__(
         self,
@@ -122,7 +188,8 @@ class RendezvousBootstrap(Bootstrap):
 
     def _remove_leftover(self):
         if self._leftover:
-            _unlink(self._leftover)
+            self._server.unlink_socket()
+            _unlink(self._leftover)  # last: while it is there, a sweep finds the socket by it
             self._leftover = None
 
     def close(self):
@@ -269,7 +336,7 @@ def _unlink(path: str) -> None:
         pass
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -291,12 +358,12 @@ def _remove_if_writer_died(path: str, grace: float = 0.0) -> None:
     except (OSError, ValueError, KeyError, TypeError, UnishmemError):
         return
     deadline = time.monotonic() + grace
-    while _pid_alive(pid):
+    while pid_alive(pid):
         if time.monotonic() >= deadline:
             return
         time.sleep(0.01)
-    _unlink(path)
     _unlink(path[: -len(".json")] + ".sock")
+    _unlink(path)  # last: while it is there, a sweep finds the socket by it
 
 
 def _sweep_stale(directory: str) -> None:
@@ -365,7 +432,7 @@ def _one_host(p: Placement, job: str, init: int, timeout: float) -> Bootstrap:
         try:
             info = json.loads(_read_private(path))
             address, secret, pid = info["address"], info["secret"].encode(), int(info["pid"])
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 _remove_if_writer_died(path)  # rank 0 died before every rank came; a new one may write it again
                 raise FileNotFoundError(f"{path} was left by a process that is gone")
         except RefusedFile:

@@ -3,7 +3,14 @@
 The launcher serves the rendezvous on a Unix socket in a private directory (NOTE [rendezvous trust]
 in rendezvous.py), tells it when a PE's process ends (so peers still in init stop waiting), starts each
 PE in its own process group (so Ctrl-C reaches the launcher once, and it forwards it), reports the
-first PE that fails, and removes the job's shared-memory segments whatever happened.
+first PE that fails, and removes the job's directory and shared-memory segments whatever happened:
+itself, or, if it is SIGKILLed, a cleaner process it forked for that (`_Cleaner`).
+
+SIGINT and SIGTERM only set a flag that the launcher's loop reads: an exception raised by a signal
+handler lands wherever the main thread happens to be, and inside Popen.poll, between taking its
+waitpid lock and the `try` that releases it, it leaves the lock taken, after which Popen.wait()
+blocks for good (in 1 of 10 such interruptions in a tight poll loop); a second Ctrl-C would also
+break off the cleanup.
 
 PEs write into pipes that the launcher copies out a whole line at a time, so the lines of different
 PEs never run into each other (an unbuffered `print` writes its text and its newline separately).
@@ -25,10 +32,12 @@ import time
 
 from . import rendezvous
 from ._config import seconds
+from .bootstrap import pid_alive
 
 GRACE_S = 15.0  # after a PE fails: time for the others to notice (PeerFailure) and exit on their own
 TERM_S = 3.0  # after SIGINT/SIGTERM, before SIGKILL
 DRAIN_S = 10.0  # at the end, for the PEs' last output to be taken
+PES_GONE_S = 10.0  # the cleaner's wait for the PEs of a launcher that died (a pid may be reused meanwhile)
 LINE_MAX = 1 << 16  # a longer run of output without a line end is passed on as it is
 _output_lock = threading.Lock()
 
@@ -79,8 +88,53 @@ def remove_segments(token: str) -> list[str]:
     return left
 
 
-class _Stop(Exception):
-    pass
+class _Cleaner:
+    """A process of its own, forked before anything else exists, that removes the job's directory and
+    segments once the launcher is gone, however it went: a SIGKILLed launcher cannot. The launcher
+    writes each PE's pid to it; when its pipe closes (the launcher is done or dead), it waits for the
+    PEs to be gone too (they die with the launcher: PR_SET_PDEATHSIG), lest one still make a segment."""
+
+    def __init__(self, private: str, token: str):
+        read_end, self._pipe = os.pipe()
+        self._pid = os.fork()
+        if self._pid == 0:
+            try:
+                os.close(self._pipe)
+                _clean_after(read_end, private, token)
+            finally:
+                os._exit(0)
+        os.close(read_end)
+
+    def watch(self, pid: int) -> None:
+        os.write(self._pipe, f"{pid}\n".encode())
+
+    def release(self) -> None:
+        """The launcher has removed everything itself: the cleaner ends without waiting for anything."""
+        os.write(self._pipe, b"done\n")
+        os.close(self._pipe)
+        os.waitpid(self._pid, 0)
+
+
+def _clean_after(pipe: int, private: str, token: str) -> None:
+    os.setsid()  # out of the launcher's process group and terminal: Ctrl-C or a kill of the group leaves it be
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # whoever reads the launcher's output sees it end with the launcher
+        os.dup2(devnull, fd)
+    os.closerange(3, pipe)
+    os.closerange(pipe + 1, os.sysconf("SC_OPEN_MAX"))
+    told = b""
+    while chunk := os.read(pipe, 4096):
+        told += chunk
+    if told.endswith(b"done\n"):
+        return
+    pes = [int(pid) for pid in told.split()]
+    deadline = time.monotonic() + PES_GONE_S
+    while any(pid_alive(pid) for pid in pes) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    shutil.rmtree(private, ignore_errors=True)
+    remove_segments(token)
 
 
 def _copy_lines(pipe: int, out) -> None:
@@ -150,46 +204,54 @@ def run(n: int, argv: list[str], extra_env: dict[str, str] | None = None) -> int
     timeout = seconds("UNISHMEM_BOOTSTRAP_TIMEOUT")  # a bad setting fails before anything is made
     private = tempfile.mkdtemp(prefix="unishmem-run-")  # 0700: only this user reaches the socket
     try:
-        server = rendezvous.Server(f"unix:{private}/rendezvous.sock", secret.encode(), n, timeout)
+        cleaner = _Cleaner(private, token)
     except BaseException:
         shutil.rmtree(private, ignore_errors=True)
         raise
-    base_env.update(
-        UNISHMEM_RENDEZVOUS=server.address,
-        UNISHMEM_SECRET=secret,
-        UNISHMEM_JOB_TOKEN=token,
-        UNISHMEM_WORLD_SIZE=str(n),
-        UNISHMEM_LOCAL_WORLD_SIZE=str(n),
-        UNISHMEM_HANG_DIR=private,
-    )  # NOTE [hang report]: the PEs' parts, gone with the directory
+    stop_signals: list[int] = []  # SIGINT and SIGTERM, as they came; the loop stops the PEs
+
+    def on_stop_signal(signum, frame):
+        stop_signals.append(signum)
+
+    old_handlers = {sig: signal.signal(sig, on_stop_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    server = None
     procs: list[subprocess.Popen] = []
     copiers: list[list[threading.Thread]] = []
-
-    def on_term(signum, frame):
-        raise _Stop()
-
-    old_term = signal.signal(signal.SIGTERM, on_term)
-    status = 0
     try:
+        server = rendezvous.Server(f"unix:{private}/rendezvous.sock", secret.encode(), n, timeout)
+        base_env.update(
+            UNISHMEM_RENDEZVOUS=server.address,
+            UNISHMEM_SECRET=secret,
+            UNISHMEM_JOB_TOKEN=token,
+            UNISHMEM_WORLD_SIZE=str(n),
+            UNISHMEM_LOCAL_WORLD_SIZE=str(n),
+            UNISHMEM_HANG_DIR=private,
+        )  # NOTE [hang report]: the PEs' parts, gone with the directory
         for rank in range(n):
+            if stop_signals:
+                break
             env = dict(base_env, UNISHMEM_RANK=str(rank), UNISHMEM_LOCAL_RANK=str(rank))
             proc, proc_copiers = _start(cmd, env)
             procs.append(proc)
             copiers.append(proc_copiers)
+            cleaner.watch(proc.pid)
         for copier in (c for rank_copiers in copiers for c in rank_copiers):
             copier.start()
-        status = _watch(procs, copiers, server)
-    except (KeyboardInterrupt, _Stop):
-        _say(f"interrupted; stopping {n} PE(s)")
-        _stop(procs, signal.SIGINT)
-        status = 130
+        status = _watch(procs, copiers, server, stop_signals)
+        if status is None:
+            _say(f"interrupted; stopping {len(procs)} PE(s)")
+            _stop(procs, signal.SIGINT)
+            status = 130
     finally:
         _stop(procs, signal.SIGKILL, wait=0)
         _drain([c for rank_copiers in copiers for c in rank_copiers], DRAIN_S)
-        signal.signal(signal.SIGTERM, old_term)
-        server.close()
+        if server is not None:
+            server.close()
         shutil.rmtree(private, ignore_errors=True)
         remove_segments(token)
+        cleaner.release()
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
     return status
 
 
@@ -202,11 +264,17 @@ def _drain(copiers: list[threading.Thread], seconds: float) -> None:
             copier.join(timeout=max(0.0, end - time.monotonic()))
 
 
-def _watch(procs: list[subprocess.Popen], copiers: list[list[threading.Thread]], server: rendezvous.Server) -> int:
+def _watch(
+    procs: list[subprocess.Popen],
+    copiers: list[list[threading.Thread]],
+    server: rendezvous.Server,
+    stop_signals: list[int],
+) -> int | None:
+    """The job's exit status once every PE has ended, or None as soon as a stop signal has come."""
     first_failure = None
     deadline = None
     reported: set[int] = set()
-    while True:
+    while not stop_signals:
         running = [p for p in procs if p.poll() is None]
         for rank, p in enumerate(procs):
             if p.returncode is not None and rank not in reported:  # peers still in init stop waiting for it
@@ -227,6 +295,8 @@ def _watch(procs: list[subprocess.Popen], copiers: list[list[threading.Thread]],
             _stop(running, signal.SIGTERM)
             break
         time.sleep(0.02)
+    if stop_signals:
+        return None
     if first_failure is None:
         return 0
     return 128 - first_failure if first_failure < 0 else first_failure

@@ -1,18 +1,39 @@
 """The rendezvous: a small server that a job's PEs reach during init to all-gather a few values.
 
 NOTE [rendezvous trust]:
-- A one-host job's server listens on a Unix socket in a directory that only this user can enter
-  (`private_dir`: mode 0700, owner checked), so nothing listens on the network. A multi-host job's
-  listens on TCP at the one address the other hosts use (MASTER_ADDR), never on every interface.
+- A one-host job's server listens on a Unix socket in a directory that only this user can enter, so
+  nothing listens on the network. A multi-host job's listens on TCP at the one address the other hosts
+  use (MASTER_ADDR), never on every interface.
+- Nothing another user can create stands in a job's way. `unishmem run` makes its directory with
+  mkdtemp (a name nobody can predict, handed to its PEs in their environment). Ranks that rank 0 serves
+  have no such channel, so they use names every rank can work out: `private_dir` takes the first of
+  unishmem-<uid>, unishmem-<uid>-1, ... (in XDG_RUNTIME_DIR, else the temporary directory) that is a
+  real 0700 directory of this user's, making it where the name is free, and passes over (never enters
+  or removes) whatever else holds a name: another user must make one entry per name to move us one
+  name on, and cannot stop us. Linux abstract sockets were the other choice: they leave nothing behind,
+  but any process in the network namespace can reach them, and SO_PEERCRED alone cannot tell this
+  user from another container's process with the same uid, so they would still need the file's secret.
 - Every connection proves that it knows the job secret, and the server proves it back: HMAC-SHA256
   over a fresh nonce from the other side, compared in constant time. A client without the secret
   reads nothing and writes nothing. After that every message carries an HMAC under a key of the
-  connection (`_Sealed`), so nothing can be injected into it, replayed or reordered on the way. A multi-host job's secret is UNISHMEM_SECRET, which the user
-  gives every rank; without it the job still runs, unauthenticated, and says so.
-- Messages are length-prefixed JSON, at most MAX_MESSAGE bytes; nothing is ever unpickled.
+  connection (`_Sealed`), so nothing can be injected into it, replayed or reordered on the way. A
+  multi-host job's secret is UNISHMEM_SECRET, which the user gives every rank; without it the job still
+  runs, unauthenticated, and says so.
+- Messages are length-prefixed JSON, at most MAX_MESSAGE bytes; nothing is ever unpickled. Every value
+  a rank receives is checked (bootstrap.Bootstrap.allgather): one that is not of the kind every rank
+  sends, as a stranger in an unauthenticated job may send, is a RendezvousError naming the rank.
 - The server knows who has joined. A PE that disconnects without saying goodbye (it died), or that
   the launcher reports gone, fails every gather still waiting for it with PeerFailure at once; a
-  gather that does not complete within the timeout names the ranks it still waits for.
+  gather that does not complete within the timeout names the ranks it still waits for. A connection
+  refused for the secret that claims a rank not yet joined (that rank, given a wrong UNISHMEM_SECRET
+  or none, most likely) fails the gathers waiting for that rank at once, naming the claim: the price
+  is that whoever can reach a multi-host job's port during init can end its init so (never join it).
+- Nothing waits for a server that cannot come: a Unix socket's server listens before anyone is told
+  its address, so a client that finds it missing or refusing fails at once naming the address; a TCP
+  client retries until the timeout, as rank 0 on another host may not have started yet.
+- Nothing outlives its job: rank 0 removes its rendezvous file and socket once every rank has
+  connected (the first exchange) and on every error, and the next rank 0 removes a dead one's; the
+  launcher's directory goes with the launcher, even a SIGKILLed one (launcher._Cleaner).
 """
 
 from __future__ import annotations
@@ -20,15 +41,18 @@ from __future__ import annotations
 import errno
 import hashlib
 import hmac
+import itertools
 import json
 import os
 import secrets
 import socket
 import stat
+import tempfile
 import threading
 import time
+import warnings
 
-from .errors import PeerFailure, UnishmemError
+from .errors import PeerFailure, UnishmemError, UnishmemWarning
 
 MAX_MESSAGE = 1 << 20
 _PROTOCOL = "unishmem-rendezvous-1"
@@ -62,22 +86,46 @@ def resolve(host: str, port: int, what: str) -> tuple:
 
 
 def private_dir() -> str:
-    """This user's directory for rendezvous files: made 0700 if missing, refused unless it is a real
-    directory owned by this user that nobody else can enter."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
-    path = os.path.join(base, f"unishmem-{os.getuid()}")
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise RendezvousError(f"{path} is not a directory (a link or a file planted there?); remove it")
-    if st.st_uid != os.getuid():
-        raise RendezvousError(f"{path} belongs to uid {st.st_uid}, not to this user (uid {os.getuid()}); remove it")
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        raise RendezvousError(f"{path} has mode {stat.S_IMODE(st.st_mode):o}; others may enter it: chmod 700 it")
-    return path
+    """This user's directory for rendezvous files and hang reports, in XDG_RUNTIME_DIR or else the
+    temporary directory: the first of unishmem-<uid>, unishmem-<uid>-1, unishmem-<uid>-2, ... that is a
+    real directory of this user's that nobody else can enter, made 0700 where the name is free. Anything
+    else under one of those names (planted by another user, say) is passed over with a warning, never
+    entered or removed (NOTE [rendezvous trust])."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    uid = os.getuid()
+    for n in itertools.count():
+        path = os.path.join(base, f"unishmem-{uid}" if n == 0 else f"unishmem-{uid}-{n}")
+        st = _made_or_found(path)
+        if stat.S_ISLNK(st.st_mode):
+            why = "is a symbolic link"
+        elif not stat.S_ISDIR(st.st_mode):
+            why = "is not a directory"
+        elif st.st_uid != uid:
+            why = f"belongs to uid {st.st_uid}"
+        elif stat.S_IMODE(st.st_mode) & 0o077:
+            why = f"is open to others (mode {stat.S_IMODE(st.st_mode):o})"
+        else:
+            return path
+        warnings.warn(
+            f"{path} {why}: not a private directory of this user (uid {uid}); passing over it to the next name",
+            UnishmemWarning,
+            stacklevel=2,
+        )
+
+
+def _made_or_found(path: str) -> os.stat_result:
+    """What is at `path` (not following a link), after making it a 0700 directory if nothing was."""
+    while True:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise RendezvousError(f"cannot make a private directory {path}: {e.strerror}") from None
+        try:
+            return os.lstat(path)
+        except FileNotFoundError:
+            pass  # removed in between by whoever held it: the name is free again
 
 
 # ---- framing ------------------------------------------------------------------------------------
@@ -152,6 +200,10 @@ class _Sealed:
         return _parse(body)
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _proof(secret: bytes, role: str, nonce: str, hello: dict | None = None) -> str:
     text = f"{_PROTOCOL}|{role}|{nonce}|{json.dumps(hello, sort_keys=True)}"
     return hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
@@ -189,6 +241,7 @@ class Server:
         self._taken: dict[tuple[int, int], set[int]] = {}
         self._members: dict[tuple[int, int], int] = {}  # (init, rank) -> pid of its live connection
         self._gone: dict[int, str] = {}  # rank -> why it can no longer take part
+        self._refused: dict[int, str] = {}  # rank -> a connection that claimed it without the secret
         self._broken: str | None = None  # why the whole job cannot go on
         self._connections: set[socket.socket] = set()
         self._closed = False
@@ -199,6 +252,15 @@ class Server:
         with self._cond:
             self._gone.setdefault(rank, why)
             self._cond.notify_all()
+
+    def unlink_socket(self) -> None:
+        """Remove the Unix socket's name: no client will come any more (the connections stay)."""
+        if self._path:
+            try:
+                os.unlink(self._path)
+            except FileNotFoundError:
+                pass
+            self._path = None
 
     def close(self) -> None:
         with self._cond:
@@ -211,11 +273,7 @@ class Server:
             except OSError:
                 pass
             s.close()
-        if self._path:
-            try:
-                os.unlink(self._path)
-            except FileNotFoundError:
-                pass
+        self.unlink_socket()
 
     def _accept(self) -> None:
         while True:
@@ -274,10 +332,11 @@ class Server:
         if not (
             isinstance(hello, dict) and isinstance(proof, str) and isinstance(client_nonce, str)
         ) or not hmac.compare_digest(proof, _proof(self._secret, "client", nonce, hello)):
+            self._note_refused(conn, hello)
             _send(conn, {"error": "auth", "message": "this connection does not know the job's secret"})
             return None
         rank, size, pid, init = (hello.get(k) for k in ("rank", "size", "pid", "init"))
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, size, pid, init)):
+        if not all(_is_int(v) for v in (rank, size, pid, init)):
             _send(conn, {"error": "protocol", "message": f"malformed hello {hello}"})
             return None
         reply = {"proof": _proof(self._secret, "server", client_nonce)}
@@ -297,6 +356,7 @@ class Server:
             else:
                 why = None
                 self._members[(init, rank)] = pid
+                self._refused.pop(rank, None)  # whoever was refused under its name, it was not this rank
             if why is not None:
                 self._broken = self._broken or why
                 self._cond.notify_all()
@@ -304,6 +364,28 @@ class Server:
                 return None
         _send(conn, {**reply, "ok": True})
         return (init, rank, pid), _Sealed(conn, self._secret, nonce, client_nonce, "server")
+
+    def _note_refused(self, conn: socket.socket, hello) -> None:
+        """A connection without the secret that claims a rank nobody holds: most likely that rank, given a
+        wrong UNISHMEM_SECRET or none. It fails at once itself; the gathers waiting for it hear of it at
+        once too, rather than at the timeout (NOTE [rendezvous trust])."""
+        rank, pid = (hello.get(k) if isinstance(hello, dict) else None for k in ("rank", "pid"))
+        if not (_is_int(rank) and 0 <= rank < self.size):
+            return  # no gather waits for it
+        try:
+            peer = conn.getpeername()
+        except OSError:  # it has gone already
+            peer = None
+        where = f", from {peer[0]}" if isinstance(peer, tuple) else ""
+        with self._cond:
+            if any(r == rank for _, r in self._members):
+                return  # the rank is here: that was someone else
+            self._refused.setdefault(
+                rank,
+                f"rank {rank} ({f'pid {pid}' if _is_int(pid) else 'no pid'}{where}) was refused: it does not "
+                "know the job's secret (a different UNISHMEM_SECRET, or none)",
+            )
+            self._cond.notify_all()
 
     def _gather(self, member, step: int, value) -> dict:
         init, rank, _ = member
@@ -322,6 +404,9 @@ class Server:
                 gone = [r for r in missing if r in self._gone]
                 if gone:
                     return {"error": "peer_failure", "message": self._gone[gone[0]]}
+                refused = [r for r in missing if r in self._refused]
+                if refused:
+                    return {"error": "refused", "message": self._refused[refused[0]]}
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return {
@@ -381,7 +466,16 @@ class Client:
                 return sock
             except OSError as e:
                 sock.close()
-                waitable = e.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.EAGAIN) or isinstance(e, TimeoutError)
+                # A Unix socket's server listens before anyone is told its address (`unishmem run` before
+                # it starts the PEs, rank 0 before it writes its rendezvous file): one that is missing or
+                # refuses has gone. A TCP one on another host may not have started yet.
+                gone = kind == "unix" and e.errno in (errno.ENOENT, errno.ECONNREFUSED)
+                waitable = e.errno in (errno.ECONNREFUSED, errno.EAGAIN) or isinstance(e, TimeoutError)
+                if gone:
+                    raise RendezvousError(
+                        f"cannot reach the rendezvous at {address}: {e.strerror}; the process that served "
+                        "it (`unishmem run`, or rank 0) has gone, or the address is wrong"
+                    ) from None
                 if not waitable or time.monotonic() > deadline:
                     raise RendezvousError(f"cannot reach the rendezvous at {address}: {e}") from None
                 time.sleep(0.05)

@@ -5,6 +5,7 @@ cycles         20 init/finalize cycles with heap sizes that change every time
 rank0_kill     (srun-style ranks) rank 0 SIGKILLs itself after writing its rendezvous file, before
                the first exchange that every rank must reach
 rank0_raise    the same, but rank 0 raises instead
+raise_after_init  (srun-style ranks) every rank raises once init has returned, finalizing nothing
 """
 
 import os
@@ -29,7 +30,7 @@ if mode.startswith("rank0_"):
     if me == 0:
         gather = bootstrap.Bootstrap.allgather
 
-        def dying_gather(self, obj):
+        def dying_gather(self, obj, kinds=None):
             if mode == "rank0_kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError("rank 0 fails on purpose before the first exchange")
@@ -41,6 +42,10 @@ if mode.startswith("rank0_"):
         say(f"INIT FAILED rank={me}: {type(e).__name__}: {e}")
         sys.exit(3)
     sys.exit(0)  # must not happen
+if mode == "raise_after_init":
+    rt = unishmem.init(heap_size="4M")
+    say(f"INIT RETURNED rank={rt.my_pe}")
+    raise RuntimeError("this program fails after init")
 me, n = int(os.environ["UNISHMEM_RANK"]), int(os.environ["UNISHMEM_WORLD_SIZE"])
 victim = n - 1
 if mode == "exit_early" and me == victim:
@@ -48,10 +53,10 @@ if mode == "exit_early" and me == victim:
 if mode == "kill_in_init" and me == victim:
     gather = bootstrap.Bootstrap.allgather
 
-    def dying_gather(self, obj):
+    def dying_gather(self, obj, kinds=None):
         if self._step == 2:
             os.kill(os.getpid(), signal.SIGKILL)
-        return gather(self, obj)
+        return gather(self, obj, kinds)
 
     bootstrap.Bootstrap.allgather = dying_gather
 if mode in ("kill_in_init", "exit_early"):
