@@ -161,6 +161,7 @@ def test_a_stale_view_does_not_reach_the_allocation_that_replaced_it(rt):
     raises(NotSymmetricError, "dest .* was freed", rt.reduce, stale["x[4:8]"], y[:4])
     raises(NotSymmetricError, "source .* was freed", rt.broadcast, y[:4], stale["x[4:8]"], 0)
     raises(ValueError, "was freed already", rt.free, x)  # not y, which now starts at x's address
+    assert not any(rt.is_symmetric(t) for t in stale.values()) and rt.is_symmetric(y[4:8])
     rt.barrier_all()
     assert y.tolist() == [0.0] * 16 and sig2.tolist() == [0, 0]  # nothing reached the new allocations
     rt.put(y[4:8], torch.ones(4), rt.my_pe)  # views of the live ones work

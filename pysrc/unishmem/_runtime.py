@@ -475,13 +475,11 @@ class Runtime:
         return alloc
 
     def is_symmetric(self, t: torch.Tensor) -> bool:
-        """True for any view into this PE's symmetric heap."""
-        return (
-            isinstance(t, torch.Tensor)
-            and t.device == self.device
-            and not self._finalized
-            and self._in_heap(_address(t), 0)
-        )
+        """True for any view into this PE's symmetric heap; False for one of a freed allocation."""
+        if not isinstance(t, torch.Tensor) or t.device != self.device or self._finalized:
+            return False
+        own = getattr(t.untyped_storage(), "_unishmem_allocation", None)  # NOTE [allocation identity]
+        return own.live if own is not None else self._in_heap(_address(t), 0)
 
     def peer(self, t: torch.Tensor, pe: int) -> torch.Tensor | None:
         """PE `pe`'s copy of symmetric tensor `t`, for direct loads and stores; None if unreachable."""
