@@ -4,6 +4,7 @@ machine is shared and noisy; the bench prints them (ok / MISS) for people to rea
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -102,6 +103,20 @@ def test_latencies_have_best_median_and_p99_over_a_long_run(quick):
         # another run's mean, so it is not ordered against them: it is only required to be there.
         assert d["median"] <= d["p99"], (name, d)
         assert 100 <= d["samples"] <= max(long_run, report["meta"]["plan"]["pingpong_iters"]), (name, d)
+
+
+def test_launch_measures_each_kernels_host_work_beside_plain_triton(tmp_path):
+    pytest.importorskip("triton")
+    proc = bench("--launch", "--quick", "--json", str(tmp_path / "launch.json"), timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "launch.json").read_text())
+    assert [r["kernel"] for r in report["rows"]] == ["all_reduce", "all_gather", "reduce_scatter"]
+    for r in report["rows"]:
+        assert all(positive(r[part][k]) for part in ("host", "triton") for k in ("mean", "best")), r
+        assert r["host"]["best"] <= r["host"]["mean"], r
+    assert positive(report["plain_triton"]["mean"])
+    for r in report["rows"]:  # each row's total and its ratio to plain Triton's
+        assert re.search(rf"^{r['kernel']} .* \d+\.\dx$", proc.stdout, re.M), proc.stdout
 
 
 def test_summary_is_the_nearest_rank_median_and_p99():

@@ -191,6 +191,14 @@ SETTINGS = {
             see="[Kernels](kernels.md)",
         ),
         Setting(
+            "UNISHMEM_COMM_BLOCK_BYTES",
+            BYTES,
+            64 << 10,
+            "`unishmem.kernels` collectives spread the data for one peer over one program per this many bytes "
+            "(at most 16 programs per peer); the same on every PE",
+            see="[Kernels](kernels.md)",
+        ),
+        Setting(
             "UNISHMEM_HOST_NODE_SIZE",
             PES,
             None,

@@ -202,7 +202,12 @@ def _bench(parser: argparse.ArgumentParser, args) -> int:
     from .bench import kernels
     from .bench.plan import Plan
 
-    if args.kernels:
+    if args.launch:
+        from .bench import launch
+
+        def measure():
+            return launch.run(args.json, args.quick)
+    elif args.kernels:
         sizes = kernels.sizes_for(args.quick, args.max_size, gpu=torch.cuda.is_available())
         if not sizes:
             parser.error(f"bench --kernels: --max-size {args.max_size} leaves no sizes (they start at 64 KiB)")
@@ -302,6 +307,11 @@ def main(argv: list[str] | None = None) -> int:
         "--kernels",
         action="store_true",
         help="time unishmem.kernels beside torch.distributed doing the same work instead",
+    )
+    bench.add_argument(
+        "--launch",
+        action="store_true",
+        help="measure the host work of a warm kernel call beside a plain Triton kernel's launch preparation instead",
     )
     comp = sub.add_parser(
         "compile",

@@ -120,8 +120,10 @@ def _replayed(func, args, kwargs, result):
 
 
 @contextlib.contextmanager
-def capture():
-    """Record the torch operations and unishmem kernel launches of the enclosed calls (see the module)."""
+def capture(dry: bool = False):
+    """Record the torch operations and unishmem kernel launches of the enclosed calls (see the module).
+    dry=True records the launches without running them (nor the compile a first launch makes): for
+    counting launches and compiled variants, or timing the host work of a call, where no data must move."""
     from . import _workspaces, triton_support
 
     if triton_support.launch_recorder is not None:
@@ -133,7 +135,7 @@ def capture():
         graph.steps.append(lambda: kernel.run(*args, grid=grid, **dict(kwargs)))
         graph.launches.append((kernel, args, grid, kwargs))
         with _disable_current_modes():  # the launch is one step: not the torch work inside it
-            yield
+            yield not dry
 
     triton_support.launch_recorder = record_launch
     try:

@@ -27,8 +27,8 @@ from . import _triton_compat
 from .errors import UnishmemError
 
 _KERNEL_NAMES: set[str] = set()
-# unishmem.testing.capture() sets it while it records: called with each launch (kernel, args, grid,
-# kwargs), it returns the context the launch runs in
+# unishmem.testing sets it while it records: called with each launch (kernel, args, grid, kwargs), it
+# returns the context the launch runs in, which gives whether to launch (False: record only)
 launch_recorder = None
 
 _hook_added = False
@@ -330,8 +330,8 @@ class Kernel:
 
     def run(self, *args, grid, **kwargs):
         if launch_recorder is not None:
-            with launch_recorder(self, args, grid, dict(kwargs)):
-                return self._launch(args, grid, kwargs)
+            with launch_recorder(self, args, grid, dict(kwargs)) as launch:
+                return self._launch(args, grid, kwargs) if launch else None
         return self._launch(args, grid, kwargs)
 
     def _launch(self, args, grid, kwargs):

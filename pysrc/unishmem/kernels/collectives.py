@@ -39,20 +39,32 @@ def _combine(a, b, OP: tl.constexpr):
 
 
 @jit
-def _all_gather(src, dst, sig, out, state, members, my_index, numel, BLOCK: tl.constexpr, ITEMSIZE: tl.constexpr):
-    # program i sends this PE's block to member i, waits for member i's block and copies it into out
-    i = tl.program_id(0)
-    n = tl.num_programs(0)
+def _all_gather(
+    src, dst, sig, out, state, members, my_index, n, numel, piece, BLOCK: tl.constexpr, ITEMSIZE: tl.constexpr
+):
+    # program (i, b) sends piece b of this PE's block to member i, waits for piece b of member i's
+    # block and copies it into out: each peer's data moves through PIECES = num_programs / n programs
+    pieces = tl.num_programs(0) // n
+    i = tl.program_id(0) // pieces
+    first = tl.program_id(0) % pieces * piece
+    size = tl.maximum(tl.minimum(piece, numel - first), 0)
     epoch = begin_call(state)
     parity = epoch % 2
     dst += parity * n * numel
-    sig += parity * n
+    sig += parity * n * pieces
+    word = tl.program_id(0) % pieces
     shl.putmem_signal_nbi_block(
-        dst + my_index * numel, src, numel * ITEMSIZE, sig + my_index, epoch, shl.SIGNAL_SET, tl.load(members + i)
+        dst + my_index * numel + first,
+        src + first,
+        size * ITEMSIZE,
+        sig + my_index * pieces + word,
+        epoch,
+        shl.SIGNAL_SET,
+        tl.load(members + i),
     )
     shl.quiet()  # src (x or its staged copy) may change after the call: the put must have read it
-    shl.signal_wait_until(sig + i, shl.CMP_GE, epoch)
-    _copy(out + i * numel, dst + i * numel, numel, BLOCK)
+    shl.signal_wait_until(sig + i * pieces + word, shl.CMP_GE, epoch)
+    _copy(out + i * numel + first, dst + i * numel + first, size, BLOCK)
     end_call(state, epoch)
 
 
@@ -78,32 +90,37 @@ def _reduce(
     n,
     chunk,
     numel,
+    pieces,
+    piece,
     SCATTER: tl.constexpr,
     GATHER: tl.constexpr,
     OP: tl.constexpr,
     BLOCK: tl.constexpr,
     ITEMSIZE: tl.constexpr,
 ):
-    """Push chunk p of src (SCATTER; else all of it) to member p's slot my_index, reduce this PE's
-    n slots block by block into out (with GATHER into red, then push each reduced block to every
-    member, whose blocks go into out as they come); numel: out's elements."""
+    """Push chunk q of src (SCATTER; else all of it) to member q's slot my_index, each chunk in
+    `pieces` pieces from as many programs; reduce this PE's n slots block by block into out (with
+    GATHER into red, then push each reduced block to every member, whose blocks go into out as they
+    come); numel: out's elements."""
     p = tl.program_id(0)
     epoch = begin_call(state)
     parity = epoch % 2
     recv += parity * n * chunk
-    sig += parity * n
-    if p < n:
+    sig += parity * n * pieces
+    if p < n * pieces:
+        q = p // pieces
+        first = p % pieces * piece
         shl.putmem_signal_nbi_block(
-            recv + my_index * chunk,
-            src + p * chunk if SCATTER else src,
-            chunk * ITEMSIZE,
-            sig + my_index,
+            recv + my_index * chunk + first,
+            (src + q * chunk if SCATTER else src) + first,
+            tl.maximum(tl.minimum(piece, chunk - first), 0) * ITEMSIZE,
+            sig + my_index * pieces + p % pieces,
             epoch,
             shl.SIGNAL_SET,
-            tl.load(members + p),
+            tl.load(members + q),
         )
         shl.quiet()  # src (x or its staged copy) may change after the call: the put must have read it
-    shl.wait_until_all(sig, n, shl.CMP_GE, epoch)
+    shl.wait_until_all(sig, n * pieces, shl.CMP_GE, epoch)
     start = p * BLOCK
     if start < chunk:
         offs = start + tl.arange(0, BLOCK)
@@ -146,8 +163,31 @@ def _team(rt, team):
     return team
 
 
+# On the host, plain integer arithmetic: triton.cdiv and next_power_of_2 cost microseconds a call there
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def _block(n: int) -> int:
-    return min(4096, triton.next_power_of_2(max(n, 1)))
+    return min(4096, _next_power_of_2(max(n, 1)))
+
+
+MAX_PIECES = 16
+
+
+def _pieces(numel: int, itemsize: int) -> tuple[int, int]:
+    """(programs, elements per program) for the data sent to one peer: one program per
+    UNISHMEM_COMM_BLOCK_BYTES, at most MAX_PIECES, each piece a multiple of 16 bytes but the last."""
+    from .. import _config
+
+    count = max(1, min(MAX_PIECES, _cdiv(numel * itemsize, _config.get("UNISHMEM_COMM_BLOCK_BYTES"))))
+    align = max(1, 16 // itemsize)
+    piece = _cdiv(_cdiv(max(numel, 1), count), align) * align
+    return _cdiv(max(numel, 1), piece), piece
 
 
 def _check_tensor(rt, x, name: str, what: str):
@@ -196,6 +236,7 @@ def all_gather(x, out=None, team=None):
     shape = (n * x.shape[0], *x.shape[1:]) if problem is None and x.dim() else (n,)
     problem = problem or _check_out(out, shape, x.dtype, "all_gather")
     numel = x.numel() if problem is None else 0
+    pieces, piece = _pieces(numel, x.element_size()) if problem is None else (1, 1)
     ws = workspace(
         rt,
         team,
@@ -204,7 +245,7 @@ def all_gather(x, out=None, team=None):
         lambda: {
             "src": ((numel,), x.dtype),
             "dst": ((2, n * numel), x.dtype),
-            "sig": ((2, n), torch.uint64),
+            "sig": ((2, n * pieces), torch.uint64),
             "state": ((STATE_WORDS,), torch.int64),
         },
         problem,
@@ -212,7 +253,7 @@ def all_gather(x, out=None, team=None):
     src = _source(rt, ws, x, numel)
     out = _output(rt, out, shape, x.dtype)
     b = ws.buffers
-    _all_gather[(n,)](
+    _all_gather[(n * pieces,)](
         src,
         b["dst"],
         b["sig"],
@@ -220,8 +261,10 @@ def all_gather(x, out=None, team=None):
         b["state"],
         ws.members,
         ws.my_index,
+        n,
         numel,
-        BLOCK=_block(numel),
+        piece,
+        BLOCK=_block(piece),
         ITEMSIZE=x.element_size(),
     )
     return out
@@ -300,7 +343,7 @@ def _reduce_buffers(x, n: int, chunk: int, gather: bool) -> dict:
     buffers = {
         "src": ((max(n * chunk if gather else x.numel(), 1),), x.dtype),
         "recv": ((2, n * chunk), x.dtype),
-        "sig": ((2, n), torch.uint64),
+        "sig": ((2, n * _pieces(chunk, x.element_size())[0]), torch.uint64),
         "state": ((STATE_WORDS,), torch.int64),
     }
     if gather:
@@ -322,7 +365,8 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, scatter: bool, gathe
     # one-shot and reduce-scatter have no second exchange: those arguments are never read
     red, gathered, sig2 = (b["red"], b["gathered"], b["sig2"]) if gather else (out, out, b["sig"])
     block = _block(chunk)
-    grid = (max(n, triton.cdiv(chunk, block)),)
+    pieces, piece = _pieces(chunk, x.element_size())
+    grid = (max(n * pieces, _cdiv(chunk, block)),)
     _reduce[grid](
         src,
         b["recv"],
@@ -337,6 +381,8 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, scatter: bool, gathe
         n,
         chunk,
         out.numel(),
+        pieces,
+        piece,
         SCATTER=scatter,
         GATHER=gather,
         OP=OPS[op],
@@ -350,7 +396,7 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, scatter: bool, gathe
 _SIG = {"sig": "*u64", "out": "*fp32", "state": "*i64", "members": "*i32", "my_index": "i32"}
 COMPILE = {
     _all_gather: {
-        "signature": {"src": "*fp32", "dst": "*fp32", **_SIG, "numel": "i64"},
+        "signature": {"src": "*fp32", "dst": "*fp32", **_SIG, "n": "i32", "numel": "i64", "piece": "i64"},
         "constexprs": {"BLOCK": 1024, "ITEMSIZE": 4},
     },
     _reduce: [
@@ -365,6 +411,8 @@ COMPILE = {
                 "n": "i32",
                 "chunk": "i64",
                 "numel": "i64",
+                "pieces": "i32",
+                "piece": "i64",
             },
             "constexprs": {"SCATTER": scatter, "GATHER": scatter, "OP": 0, "BLOCK": 1024, "ITEMSIZE": 4},
         }

@@ -35,7 +35,7 @@ from .. import language as shl
 from .._workspaces import workspace
 from ..triton_support import interpreting
 from ._calls import STATE_WORDS, begin_call, end_call
-from .collectives import _check_tensor, _source, _team, all_gather
+from .collectives import _cdiv, _check_tensor, _next_power_of_2, _source, _team, all_gather
 
 DTYPES = (torch.float16, torch.float32)
 MAX_BLOCK = {"block_m": 64, "block_n": 64, "block_k": 32}
@@ -251,7 +251,7 @@ def _blocks(dims: dict, given: dict) -> tuple[dict, Exception | None]:
     for name, dim in dims.items():
         value = given.get(name)
         if value is None:
-            value = max(16, min(MAX_BLOCK[name] * scale, triton.next_power_of_2(max(dim, 1))))
+            value = max(16, min(MAX_BLOCK[name] * scale, _next_power_of_2(max(dim, 1))))
         elif not isinstance(value, int) or value < 16 or value & (value - 1):
             return out, ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
         out[name] = value
@@ -308,7 +308,7 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     )
     problem = problem or bad
     bm = blocks.get("block_m", 16)
-    chunks = triton.cdiv(m, bm)
+    chunks = _cdiv(m, bm)
     ws = workspace(
         rt,
         team,
@@ -334,12 +334,12 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     bn, bk = blocks["block_n"], blocks["block_k"]
     if not overlap:
         a_full = all_gather(a_shard.contiguous(), team=team)
-        _gemm[(triton.cdiv(n * m, bm) * triton.cdiv(N, bn),)](
+        _gemm[(_cdiv(n * m, bm) * _cdiv(N, bn),)](
             a_full, b, c, n * m, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=NUM_STAGES
         )
         return c
     buf = ws.buffers
-    _ag_gemm[(n * chunks * triton.cdiv(N, bn),)](
+    _ag_gemm[(n * chunks * _cdiv(N, bn),)](
         buf["a"],
         _source(rt, ws, a_shard, m * K),
         b,
@@ -386,7 +386,7 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None):
     )
     problem = problem or bad
     bm, bn = blocks.get("block_m", 16), blocks.get("block_n", 16)
-    tiles = triton.cdiv(m, bm) * triton.cdiv(N, bn)
+    tiles = _cdiv(m, bm) * _cdiv(N, bn)
     ws = workspace(
         rt,
         team,

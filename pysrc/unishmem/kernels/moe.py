@@ -47,7 +47,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 import triton.language as tl
 
 from .. import jit
@@ -55,7 +54,7 @@ from .. import language as shl
 from .._dtypes import DTYPE_CODES
 from .._workspaces import Workspace, exchange, new_workspace
 from ..triton_support import interpreting
-from .collectives import _check_tensor, _team
+from .collectives import _cdiv, _check_tensor, _next_power_of_2, _team
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -279,7 +278,7 @@ def _disagreement(what: str, rows, fields, names) -> ValueError | None:
 
 
 def _blocks(n: int) -> int:
-    return triton.next_power_of_2(max(n, 1))
+    return _next_power_of_2(max(n, 1))
 
 
 def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | None = None, team=None):
@@ -409,7 +408,7 @@ def combine(expert_out, handle, *, team=None):
     tile = 4096 * (16 if interpreting() else 1)
     block_h = min(_blocks(H), 1024)
     block_t = min(_blocks(T), max(1, tile // block_h))
-    _combine[(max(n, triton.cdiv(T, block_t)),)](
+    _combine[(max(n, _cdiv(T, block_t)),)](
         b["cstage"],
         handle.C,
         b["ret"][epoch % 2],

@@ -1,0 +1,136 @@
+"""`unishmem bench --launch`: the host work of a warm kernel call, beside a plain Triton kernel's.
+
+Measured on this machine's CPU, in one process (a 1-PE host-backend runtime), with no kernel run:
+- unishmem: a warm call of each kernel at 8 KiB (x and out given, as a serving loop passes them) up to
+  the point where it hands its launch to Triton; the launch itself is skipped (unishmem.triton_support's
+  launch hook), and arguments are compared across PEs once per shape, as on a GPU backend;
+- Triton's own preparation of that launch for sm_90: binding the arguments and computing the key of its
+  kernel cache, as JITFunction.run does before the driver call (_triton_compat.launch_cache_key);
+- the vendor libraries' lookup a compiled launch adds (triton_support.extern_libs), where NVSHMEM's
+  bitcode is installed;
+- the reference: a plain @triton.jit kernel taking the same tensors, prepared the same way.
+The driver's launch (a few microseconds on a GPU) is in neither figure. Each figure is the mean over
+every timed call, and the best run's mean beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+CALLS = 2000
+RUNS = 5
+BYTES = 8 * 1024
+
+
+@triton.jit
+def _plain_copy(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+
+def _timed(op, calls: int, runs: int) -> dict:
+    op()
+    per_run = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            op()
+        per_run.append((time.perf_counter() - t0) / calls)
+    return {"mean": sum(per_run) / runs, "best": min(per_run)}
+
+
+@contextlib.contextmanager
+def _launches_skipped(recorded: list):
+    from .. import _workspaces, triton_support
+
+    @contextlib.contextmanager
+    def skip(kernel, args, grid, kwargs):
+        recorded[:] = [(kernel, args, kwargs)]
+        yield False
+
+    triton_support.launch_recorder = skip
+    try:
+        with _workspaces.capturing():
+            yield
+    finally:
+        triton_support.launch_recorder = None
+
+
+def measure(calls: int = CALLS, runs: int = RUNS) -> dict:
+    from triton.backends.compiler import GPUTarget
+
+    import unishmem
+    import unishmem.kernels as K
+
+    from .. import BackendUnavailable, _triton_compat
+    from ..compile import TARGETS
+    from ..triton_support import extern_libs
+
+    target = GPUTarget(*TARGETS["sm_90"])
+    try:
+        extern_libs("cuda", 90)
+        libs = _timed(lambda: extern_libs("cuda", 90), calls, runs)
+    except BackendUnavailable:
+        libs = None
+    n = BYTES // 4
+    rows = []
+    with unishmem.init(backend="host", heap_size="64M"):
+        x, out = torch.ones(n), torch.empty(n)
+        calls_of = {
+            "all_reduce": lambda: K.all_reduce(x, out=out),
+            "all_gather": lambda: K.all_gather(x, out=out),
+            "reduce_scatter": lambda: K.reduce_scatter(x, out=out),
+        }
+        plain_args = (x, out, n)
+        plain = _timed(
+            lambda: _triton_compat.launch_cache_key(_plain_copy, target, plain_args, {"BLOCK": 1024}), calls, runs
+        )
+        recorded: list = []
+        with _launches_skipped(recorded):
+            for name, call in calls_of.items():
+                host = _timed(call, calls, runs)
+                kernel, args, kwargs = recorded[0]
+                prep = _timed(
+                    lambda: _triton_compat.launch_cache_key(kernel.jit_function, target, args, kwargs), calls, runs
+                )
+                rows.append({"kernel": name, "bytes": BYTES, "host": host, "triton": prep})
+    return {"calls": calls, "runs": runs, "plain_triton": plain, "extern_libs": libs, "rows": rows}
+
+
+def text(report: dict) -> str:
+    us = lambda f: f"{f['mean'] * 1e6:7.1f} ({f['best'] * 1e6:5.1f})"  # noqa: E731
+    plain, libs = report["plain_triton"], report["extern_libs"]
+    extra = libs["mean"] if libs else 0.0
+    lines = [
+        "host work per warm call, microseconds: mean over every call (best run's mean); measured on this CPU,",
+        "no kernel run, the driver's launch in neither figure",
+        f"{'kernel':15s} {'unishmem':>15s} {'+ Triton prep':>15s} {'+ vendor libs':>14s} {'total':>8s} {'vs plain':>9s}",
+    ]
+    for r in report["rows"]:
+        total = r["host"]["mean"] + r["triton"]["mean"] + extra
+        lines.append(
+            f"{r['kernel']:15s} {us(r['host']):>15s} {us(r['triton']):>15s} "
+            f"{(us(libs) if libs else 'n/a'):>14s} {total * 1e6:8.1f} {total / plain['mean']:8.1f}x"
+        )
+    lines.append(f"plain @triton.jit kernel, Triton prep only: {us(plain)}")
+    if libs is None:
+        lines.append(
+            "vendor libs: NVSHMEM's bitcode is not installed here, so a compiled launch's lookup is not measured"
+        )
+    return "\n".join(lines)
+
+
+def run(json_path: str | None, quick: bool = False) -> int:
+    report = measure(calls=200, runs=2) if quick else measure()
+    print(text(report))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"\nunishmem bench: wrote {json_path}")
+    return 0
