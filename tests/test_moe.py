@@ -48,25 +48,43 @@ def reference_combine(tokens, ids, weights):
     acc = None
     for k in range(ids.shape[1]):
         y = expert(tokens, ids[:, k]).float()
-        term = weights[:, k : k + 1].float() * y
+        term = torch.where(ids[:, k : k + 1] >= 0, weights[:, k : k + 1].float() * y, 0.0)  # -1: routed nowhere
         acc = term if acc is None else acc + term
     return (acc if acc is not None else torch.zeros(tokens.shape, dtype=torch.float32)).to(tokens.dtype)
 
 
-def check_round_trip(rt, dtype, seed, T=None, combine=True, combines=1, team=None, **kw):
-    """On `team` (default the world): inputs are rebuilt from its members' world PEs."""
+def row_experts(counts, me, rows):
+    """The expert of each of `rows` received rows, from the counts alone (no host sync: what a
+    captured expert computation does); padding rows get expert me*L."""
+    L = counts.shape[0]
+    ends = torch.cumsum(counts.sum(1), 0)
+    j = torch.searchsorted(ends, torch.arange(rows), right=True)
+    return me * L + torch.where(j < L, j, 0)
+
+
+def check_round_trip(rt, dtype, seed, T=None, combine=True, combines=1, team=None, drop=False, **kw):
+    """On `team` (default the world): inputs are rebuilt from its members' world PEs. drop: some
+    copies are routed nowhere (id -1)."""
     team = team or rt.team_world
     n, me = team.n_pes, team.my_pe
     E = n_experts(n)
     L = E // n
     everyone = [inputs(team.translate_pe(i, rt.team_world), n, seed, dtype, T) for i in range(n)]
+    if drop:
+        for _, ids, _ in everyone:
+            ids[::2, -1] = -1
     tokens, ids, weights = everyone[me]
     expert_tokens, counts, handle = K.dispatch(
         tokens, ids.to(torch.int32 if seed % 2 else torch.int64), weights, E, team=team, **kw
     )
     rows, ref_counts, experts = reference_dispatch(everyone, me, L)
     assert counts.dtype == torch.int64 and torch.equal(counts, ref_counts), (counts, ref_counts)
-    assert expert_tokens.dtype == dtype and torch.equal(expert_tokens, rows), (dtype, seed)
+    R = len(rows)
+    if "max_tokens" in kw:  # padded to the capacity, zeros after the received rows
+        assert expert_tokens.shape == (n * kw["max_tokens"] * TOPK, H), expert_tokens.shape
+        assert not expert_tokens[R:].any()
+        experts = row_experts(counts, me, len(expert_tokens))
+    assert expert_tokens.dtype == dtype and torch.equal(expert_tokens[:R], rows), (dtype, seed)
     ref = reference_combine(tokens, ids, weights) if combine else None
     for _ in range(combines if combine else 0):  # a handle may be combined more than once
         out = K.combine(expert(expert_tokens, experts), handle, team=team)
@@ -94,6 +112,61 @@ def test_repeated_calls_reuse_the_workspace(rt):
     check_round_trip(rt, torch.float32, seed=8, max_tokens=16)  # a given capacity: a workspace of its own
     rt.free_workspaces()
     check_round_trip(rt, torch.float32, seed=9)
+
+
+@spmd
+def test_a_capacity_pads_the_layout_and_ids_of_minus_one_route_nowhere(rt):
+    for dtype, seed in ((torch.float32, 20), (torch.float16, 21)):
+        check_round_trip(rt, dtype, seed, max_tokens=8, combines=2)
+    check_round_trip(rt, torch.float32, seed=22, max_tokens=8, drop=True)
+    check_round_trip(rt, torch.float32, seed=23, drop=True)  # the exact layout too
+    check_round_trip(rt, torch.float32, seed=24, T=0, max_tokens=1)
+
+
+def captured_step(rt, tokens, ids, weights, E, cap):
+    """A serving step as a CUDA graph would hold it: dispatch, the experts, combine."""
+    expert_tokens, counts, handle = K.dispatch(tokens, ids, weights, E, max_tokens=cap)
+    out = K.combine(expert(expert_tokens, row_experts(counts, rt.my_pe, len(expert_tokens))), handle)
+    return expert_tokens, counts, out
+
+
+@spmd(sizes=(2, 4))
+def test_a_captured_dispatch_and_combine_replay_right_after_the_inputs_change(rt):
+    import unishmem.testing
+
+    n, me = rt.n_pes, rt.my_pe
+    E, cap, T = n_experts(n), 8, 6
+    tokens, ids, weights = inputs(me, n, 30, torch.float32, T=T)
+    captured_step(rt, tokens, ids, weights, E, cap)  # warm: the workspace is made outside the capture
+    with unishmem.testing.capture() as graph:
+        expert_tokens, counts, out = captured_step(rt, tokens, ids, weights, E, cap)
+    assert "bincount" not in graph.ops and len(graph.launches) == 2, (graph.ops, graph.launches)
+    for seed in range(31, 41):
+        everyone = [inputs(pe, n, seed, torch.float32, T=T) for pe in range(n)]
+        everyone[(seed + 1) % n][1][0, 0] = -1  # a copy routed nowhere, on one PE at a time
+        for mine, new in zip((tokens, ids, weights), everyone[me]):
+            mine.copy_(new)
+        graph.replay()
+        rows, ref_counts, _ = reference_dispatch(everyone, me, E // n)
+        assert torch.equal(counts, ref_counts), (seed, counts, ref_counts)
+        assert torch.equal(expert_tokens[: len(rows)], rows) and not expert_tokens[len(rows) :].any(), seed
+        ref = reference_combine(tokens, ids, weights)
+        assert torch.equal(out, ref), (seed, (out - ref).abs().max())
+
+
+@spmd(sizes=(2,))
+def test_forty_steps_compile_one_binary_per_kernel_and_dtype(rt):
+    import unishmem.testing
+
+    n, me = rt.n_pes, rt.my_pe
+    E, cap = n_experts(n), 40
+    for dtype in (torch.float32, torch.float16):
+        captured_step(rt, *inputs(me, n, 50, dtype, T=cap), E, cap)  # warm outside the capture
+    with unishmem.testing.capture(dry=True) as graph:  # nothing runs: the launches are all it needs
+        for T in range(1, 21):  # every batch size up to 20 (1 and 16 included), two dtypes
+            for dtype in (torch.float32, torch.float16):
+                captured_step(rt, *inputs(me, n, 51, dtype, T=T), E, cap)
+    assert graph.compiled_variants("sm_90") == {"_dispatch": 2, "_combine": 2}, graph.compiled_variants("sm_90")
 
 
 @spmd(sizes=(2, 4))

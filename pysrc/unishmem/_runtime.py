@@ -540,7 +540,9 @@ class Runtime:
         offset = addr - self._base
         i = bisect.bisect_right(self._offsets, offset) - 1
         alloc = self._allocs[self._offsets[i]] if i >= 0 else None
-        if alloc is None or offset >= alloc.offset + max(alloc.nbytes, 1):
+        end = None if alloc is None else alloc.offset + alloc.nbytes
+        # an empty range may start one past the end (a zero-byte put that carries only its signal)
+        if alloc is None or offset > end or (offset == end and nbytes and alloc.nbytes):
             raise NotSymmetricError(f"{name} (heap offset {offset}) is in no live allocation (freed?)")
         if offset + nbytes > alloc.offset + alloc.nbytes:
             raise ValueError(

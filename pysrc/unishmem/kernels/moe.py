@@ -8,38 +8,48 @@ member d and n its size):
 - `n_experts` experts split evenly over the n PEs: PE d owns experts d*L .. d*L+L-1, with
   L = n_experts // n local experts (n_experts % n != 0 is an error on every PE).
 - `dispatch(tokens [T, H], topk_ids [T, K] int, topk_weights [T, K] float, n_experts)`: each copy
-  (t, k) of token row t goes to the PE owning expert e = topk_ids[t, k]. T may differ per PE
-  (0 included); H, K, n_experts and the tokens' dtype must agree. A token may pick one expert twice:
-  each copy is sent. Returns
-  - `expert_tokens [R, H]` (tokens' dtype): every row this PE received, packed: grouped by local
-    expert j, then by source PE in PE order, then in (t, k) order (t-major) at the source;
+  (t, k) of token row t goes to the PE owning expert e = topk_ids[t, k]; a copy whose id is -1 goes
+  nowhere (a padding token's) and adds nothing in combine. T may differ per PE (0 included); H, K,
+  n_experts and the tokens' dtype must agree. A token may pick one expert twice: each copy is sent.
+  Returns
+  - `expert_tokens` (tokens' dtype): every row this PE received, packed: grouped by local expert j,
+    then by source PE in PE order, then in (t, k) order (t-major) at the source; [R, H], or with a
+    capacity [n * max_tokens * K, H], the same rows first and zeros after;
   - `counts [L, n]` int64: counts[j, s] rows came from PE s for local expert j (zeros included),
     so R = counts.sum() and the group (j, s) starts at the sum of the counts before it in
     row-major order;
   - `handle`: what combine needs (the count matrix of every PE, where each (t, k) went, the weights).
-- `combine(expert_out [R, H], handle) -> out [T, H]`: each row of expert_out goes back to the
+- `combine(expert_out, handle) -> out [T, H]`: each row of expert_out goes back to the
   (t, k) it came from, and out[t] = sum over k of topk_weights[t, k] * that row, computed in
   float32 as w0*x0 + w1*x1 + ... added left to right in k order (no fused multiply-add), then
-  cast to the tokens' dtype (round to nearest even). expert_out must have the tokens' dtype.
+  cast to the tokens' dtype (round to nearest even). expert_out must have expert_tokens' dtype and
+  shape (with a capacity, its rows past R are never read).
 
-Counts are exchanged in the dispatch kernel: every PE puts its per-expert count row (bincount of
-its topk_ids, n_experts int64 words) into every PE's slot for it, with a signal; after waiting for
-all n rows every PE knows the whole count matrix C[s, e], from which each sender computes where its
-rows land in the receiver's packed buffer and puts them there directly (one put per (receiver,
-local expert), zero-row puts included, each with its own signal), so nothing is repacked.
+Counts are exchanged in the dispatch kernel: every PE puts its per-expert count row (n_experts int64
+words, counted on the device) into every PE's slot for it, with a signal; after waiting for all n
+rows every PE knows the whole count matrix C[s, e], from which each sender computes where its rows
+land in the receiver's packed buffer and puts them there directly (one put per (receiver, local
+expert), zero-row puts included, each with its own signal), so nothing is repacked. The kernel
+writes C and counts itself.
 
 Capacity: each PE's receive buffer holds n * max_tokens * K rows (every copy of every PE sent to
-it: the worst case). max_tokens is the keyword if given (every PE passes the same; a PE with more
-tokens is an error on every PE), else the largest T of any PE in this call rounded up to a power
-of two. Every call first exchanges a small descriptor on the host (this checks the arguments
-across PEs and gives the largest T), so a call costs one host fcollect besides the kernel. One
-workspace per (dtype, H, K, n_experts, capacity) is kept (NOTE [workspaces]) until
-rt.free_workspaces(); a handle stays usable until then (combine may use it more than once).
+it: the worst case). With `max_tokens=` (every PE passes the same; a PE with more tokens is an
+error) nothing is read on the host: the call's outputs have static shapes, the ids are not checked
+(any id outside 0..n_experts-1 routes nowhere, as -1 does), and the PEs compare their arguments
+only on a workspace's first call (on the host backend outside `unishmem.testing.capture()`, every
+call), so the call can be captured in a CUDA graph. Without it, every call exchanges a small
+descriptor on the host (checking the arguments across PEs and giving the largest T, rounded up to a
+power of two for the capacity), checks the ids, and reads R from the device to size expert_tokens:
+an exact layout for the price of host syncs. One workspace per (dtype, H, K, n_experts, capacity)
+is kept (NOTE [workspaces]) until rt.free_workspaces(); a handle stays usable until then (combine
+may use it more than once).
 
-Buffer reuse (epochs as in NOTE [workspaces]): a sender puts rows of dispatch call k+1 only after
-it has every PE's counts of call k+1, sent when that PE has finished call k, so the receive buffer
-needs one copy; the count slots, written before that wait, have two parities. combine's return
-buffer has two parities: its puts wait for nothing.
+Buffer reuse: dispatch and combine number their calls on the device, each with its own counter
+(NOTE [call counter]), so their launch arguments are the same at every call. A sender puts rows of
+dispatch call k+1 only after it has every PE's counts of call k+1, sent when that PE has started it,
+hence finished everything before it on its stream (combine k and whatever read expert_tokens), so
+the receive buffer needs one copy; the count slots, written before that wait, have two parities.
+combine's return buffer has two parities: its puts wait for nothing.
 """
 
 from __future__ import annotations
@@ -49,17 +59,18 @@ from dataclasses import dataclass
 import torch
 import triton.language as tl
 
-from .. import jit
+from .. import _workspaces, jit
 from .. import language as shl
 from .._dtypes import DTYPE_CODES
 from .._workspaces import Workspace, exchange, new_workspace
 from ..triton_support import interpreting
-from .collectives import _cdiv, _check_tensor, _next_power_of_2, _team
+from ._calls import STATE_WORDS, begin_call, end_call
+from .collectives import _cdiv, _check_tensor, _next_power_of_2, _source, _team
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
-@jit(do_not_specialize=["epoch"])  # a new epoch each call: no new binary at 1 or multiples of 16
+@jit
 def _dispatch(
     stage,
     my_counts,
@@ -67,54 +78,84 @@ def _dispatch(
     cnt_sig,
     recv,
     recv_sig,
+    C_out,
+    counts_out,
+    out,
+    state,
     members,
-    epoch,
     me,
     n,
     H,
+    rows,
     L: tl.constexpr,
     N_BLOCK: tl.constexpr,
     E_BLOCK: tl.constexpr,
     ITEMSIZE: tl.constexpr,
+    COPY_OUT: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """Program p: this PE's count row to PE p, then (once every count row is here) this PE's rows
-    for each of PE p's L experts to their packed place there. stage: this PE's rows sorted by expert."""
+    for each of PE p's L experts to their packed place there. stage: this PE's rows sorted by expert.
+    Program 0 writes the count matrix (C_out [n, E]) and this PE's counts (counts_out [L, n]); with
+    COPY_OUT every program copies its share of the received rows into out ([rows, H]), zeros after."""
     p = tl.program_id(0)
     pe = tl.load(members + p)
     E = n * L
+    epoch = begin_call(state)
+    parity = epoch % 2
+    cnt += parity * n * E
+    cnt_sig += parity * n
     shl.putmem_signal_block(cnt + me * E, my_counts, E * 8, cnt_sig + me, epoch, shl.SIGNAL_SET, pe)
     shl.wait_until_all(cnt_sig, n, shl.CMP_GE, epoch)
     s = tl.arange(0, N_BLOCK)[:, None]
     e = tl.arange(0, E_BLOCK)[None, :]
-    C = tl.load(cnt + s * E + e, mask=(s < n) & (e < E), other=0)  # C[s, e]: rows PE s sends to expert e
+    in_C = (s < n) & (e < E)
+    C = tl.load(cnt + s * E + e, mask=in_C, other=0)  # C[s, e]: rows PE s sends to expert e
     for j in range(L):
         ex = p * L + j
-        rows = tl.sum(tl.sum(tl.where((s == me) & (e == ex), C, 0), 1), 0)
+        sent = tl.sum(tl.sum(tl.where((s == me) & (e == ex), C, 0), 1), 0)
         # my rows for expert ex follow my rows for every lower expert in stage
         src = tl.sum(tl.sum(tl.where((s == me) & (e < ex), C, 0), 1), 0)
         # at PE p: after every source's rows for its lower experts, then lower sources' for ex
         dst = tl.sum(tl.sum(tl.where(((e >= p * L) & (e < ex)) | ((e == ex) & (s < me)), C, 0), 1), 0)
         shl.putmem_signal_block(
-            recv + dst * H, stage + src * H, rows * H * ITEMSIZE, recv_sig + j * n + me, epoch, shl.SIGNAL_SET, pe
+            recv + dst * H, stage + src * H, sent * H * ITEMSIZE, recv_sig + j * n + me, epoch, shl.SIGNAL_SET, pe
         )
+    mine = (e >= me * L) & (e < me * L + L)
+    if p == 0:
+        tl.store(C_out + s * E + e, C, mask=in_C)
+        tl.store(counts_out + (e - me * L) * n + s, C, mask=in_C & mine)  # counts[j, s] = C[s, me*L + j]
     shl.wait_until_all(recv_sig, n * L, shl.CMP_GE, epoch)
+    if COPY_OUT:
+        token = shl.signal_fetch(recv_sig)  # the loads below depend on it (docs/device-library.md, rule 2)
+        received = shl.consume_token(recv, token)
+        filled = tl.sum(tl.sum(tl.where(mine, C, 0), 1), 0) * H
+        total = rows * H
+        span = tl.cdiv(tl.cdiv(total, tl.num_programs(0)), BLOCK) * BLOCK
+        first = p * span
+        last = tl.minimum(first + span, total)
+        for start in range(first, last, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            tl.store(out + offs, tl.load(received + offs, mask=offs < filled, other=0), mask=offs < last)
+    end_call(state, epoch)
 
 
-@jit(do_not_specialize=["epoch"])
+@jit(do_not_specialize=["T"])  # one binary for every batch size
 def _combine(
     stage,
     C,
     ret,
     ret_sig,
+    state,
     members,
     pos,
     weights,
     out,
-    epoch,
     me,
     n,
     T,
     H,
+    slot,
     L: tl.constexpr,
     K: tl.constexpr,
     N_BLOCK: tl.constexpr,
@@ -124,9 +165,14 @@ def _combine(
     ITEMSIZE: tl.constexpr,
 ):
     """Programs p < n: the rows PE p sent here, back to where PE p staged them (its rows sorted by
-    expert). Then program p sums the weighted returned copies of tokens p*BLOCK_T.. of this PE."""
+    expert). Then program p sums the weighted returned copies of tokens p*BLOCK_T.. of this PE;
+    a copy whose pos is -1 was routed nowhere and adds nothing."""
     p = tl.program_id(0)
     E = n * L
+    epoch = begin_call(state)
+    parity = epoch % 2
+    ret += parity * slot * H  # slot: rows of one parity, the same on every PE (T is not)
+    ret_sig += parity * E
     if p < n:
         pe = tl.load(members + p)
         s = tl.arange(0, N_BLOCK)[:, None]
@@ -134,11 +180,11 @@ def _combine(
         Cm = tl.load(C + s * E + e, mask=(s < n) & (e < E), other=0)
         for j in range(L):
             ex = me * L + j
-            rows = tl.sum(tl.sum(tl.where((s == p) & (e == ex), Cm, 0), 1), 0)
+            sent = tl.sum(tl.sum(tl.where((s == p) & (e == ex), Cm, 0), 1), 0)
             src = tl.sum(tl.sum(tl.where(((e >= me * L) & (e < ex)) | ((e == ex) & (s < p)), Cm, 0), 1), 0)
             dst = tl.sum(tl.sum(tl.where((s == p) & (e < ex), Cm, 0), 1), 0)
             shl.putmem_signal_block(
-                ret + dst * H, stage + src * H, rows * H * ITEMSIZE, ret_sig + ex, epoch, shl.SIGNAL_SET, pe
+                ret + dst * H, stage + src * H, sent * H * ITEMSIZE, ret_sig + ex, epoch, shl.SIGNAL_SET, pe
             )
     t0 = p * BLOCK_T
     if t0 < T or p == 0:
@@ -154,14 +200,16 @@ def _combine(
             h = h0 + tl.arange(0, BLOCK_H)
             mask = tmask[:, None] & (h < H)[None, :]
             for k in tl.static_range(K):
-                w = tl.load(weights + t * K + k, mask=tmask, other=0).to(tl.float32)
-                row = tl.load(pos + t * K + k, mask=tmask, other=0)
-                x = tl.load(back + row[:, None] * H + h[None, :], mask=mask, other=0).to(tl.float32)
+                row = tl.load(pos + t * K + k, mask=tmask, other=-1)
+                routed = row >= 0
+                w = tl.load(weights + t * K + k, mask=routed, other=0).to(tl.float32)
+                x = tl.load(back + row[:, None] * H + h[None, :], mask=mask & routed[:, None], other=0)
                 if k == 0:
-                    acc = w[:, None] * x
+                    acc = w[:, None] * x.to(tl.float32)
                 else:
-                    acc = acc + w[:, None] * x
+                    acc = acc + w[:, None] * x.to(tl.float32)
             tl.store(out + t[:, None] * H + h[None, :], acc.to(out.dtype.element_ty), mask=mask)
+    end_call(state, epoch)
 
 
 # What `unishmem compile` builds (NOTE [COMPILE table] in unishmem/compile.py on main; and
@@ -175,13 +223,17 @@ COMPILE = {
             "cnt_sig": "*u64",
             "recv": "*fp16",
             "recv_sig": "*u64",
+            "C_out": "*i64",
+            "counts_out": "*i64",
+            "out": "*fp16",
+            "state": "*i64",
             "members": "*i32",
-            "epoch": "i64",
             "me": "i32",
             "n": "i32",
             "H": "i32",
+            "rows": "i64",
         },
-        "constexprs": {"L": 2, "N_BLOCK": 8, "E_BLOCK": 16, "ITEMSIZE": 2},
+        "constexprs": {"L": 2, "N_BLOCK": 8, "E_BLOCK": 16, "ITEMSIZE": 2, "COPY_OUT": True, "BLOCK": 4096},
     },
     _combine: {
         "signature": {
@@ -189,15 +241,16 @@ COMPILE = {
             "C": "*i64",
             "ret": "*fp16",
             "ret_sig": "*u64",
+            "state": "*i64",
             "members": "*i32",
             "pos": "*i64",
             "weights": "*fp32",
             "out": "*fp16",
-            "epoch": "i64",
             "me": "i32",
             "n": "i32",
             "T": "i32",
             "H": "i32",
+            "slot": "i64",
         },
         "constexprs": {"L": 2, "K": 2, "N_BLOCK": 8, "E_BLOCK": 16, "BLOCK_T": 4, "BLOCK_H": 128, "ITEMSIZE": 2},
         "options": {"enable_fp_fusion": False},
@@ -211,15 +264,16 @@ class MoEHandle:
 
     ws: Workspace
     team: object  # the dispatch call's Team: combine runs on it
-    call: int  # the dispatch call's epoch: every PE must combine the same call
-    C: torch.Tensor  # [n, n_experts] int64: rows PE s sent to expert e, this call
-    pos: torch.Tensor  # [T, K] int64: where copy (t, k) sits among this PE's rows sorted by expert
+    call: int  # the dispatch call's number on the host: every PE must combine the same call (checked)
+    C: torch.Tensor  # [n, n_experts] int64: rows PE s sent to expert e, this call (written by the kernel)
+    pos: torch.Tensor  # [T, K] int64: where copy (t, k) sits among this PE's rows sorted by expert; -1: nowhere
     weights: torch.Tensor  # [T, K] topk_weights as passed to dispatch
-    rows: int  # R: rows this PE received
+    rows: int  # expert_tokens' rows: R, or the capacity's n * max_tokens * K when padded
     dtype: torch.dtype
     H: int
     L: int
     capacity: int  # max_tokens of the workspace
+    padded: bool  # dispatch was given max_tokens: no host sync, expert_tokens padded to the capacity
 
 
 def _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n):
@@ -250,14 +304,19 @@ def _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens,
             f"dispatch: n_experts={n_experts!r} must be a positive multiple of the number of PEs "
             f"({n}): the experts split evenly over the PEs"
         )
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < tokens.shape[0]):
-        return ValueError(f"dispatch: max_tokens={max_tokens!r} must be an int >= this PE's T = {tokens.shape[0]}")
-    if topk_ids.numel():
+    if max_tokens is not None and (
+        not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < max(1, tokens.shape[0])
+    ):
+        return ValueError(
+            f"dispatch: max_tokens={max_tokens!r} must be an int >= 1 and >= this PE's T = {tokens.shape[0]}"
+        )
+    if max_tokens is None and topk_ids.numel():  # with a capacity this check would be a host sync
         lo, hi = torch.stack([topk_ids.min(), topk_ids.max()]).tolist()
-        if lo < 0 or hi >= n_experts:
-            bad = lo if lo < 0 else hi
+        if lo < -1 or hi >= n_experts:
+            bad = lo if lo < -1 else hi
             return ValueError(
-                f"dispatch: topk_ids holds expert {bad}, outside 0..{n_experts - 1} (n_experts={n_experts})"
+                f"dispatch: topk_ids holds expert {bad}, outside 0..{n_experts - 1} (n_experts={n_experts}; "
+                "-1 routes a copy nowhere)"
             )
     return None
 
@@ -281,93 +340,118 @@ def _blocks(n: int) -> int:
     return _next_power_of_2(max(n, 1))
 
 
+def _tile() -> int:
+    """Elements a program moves or sums at a time: 4096 on a GPU; the interpreter's cost is per
+    program and per op, not per element, so it takes 16x larger tiles."""
+    return 4096 * (16 if interpreting() else 1)
+
+
+def _checks_every_call(rt) -> bool:
+    """The host backend compares every call's arguments across PEs (a host collective); GPU backends,
+    and a capture (unishmem.testing), only a workspace's first call."""
+    return rt.backend == "host" and not _workspaces._capturing
+
+
+def _workspace(rt, team, key, dtype, H, K, n_experts, cap):
+    ws = rt._workspaces.get(key)
+    if ws is None:
+        n = team.n_pes
+        buffers = {
+            "stage": ((cap * K, H), dtype),
+            "my_counts": ((n_experts + 1,), torch.int64),  # the last: copies routed nowhere (never sent)
+            "cnt": ((2, n, n_experts), torch.int64),
+            "cnt_sig": ((2, n), torch.uint64),
+            "recv": ((n * cap * K, H), dtype),
+            "recv_sig": ((n_experts,), torch.uint64),
+            "src": ((n * cap * K, H), dtype),  # combine's staged expert_out
+            "ret": ((2, cap * K, H), dtype),
+            "ret_sig": ((2, n_experts), torch.uint64),
+            "state": ((STATE_WORDS,), torch.int64),  # dispatch's call counter (NOTE [call counter])
+            "cstate": ((STATE_WORDS,), torch.int64),  # combine's
+        }
+        ws = rt._workspaces[key] = new_workspace(rt, team, "dispatch", buffers)
+    return ws
+
+
 def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | None = None, team=None):
-    """Send each copy (t, k) of this PE's token rows to the PE owning expert topk_ids[t, k].
-    Returns (expert_tokens [R, H], counts [L, n_pes] int64, handle); see the module's docstring for
-    the packed layout and the capacity (max_tokens). Runs on torch's current stream; not yet safe to
-    capture in a CUDA graph (it reads the counts on the host to size its output)."""
+    """Send each copy (t, k) of this PE's token rows to the PE owning expert topk_ids[t, k] (-1: to
+    none). Returns (expert_tokens, counts [L, n_pes] int64, handle); see the module's docstring for
+    the packed layout. With max_tokens (the capacity, the same on every PE) the call has no host sync
+    and expert_tokens is [n_pes * max_tokens * K, H], zero past the received rows: safe to capture in
+    a CUDA graph once a call of the same shapes has run. Without it expert_tokens is [R, H], sized on
+    the host. Runs on torch's current stream."""
     from .. import runtime
 
     rt = runtime()
     team = _team(rt, team)
     n = team.n_pes
     problem = _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n)
-    desc = (
-        [-1] * 7
-        if problem
-        else [
-            0,
-            DTYPE_CODES[tokens.dtype],
-            tokens.shape[1],
-            topk_ids.shape[1],
-            n_experts,
-            max_tokens or 0,
-            tokens.shape[0],
-        ]
-    )
-    rows = exchange(rt, team, "dispatch", desc, problem)
-    mismatch = _disagreement("dispatch", rows, range(1, 6), FIELDS)
-    if mismatch:
-        raise mismatch
-    T, H, K = tokens.shape[0], tokens.shape[1], topk_ids.shape[1]
-    cap = max_tokens or _blocks(max(row[6] for row in rows))
+    padded = max_tokens is not None
+    T, H, K = (tokens.shape[0], tokens.shape[1], topk_ids.shape[1]) if problem is None else (0, 0, 0)
+    key = ("moe", getattr(tokens, "dtype", None), H, K, n_experts, max_tokens, team._id)
+    cap = max_tokens
+    if not padded or problem or key not in rt._workspaces or _checks_every_call(rt):
+        desc = [-1] * 7 if problem else [0, DTYPE_CODES[tokens.dtype], H, K, n_experts, max_tokens or 0, T]
+        rows = exchange(rt, team, "dispatch", desc, problem)
+        mismatch = _disagreement("dispatch", rows, range(1, 6), FIELDS)
+        if mismatch:
+            raise mismatch
+        cap = max_tokens or _blocks(max(row[6] for row in rows))
+        key = key[:5] + (cap, team._id)
     L = n_experts // n
-    key = ("moe", tokens.dtype, H, K, n_experts, cap, team._id)
-    ws = rt._workspaces.get(key)
-    if ws is None:
-        buffers = {
-            "stage": ((cap * K, H), tokens.dtype),
-            "my_counts": ((n_experts,), torch.int64),
-            "cnt": ((2, n, n_experts), torch.int64),
-            "cnt_sig": ((2, n), torch.uint64),
-            "recv": ((n * cap * K, H), tokens.dtype),
-            "recv_sig": ((n * L,), torch.uint64),
-            "cstage": ((n * cap * K, H), tokens.dtype),
-            "ret": ((2, cap * K, H), tokens.dtype),
-            "ret_sig": ((2, n_experts), torch.uint64),
-        }
-        ws = rt._workspaces[key] = new_workspace(rt, team, "dispatch", buffers, combine_epoch=0)
-    epoch, parity = ws.next_epoch()
+    ws = _workspace(rt, team, key, tokens.dtype, H, K, n_experts, cap)
+    ws.epoch += 1  # the host's count of calls: only compared across PEs (combine's handle check)
     b = ws.buffers
     ids = topk_ids.reshape(-1).to(torch.int64)
-    order = torch.argsort(ids, stable=True)  # copies sorted by expert, (t, k) order within one
+    routed = (ids >= 0) & (ids < n_experts)
+    expert = torch.where(routed, ids, n_experts)  # copies routed nowhere sort last and are never sent
+    order = torch.argsort(expert, stable=True)  # copies sorted by expert, (t, k) order within one
     torch.index_select(tokens, 0, order // K, out=b["stage"][: T * K])
-    b["my_counts"].copy_(torch.bincount(ids, minlength=n_experts))
-    me = ws.my_index
+    b["my_counts"].zero_().index_add_(0, expert, torch.ones_like(expert))
+    C = torch.empty((n, n_experts), dtype=torch.int64, device=rt.device)
+    counts = torch.empty((L, n), dtype=torch.int64, device=rt.device)
+    rows = n * cap * K
+    out = torch.empty((rows, H), dtype=tokens.dtype, device=rt.device) if padded else b["recv"]
     _dispatch[(n,)](
         b["stage"],
         b["my_counts"],
-        b["cnt"][parity],
-        b["cnt_sig"][parity],
+        b["cnt"],
+        b["cnt_sig"],
         b["recv"],
         b["recv_sig"],
+        C,
+        counts,
+        out,
+        b["state"],
         ws.members,
-        epoch,
-        me,
+        ws.my_index,
         n,
         H,
+        rows,
         L=L,
         N_BLOCK=_blocks(n),
         E_BLOCK=_blocks(n_experts),
         ITEMSIZE=tokens.element_size(),
+        COPY_OUT=padded,
+        BLOCK=_tile(),
     )
-    C = b["cnt"][parity].clone()
-    counts = C[:, me * L : (me + 1) * L].t().contiguous()
-    R = int(counts.sum())
-    expert_tokens = b["recv"][:R].clone()
+    if not padded:  # the exact layout: R read on the host
+        rows = int(counts.sum())
+        out = b["recv"][:rows].clone()
     pos = torch.empty_like(order)
     pos[order] = torch.arange(T * K, device=rt.device)
-    handle = MoEHandle(
-        ws, team, epoch, C, pos.view(T, K), topk_weights.contiguous().clone(), R, tokens.dtype, H, L, cap
-    )
-    return expert_tokens, counts, handle
+    pos = torch.where(routed, pos, -1).view(T, K)
+    weights = topk_weights.contiguous().clone()
+    handle = MoEHandle(ws, team, ws.epoch, C, pos, weights, rows, tokens.dtype, H, L, cap, padded)
+    return out, counts, handle
 
 
 def combine(expert_out, handle, *, team=None):
-    """Send each row of expert_out (expert_tokens' layout) back to its (t, k) and return this PE's
-    tokens [T, H]: out[t] = sum_k topk_weights[t, k] * row of (t, k), in float32, in k order.
-    team: the team the handle's dispatch ran on (default: the world). Runs on torch's current stream;
-    not yet safe to capture in a CUDA graph (its call number is a host integer)."""
+    """Send each row of expert_out (expert_tokens' layout and shape) back to its (t, k) and return
+    this PE's tokens [T, H]: out[t] = sum_k topk_weights[t, k] * row of (t, k), in float32, in k order
+    (a copy routed nowhere adds nothing). team: the team the handle's dispatch ran on (default: the
+    world). Runs on torch's current stream; after a dispatch given max_tokens, it has no host sync and
+    is safe to capture in a CUDA graph."""
     from .. import runtime
 
     rt = runtime()
@@ -388,40 +472,37 @@ def combine(expert_out, handle, *, team=None):
             f"(expert_tokens' dtype and shape); got {expert_out.dtype} of shape "
             f"{list(expert_out.shape)}"
         )
-    # every PE must pass the handle of the same dispatch call (workspace and its call number)
-    desc = [-1] * 5 if problem else [0, handle.call, handle.capacity, DTYPE_CODES[handle.dtype], handle.H]
-    rows = exchange(rt, team, "combine", desc, problem)
-    mismatch = _disagreement(
-        "combine", rows, (1, 2, 3, 4), ("the dispatch call of the handle", "its capacity", "its dtype", "its H")
-    )
-    if mismatch:
-        raise mismatch
-    ws, T, H, L = handle.ws, handle.pos.shape[0], handle.H, handle.L
-    K = handle.pos.shape[1]
-    ws.extra["combine_epoch"] += 1
-    epoch = ws.extra["combine_epoch"]
+    if problem or not handle.padded or _checks_every_call(rt):
+        # every PE must pass the handle of the same dispatch call (workspace and its call number)
+        desc = [-1] * 5 if problem else [0, handle.call, handle.capacity, DTYPE_CODES[handle.dtype], handle.H]
+        agreed = exchange(rt, team, "combine", desc, problem)
+        mismatch = _disagreement(
+            "combine", agreed, (1, 2, 3, 4), ("the dispatch call of the handle", "its capacity", "its dtype", "its H")
+        )
+        if mismatch:
+            raise mismatch
+    ws, H, L = handle.ws, handle.H, handle.L
+    T, K = handle.pos.shape
     b = ws.buffers
-    b["cstage"][: handle.rows].copy_(expert_out)
+    src = _source(rt, ws, expert_out, expert_out.numel())
     out = torch.empty((T, H), dtype=handle.dtype, device=rt.device)
-    # a GPU program sums a tile of at most 4096 elements; the interpreter's cost is per program
-    # and per op, not per element, so it takes 16x larger tiles
-    tile = 4096 * (16 if interpreting() else 1)
     block_h = min(_blocks(H), 1024)
-    block_t = min(_blocks(T), max(1, tile // block_h))
+    block_t = min(_blocks(handle.capacity), max(1, _tile() // block_h))  # by the capacity: not T
     _combine[(max(n, _cdiv(T, block_t)),)](
-        b["cstage"],
+        src,
         handle.C,
-        b["ret"][epoch % 2],
-        b["ret_sig"][epoch % 2],
+        b["ret"],
+        b["ret_sig"],
+        b["cstate"],
         ws.members,
         handle.pos,
         handle.weights,
         out,
-        epoch,
         ws.my_index,
         n,
         T,
         H,
+        handle.capacity * K,
         L=L,
         K=K,
         N_BLOCK=_blocks(n),
