@@ -3,6 +3,8 @@
 PE's inputs from its seed, picks out the copies routed to each expert with torch.nonzero (row-major:
 (t, k) order) and sums the weighted expert outputs in float32, k by k."""
 
+import os
+
 import torch
 from spmd import raises, spmd
 
@@ -121,6 +123,20 @@ def test_a_capacity_pads_the_layout_and_ids_of_minus_one_route_nowhere(rt):
     check_round_trip(rt, torch.float32, seed=22, max_tokens=8, drop=True)
     check_round_trip(rt, torch.float32, seed=23, drop=True)  # the exact layout too
     check_round_trip(rt, torch.float32, seed=24, T=0, max_tokens=1)
+
+
+@spmd(sizes=(2,))
+def test_each_peers_rows_move_through_several_programs(rt):
+    # UNISHMEM_COMM_BLOCK_BYTES=64 and a capacity of 16 tokens: each (receiver, expert) slab leaves in
+    # up to 16 pieces of 64-byte multiples, many of them empty, the last shorter; back the same way
+    os.environ["UNISHMEM_COMM_BLOCK_BYTES"] = "64"
+    try:
+        for dtype, seed in ((torch.float32, 25), (torch.float16, 26)):
+            check_round_trip(rt, dtype, seed, T=11, max_tokens=16, combines=2)
+            check_round_trip(rt, dtype, seed + 2, T=16, max_tokens=16, drop=True)
+    finally:
+        del os.environ["UNISHMEM_COMM_BLOCK_BYTES"]
+    rt.free_workspaces()
 
 
 def captured_step(rt, tokens, ids, weights, E, cap):

@@ -57,6 +57,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import triton
 import triton.language as tl
 
 from .. import _workspaces, jit
@@ -65,9 +66,17 @@ from .._dtypes import DTYPE_CODES
 from .._workspaces import Workspace, exchange, new_workspace
 from ..triton_support import interpreting
 from ._calls import STATE_WORDS, begin_call, end_call
-from .collectives import _cdiv, _check_tensor, _next_power_of_2, _source, _team
+from .collectives import _cdiv, _check_tensor, _next_power_of_2, _pieces, _source, _team
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@triton.jit
+def _piece(nbytes, q, P):
+    """(first byte, bytes) of piece q of nbytes split over P programs, pieces of 16-byte multiples."""
+    piece = tl.cdiv(tl.cdiv(nbytes, P), 16) * 16
+    first = q * piece
+    return first, tl.maximum(tl.minimum(piece, nbytes - first), 0)
 
 
 @jit
@@ -94,18 +103,24 @@ def _dispatch(
     COPY_OUT: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """Program p: this PE's count row to PE p, then (once every count row is here) this PE's rows
-    for each of PE p's L experts to their packed place there. stage: this PE's rows sorted by expert.
+    """Program g serves PE p = g % n with piece q = g // n of each of its P = num_programs / n
+    pieces: program q = 0 puts this PE's count row to PE p; then (once every count row is here)
+    each program puts its piece of this PE's rows for each of PE p's L experts to their packed place
+    there, adding 1 to PE p's signal word of this PE. stage: this PE's rows sorted by expert.
     Program 0 writes the count matrix (C_out [n, E]) and this PE's counts (counts_out [L, n]); with
     COPY_OUT every program copies its share of the received rows into out ([rows, H]), zeros after."""
-    p = tl.program_id(0)
+    g = tl.program_id(0)
+    P = tl.num_programs(0) // n
+    p = g % n  # the count senders (q = 0) are programs 0..n-1: the first to start
+    q = g // n
     pe = tl.load(members + p)
     E = n * L
     epoch = begin_call(state)
     parity = epoch % 2
     cnt += parity * n * E
     cnt_sig += parity * n
-    shl.putmem_signal_block(cnt + me * E, my_counts, E * 8, cnt_sig + me, epoch, shl.SIGNAL_SET, pe)
+    if q == 0:
+        shl.putmem_signal_block(cnt + me * E, my_counts, E * 8, cnt_sig + me, epoch, shl.SIGNAL_SET, pe)
     shl.wait_until_all(cnt_sig, n, shl.CMP_GE, epoch)
     s = tl.arange(0, N_BLOCK)[:, None]
     e = tl.arange(0, E_BLOCK)[None, :]
@@ -118,21 +133,29 @@ def _dispatch(
         src = tl.sum(tl.sum(tl.where((s == me) & (e < ex), C, 0), 1), 0)
         # at PE p: after every source's rows for its lower experts, then lower sources' for ex
         dst = tl.sum(tl.sum(tl.where(((e >= p * L) & (e < ex)) | ((e == ex) & (s < me)), C, 0), 1), 0)
+        first, size = _piece(sent * H * ITEMSIZE, q, P)
         shl.putmem_signal_block(
-            recv + dst * H, stage + src * H, sent * H * ITEMSIZE, recv_sig + j * n + me, epoch, shl.SIGNAL_SET, pe
+            recv + dst * H + first // ITEMSIZE,
+            stage + src * H + first // ITEMSIZE,
+            size,
+            recv_sig + me,
+            1,
+            shl.SIGNAL_ADD,
+            pe,
         )
     mine = (e >= me * L) & (e < me * L + L)
-    if p == 0:
+    if g == 0:
         tl.store(C_out + s * E + e, C, mask=in_C)
         tl.store(counts_out + (e - me * L) * n + s, C, mask=in_C & mine)  # counts[j, s] = C[s, me*L + j]
-    shl.wait_until_all(recv_sig, n * L, shl.CMP_GE, epoch)
+    # every source adds L * P per call: after call k its word holds k * L * P
+    shl.wait_until_all(recv_sig, n, shl.CMP_GE, epoch * L * P)
     if COPY_OUT:
         token = shl.signal_fetch(recv_sig)  # the loads below depend on it (docs/device-library.md, rule 2)
         received = shl.consume_token(recv, token)
         filled = tl.sum(tl.sum(tl.where(mine, C, 0), 1), 0) * H
         total = rows * H
         span = tl.cdiv(tl.cdiv(total, tl.num_programs(0)), BLOCK) * BLOCK
-        first = p * span
+        first = g * span
         last = tl.minimum(first + span, total)
         for start in range(first, last, BLOCK):
             offs = start + tl.arange(0, BLOCK)
@@ -156,6 +179,7 @@ def _combine(
     T,
     H,
     slot,
+    pieces,
     L: tl.constexpr,
     K: tl.constexpr,
     N_BLOCK: tl.constexpr,
@@ -164,16 +188,19 @@ def _combine(
     BLOCK_H: tl.constexpr,
     ITEMSIZE: tl.constexpr,
 ):
-    """Programs p < n: the rows PE p sent here, back to where PE p staged them (its rows sorted by
-    expert). Then program p sums the weighted returned copies of tokens p*BLOCK_T.. of this PE;
-    a copy whose pos is -1 was routed nowhere and adds nothing."""
-    p = tl.program_id(0)
+    """Programs g < n * pieces: piece g // n of the rows PE p = g % n sent here, back to where PE p
+    staged them (its rows sorted by expert), adding 1 to PE p's return word of this PE. Then program
+    g sums the weighted returned copies of tokens g*BLOCK_T.. of this PE; a copy whose pos is -1 was
+    routed nowhere and adds nothing."""
+    g = tl.program_id(0)
     E = n * L
     epoch = begin_call(state)
     parity = epoch % 2
     ret += parity * slot * H  # slot: rows of one parity, the same on every PE (T is not)
-    ret_sig += parity * E
-    if p < n:
+    ret_sig += parity * n
+    if g < n * pieces:
+        p = g % n
+        q = g // n
         pe = tl.load(members + p)
         s = tl.arange(0, N_BLOCK)[:, None]
         e = tl.arange(0, E_BLOCK)[None, :]
@@ -183,14 +210,22 @@ def _combine(
             sent = tl.sum(tl.sum(tl.where((s == p) & (e == ex), Cm, 0), 1), 0)
             src = tl.sum(tl.sum(tl.where(((e >= me * L) & (e < ex)) | ((e == ex) & (s < p)), Cm, 0), 1), 0)
             dst = tl.sum(tl.sum(tl.where((s == p) & (e < ex), Cm, 0), 1), 0)
+            first, size = _piece(sent * H * ITEMSIZE, q, pieces)
             shl.putmem_signal_block(
-                ret + dst * H, stage + src * H, sent * H * ITEMSIZE, ret_sig + ex, epoch, shl.SIGNAL_SET, pe
+                ret + dst * H + first // ITEMSIZE,
+                stage + src * H + first // ITEMSIZE,
+                size,
+                ret_sig + me,
+                1,
+                shl.SIGNAL_ADD,
+                pe,
             )
-    t0 = p * BLOCK_T
-    if t0 < T or p == 0:
+    t0 = g * BLOCK_T
+    if t0 < T or g == 0:
         # program 0 waits even with no tokens: a PE leaves combine k only once every PE has started
-        # it, hence finished reading its return buffer of combine k-1 (the parity NOTE [workspaces])
-        shl.wait_until_all(ret_sig, E, shl.CMP_GE, epoch)
+        # it, hence finished reading its return buffer of combine k-1 (the parity NOTE [workspaces]).
+        # Each PE adds L * pieces to a word per call of its parity: (epoch + 1) // 2 of them so far
+        shl.wait_until_all(ret_sig, n, shl.CMP_GE, (epoch + 1) // 2 * L * pieces)
     if t0 < T:
         token = shl.signal_fetch(ret_sig)  # the loads below depend on it (docs/device-library.md, rule 2)
         back = shl.consume_token(ret, token)
@@ -251,6 +286,7 @@ COMPILE = {
             "T": "i32",
             "H": "i32",
             "slot": "i64",
+            "pieces": "i32",
         },
         "constexprs": {"L": 2, "K": 2, "N_BLOCK": 8, "E_BLOCK": 16, "BLOCK_T": 4, "BLOCK_H": 128, "ITEMSIZE": 2},
         "options": {"enable_fp_fusion": False},
@@ -362,14 +398,16 @@ def _workspace(rt, team, key, dtype, H, K, n_experts, cap):
             "cnt": ((2, n, n_experts), torch.int64),
             "cnt_sig": ((2, n), torch.uint64),
             "recv": ((n * cap * K, H), dtype),
-            "recv_sig": ((n_experts,), torch.uint64),
+            "recv_sig": ((n,), torch.uint64),  # a word per source PE (NOTE in _dispatch)
             "src": ((n * cap * K, H), dtype),  # combine's staged expert_out
             "ret": ((2, cap * K, H), dtype),
-            "ret_sig": ((2, n_experts), torch.uint64),
+            "ret_sig": ((2, n), torch.uint64),
             "state": ((STATE_WORDS,), torch.int64),  # dispatch's call counter (NOTE [call counter])
             "cstate": ((STATE_WORDS,), torch.int64),  # combine's
         }
-        ws = rt._workspaces[key] = new_workspace(rt, team, "dispatch", buffers)
+        # the programs per peer: by the most bytes one PE can send another (all of its copies)
+        pieces = _pieces(cap * K * H, torch.empty((), dtype=dtype).element_size())[0]
+        ws = rt._workspaces[key] = new_workspace(rt, team, "dispatch", buffers, pieces=pieces)
     return ws
 
 
@@ -412,7 +450,7 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     counts = torch.empty((L, n), dtype=torch.int64, device=rt.device)
     rows = n * cap * K
     out = torch.empty((rows, H), dtype=tokens.dtype, device=rt.device) if padded else b["recv"]
-    _dispatch[(n,)](
+    _dispatch[(n * ws.extra["pieces"],)](
         b["stage"],
         b["my_counts"],
         b["cnt"],
@@ -488,7 +526,8 @@ def combine(expert_out, handle, *, team=None):
     out = torch.empty((T, H), dtype=handle.dtype, device=rt.device)
     block_h = min(_blocks(H), 1024)
     block_t = min(_blocks(handle.capacity), max(1, _tile() // block_h))  # by the capacity: not T
-    _combine[(max(n, _cdiv(T, block_t)),)](
+    pieces = ws.extra["pieces"]
+    _combine[(max(n * pieces, _cdiv(T, block_t)),)](
         src,
         handle.C,
         b["ret"],
@@ -503,6 +542,7 @@ def combine(expert_out, handle, *, team=None):
         T,
         H,
         handle.capacity * K,
+        pieces,
         L=L,
         K=K,
         N_BLOCK=_blocks(n),
