@@ -2,8 +2,10 @@
 # The nvshmem backend on a lent NVIDIA GPU, in one prepared command. NOT RUN YET on a GPU:
 # docs/nvidia.md says so until it has.
 #
-#   bash scripts/gpu_check.sh            # summary and logs under $OUT (default ./gpu-check-out)
-#   bash scripts/gpu_check.sh --no-gpu   # what runs without a GPU: build, info, every kernel compiled for sm_90
+#   bash scripts/gpu_check.sh               # summary and logs under $OUT (default ./gpu-check-out)
+#   bash scripts/gpu_check.sh --times-only  # build, info, then only the timing phase (a rerun: see below)
+#   bash scripts/gpu_check.sh --no-gpu      # what runs without a GPU: build, info, every kernel compiled for
+#                                           # sm_90, the timing script's compile plan and its CPU mode
 #
 # Expects the image of the lent H200 as it is: its python3 (torch 2.11 cu130, Triton 3.6, the NVSHMEM wheel
 # torch pins, pybind11, scikit-build-core, cmake, ninja) and CUDA's compiler and headers; nothing is fetched.
@@ -11,8 +13,16 @@
 # GPU (NVSHMEM's limited multi-PE-per-GPU mode, unique id on loopback): init, allocation, peer views,
 # on-stream put/get, put_signal and signal_wait_until, barrier_all, put bandwidth beside torch's
 # device-to-device copy, the Triton kernel check, the device-library examples (ring all-gather, signal
-# ping-pong) and the five tutorials (which call unishmem.kernels) compiled for the GPU, and a deliberately
-# hung kernel under the hang watchdog.
+# ping-pong) and the five tutorials (which call unishmem.kernels) compiled for the GPU, a deliberately
+# hung kernel under the hang watchdog, and last the timing phase (scripts/gpu_kernel_times.py, NOT RUN YET
+# on a GPU): every kernel of unishmem.kernels from 8 KiB to 64 MiB, float16, eager and replayed from a CUDA
+# graph, timed with CUDA events beside a device-to-device copy of the same bytes (and the GEMMs' GEMM part
+# beside torch.matmul), each result checked against torch, compile time apart from run time.
+# GPU_CHECK_TIMES=full (default) | quick (4 sizes, 10 calls a loop) | off. It gets what is left of the
+# budget, at most 240 s (480 s with --times-only), and starts no row it is unlikely to finish; its rows are
+# written as they are made.
+# Triton's cache is build/triton-cache (unless TRITON_CACHE_DIR is set), kept by a warm machine between
+# commands: a --times-only rerun after a full run compiles nothing the first run compiled.
 #
 # Time: the device tool runs one command for at most 10 minutes and lends 15 minutes in all. Every phase has
 # its own limit and the whole run a budget (GPU_CHECK_BUDGET, default 540 s): a phase gets what is left of
@@ -24,7 +34,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 NO_GPU=0
+TIMES_ONLY=0
 [ "${1:-}" = "--no-gpu" ] && NO_GPU=1
+[ "${1:-}" = "--times-only" ] && TIMES_ONLY=1
+TIMES="${GPU_CHECK_TIMES:-full}"
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
@@ -83,13 +96,35 @@ if [ $NO_GPU -eq 1 ]; then
     { echo "$module: exit status $crc"; tail -n 1 "$log"; } | tee -a "$OUT/summary.txt"
     [ $crc -ne 0 ] && tail -n 20 "$log" | tee -a "$OUT/summary.txt"
   done
+  # The timing script without a GPU: the sm_90 binaries its GPU run compiles (launches recorded, nothing
+  # run), then its CPU mode (host backend, interpreter, 8 KiB: every kernel eager and replayed through
+  # unishmem.testing.capture(), checked against torch). 12-19 s and 13-20 s on the development machine
+  # (Triton 3.6).
+  phase "timing script: GPU compile plan and CPU mode, 2 PEs (log: kernel_times_cpu.log)"
+  if t=$(limit 120); then
+    { timeout "$t" "$PY" -m unishmem run -n 2 scripts/gpu_kernel_times.py "$OUT/kernel-times-plan" --plan &&
+      timeout "$t" "$PY" -m unishmem run -n 2 scripts/gpu_kernel_times.py "$OUT/kernel-times-cpu" --cpu --quick
+    } >"$OUT/kernel_times_cpu.log" 2>&1
+    crc=$?
+    [ $crc -ne 0 ] && status=1
+    { echo "timing script (plan, CPU mode): exit status $crc"
+      sed -n '/^sm_90 binaries/,/total per PE/p' "$OUT/kernel_times_cpu.log"
+      grep -E "^(every result matched torch|FAILED)" "$OUT/kernel_times_cpu.log"
+    } | tee -a "$OUT/summary.txt"
+    [ $crc -ne 0 ] && tail -n 20 "$OUT/kernel_times_cpu.log" | tee -a "$OUT/summary.txt"
+  else
+    status=1
+  fi
   phase "done (--no-gpu), exit status $status"
   exit $status
 fi
 
-phase "2 PEs on one GPU (log: run.log, per PE: pe0.json, pe1.json)"
 export UNISHMEM_BACKEND=nvshmem UNISHMEM_SYMMETRIC_SIZE=1G UNISHMEM_WAIT_TIMEOUT=60 PYTHONUNBUFFERED=1
 export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_DISABLE_NCCL=1
+export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$PWD/build/triton-cache}"
+
+if [ $TIMES_ONLY -eq 0 ]; then
+phase "2 PEs on one GPU (log: run.log, per PE: pe0.json, pe1.json)"
 if t=$(limit 150); then
   timeout "$t" "$PY" -m unishmem run -n 2 scripts/gpu_check_pe.py "$OUT" >"$OUT/run.log" 2>&1
   rc=$?
@@ -130,6 +165,31 @@ if t=$(limit 90); then
   fi
 else
   status=1
+fi
+fi  # TIMES_ONLY
+
+# ---- unishmem.kernels timed (scripts/gpu_kernel_times.py; NOT RUN YET on a GPU) -------------
+# Last, so that it takes no time from the checks above: what is left of the budget, at most 240 s (480 s
+# with --times-only; GPU_CHECK_TIMES_LIMIT sets it). Its deadline leaves 25 s for finalize and the
+# launcher; the summary is made from the rows written so far, also when the job was cut short.
+if [ "$TIMES" = "off" ]; then
+  echo "== kernel times: off (GPU_CHECK_TIMES=off)" | tee -a "$OUT/summary.txt"
+else
+  phase "unishmem.kernels timed ($TIMES), 2 PEs (log: kernel_times.log, per PE: times-pe0.json, times-pe1.json)"
+  if t=$(limit "${GPU_CHECK_TIMES_LIMIT:-$([ $TIMES_ONLY -eq 1 ] && echo 480 || echo 240)}"); then
+    rm -f "$OUT"/times-pe*.json  # a summary of this run only
+    quick=()
+    [ "$TIMES" = "quick" ] && quick=(--quick)
+    timeout "$t" "$PY" -m unishmem run -n 2 scripts/gpu_kernel_times.py "$OUT" --deadline-s $((t - 25)) \
+      ${quick[@]+"${quick[@]}"} >"$OUT/kernel_times.log" 2>&1
+    trc=$?
+    [ $trc -ne 0 ] && status=1
+    "$PY" scripts/gpu_kernel_times.py --summary "$OUT" | tee -a "$OUT/summary.txt"
+    echo "timing job exit status $trc" | tee -a "$OUT/summary.txt"
+    [ $trc -ne 0 ] && tail -n 30 "$OUT/kernel_times.log" | tee -a "$OUT/summary.txt"
+  else
+    status=1
+  fi
 fi
 
 phase "done, exit status $status"
