@@ -175,13 +175,15 @@ def test_forty_steps_compile_one_binary_per_kernel_and_dtype(rt):
     import unishmem.testing
 
     n, me = rt.n_pes, rt.my_pe
-    E, cap = n_experts(n), 40
-    for dtype in (torch.float32, torch.float16):
-        captured_step(rt, *inputs(me, n, 50, dtype, T=cap), E, cap)  # warm outside the capture
+    E = n_experts(n)
+    for cap in (24, 40):
+        for dtype in (torch.float32, torch.float16):
+            captured_step(rt, *inputs(me, n, 50, dtype, T=cap), E, cap)  # warm outside the capture
     with unishmem.testing.capture(dry=True) as graph:  # nothing runs: the launches are all it needs
-        for T in range(1, 21):  # every batch size up to 20 (1 and 16 included), two dtypes
+        for T in range(1, 21):  # every batch size up to 20 (1 and 16 included), two capacities and dtypes
             for dtype in (torch.float32, torch.float16):
-                captured_step(rt, *inputs(me, n, 51, dtype, T=T), E, cap)
+                captured_step(rt, *inputs(me, n, 51, dtype, T=T), E, (24, 40)[T % 2])
+    assert len(graph.launches) == 80, len(graph.launches)
     assert graph.compiled_variants("sm_90") == {"_dispatch": 2, "_combine": 2}, graph.compiled_variants("sm_90")
 
 

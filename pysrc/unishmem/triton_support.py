@@ -73,6 +73,12 @@ def _device_target(backend_name: str, device) -> tuple[str, object]:
     return backend.triton_backend, backend.device_arch(torch.cuda.get_device_properties(device))
 
 
+def _capturing_cuda_graph() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def _on_kernel_load(module, function, name, metadata_group, hash, **_):
     if name not in _KERNEL_NAMES:
         return
@@ -349,7 +355,9 @@ class Kernel:
         _add_hook()
         result = self.jit_function.run(*args, grid=grid, warmup=False, **kwargs)
         watchdog = hang.watchdog(rt)
-        if watchdog is not None:  # NOTE [hang report]: an event after the launch says when it has finished
+        # NOTE [hang report]: an event after the launch says when it has finished; not while a CUDA
+        # graph captures (the launch runs at each replay, which the watchdog does not see)
+        if watchdog is not None and not _capturing_cuda_graph():
             import torch
 
             done = torch.cuda.Event()

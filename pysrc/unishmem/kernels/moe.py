@@ -79,7 +79,7 @@ def _piece(nbytes, q, P):
     return first, tl.maximum(tl.minimum(piece, nbytes - first), 0)
 
 
-@jit
+@jit(do_not_specialize=["me", "rows"])  # one binary for every PE and capacity
 def _dispatch(
     stage,
     my_counts,
@@ -163,7 +163,7 @@ def _dispatch(
     end_call(state, epoch)
 
 
-@jit(do_not_specialize=["T"])  # one binary for every batch size
+@jit(do_not_specialize=["me", "T", "slot", "pieces"])  # one binary for every PE, batch and capacity
 def _combine(
     stage,
     C,
@@ -525,7 +525,7 @@ def combine(expert_out, handle, *, team=None):
     src = _source(rt, ws, expert_out, expert_out.numel())
     out = torch.empty((T, H), dtype=handle.dtype, device=rt.device)
     block_h = min(_blocks(H), 1024)
-    block_t = min(_blocks(handle.capacity), max(1, _tile() // block_h))  # by the capacity: not T
+    block_t = max(1, min(64, _tile() // block_h))  # by H alone: one binary for every T and capacity
     pieces = ws.extra["pieces"]
     _combine[(max(n * pieces, _cdiv(T, block_t)),)](
         src,
