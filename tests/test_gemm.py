@@ -143,3 +143,25 @@ def test_both_gemms_on_two_halves_at_once(rt):
     half = even or odd
     check_both_gemms(rt, half, 90)
     half.destroy()
+
+
+@spmd(sizes=(2, 4))
+def test_shard_heights_of_one_size_class_share_a_workspace(rt):
+    # NOTE [workspaces]: a shard's rows (9..16 here) pick the class; K (ag_gemm) and N (gemm_rs) the key
+    n, me = rt.n_pes, rt.my_pe
+    rt.free_workspaces()
+    b = ints(99, (20, 33), torch.float32)
+    free = None
+    for m in (9, 16, 11, 9):
+        c = K.ag_gemm(ints(me, (m, 20), torch.float32, m), b)
+        assert torch.equal(c, torch.cat([ints(pe, (m, 20), torch.float32, m) for pe in range(n)]) @ b), m
+        a = [ints(pe, (n * m, 7 + pe), torch.float32, m) for pe in range(n)]
+        bs = [ints(pe, (7 + pe, 33), torch.float32, m + 1) for pe in range(n)]
+        full = sum(x @ y for x, y in zip(a, bs))
+        assert torch.equal(K.gemm_rs(a[me], bs[me]), full[me * m : (me + 1) * m]), m
+        if free is None:
+            free, held = rt._native.heap_free_bytes(), len(rt._workspaces)
+        assert rt._native.heap_free_bytes() == free and len(rt._workspaces) == held, m
+    K.ag_gemm(ints(me, (17, 20), torch.float32), b)  # 17 rows: the next class
+    assert rt._native.heap_free_bytes() < free
+    rt.free_workspaces()

@@ -53,12 +53,12 @@ def test_all_gather_sizes_dtypes_and_teams(rt):
 def test_all_reduce_both_algorithms_every_op(rt):
     cases = [(op, torch.float32, (1001,)) for op in ("sum", "prod", "min", "max")]
     cases += [("sum", torch.float32, (1,)), ("sum", torch.float16, (3, 5)), ("max", torch.int32, (64,))]
-    for algorithm in ("one_shot", "two_shot"):
+    for algorithm, pull in (("one_shot", None), ("one_shot", False), ("two_shot", None)):  # pull: None pulls here
         for op, dtype, shape in cases:
             x = data(rt.my_pe, shape, dtype, seed=1)
             ref = REFERENCE[op](torch.stack([data(pe, shape, dtype, seed=1) for pe in range(rt.n_pes)]))
-            out = K.all_reduce(x, op=op, algorithm=algorithm)
-            assert out.shape == x.shape and torch.equal(out, ref), (algorithm, op, dtype, shape)
+            out = K.all_reduce(x, op=op, algorithm=algorithm, pull=pull)
+            assert out.shape == x.shape and torch.equal(out, ref), (algorithm, pull, op, dtype, shape)
     big = data(rt.my_pe, (70000,), torch.float32, seed=2)  # > 256 KiB: "auto" takes two-shot
     ref = torch.stack([data(pe, (70000,), torch.float32, seed=2) for pe in range(rt.n_pes)]).sum(0)
     assert torch.equal(K.all_reduce(big), ref)
@@ -94,6 +94,7 @@ def test_bad_arguments_raise_on_every_pe_and_the_job_goes_on(rt):
     )
     raises(lambda: K.reduce_scatter(torch.zeros(rt.n_pes + 1)), "does not split into")
     raises(lambda: K.all_reduce(torch.zeros(3), algorithm="ring"), "algorithm='ring' is not one of")
+    raises(lambda: K.all_reduce(torch.zeros(3), pull="yes"), "pull must be None, True or False, got 'yes'")
     raises(lambda: K.all_gather(torch.zeros(3), out=torch.zeros(2)), "out must be torch.float32 of shape")
     x = data(rt.my_pe, (6,), torch.float32)
     assert torch.equal(K.all_reduce(x), torch.stack([data(pe, (6,), torch.float32) for pe in range(rt.n_pes)]).sum(0))
@@ -136,6 +137,7 @@ def test_captured_calls_replay_right_after_the_inputs_change(rt):
         "all_gather": (lambda x: K.all_gather(x), lambda xs: torch.cat(list(xs))),
         "reduce_scatter": (lambda x: K.reduce_scatter(x), lambda xs: xs.sum(0).chunk(n)[me]),
         "one_shot": (lambda x: K.all_reduce(x, algorithm="one_shot"), lambda xs: xs.sum(0)),
+        "one_shot_push": (lambda x: K.all_reduce(x, algorithm="one_shot", pull=False), lambda xs: xs.sum(0)),
         "two_shot": (lambda x: K.all_reduce(x, algorithm="two_shot"), lambda xs: xs.sum(0)),
     }
     w = data(0, (3, 5), torch.float32, seed=99)  # the GEMMs' other operand, the same on every PE
@@ -159,7 +161,7 @@ def test_captured_calls_replay_right_after_the_inputs_change(rt):
             xs = torch.stack([data(pe, x.shape, x.dtype, seed) for pe in range(n)])
             assert torch.equal(out, reference(xs)), (name, seed, out, reference(xs))
     # a contiguous symmetric input is read in place: the capture holds the launch and nothing else
-    for name in ("all_gather", "reduce_scatter", "one_shot", "two_shot", "ag_gemm"):
+    for name in ("all_gather", "reduce_scatter", "one_shot", "one_shot_push", "two_shot", "ag_gemm"):
         call, reference = calls[name]
         x = rt.zeros((4 * n, 3))
         call(x)
@@ -178,23 +180,194 @@ def test_captured_calls_replay_right_after_the_inputs_change(rt):
 
 @spmd(sizes=(2, 4))
 def test_forty_calls_compile_one_binary_per_kernel_and_dtype(rt):
-    # Triton's kernel-cache key of every launch, for sm_90: nothing a call passes changes between calls
+    # Triton's kernel-cache key of every launch, for sm_90: nothing a call passes changes between calls,
+    # the collectives' message sizes included (1 element, multiples of 16 and not, several size classes)
     import unishmem.testing
 
     n, me = rt.n_pes, rt.my_pe
-    calls = {
-        "_all_gather": lambda x: K.all_gather(x),
-        "_reduce": lambda x: K.all_reduce(x),
+    collectives = {
+        "all_gather": lambda x: K.all_gather(x),
+        "one_shot": lambda x: K.all_reduce(x, algorithm="one_shot"),
+        "two_shot": lambda x: K.all_reduce(x, algorithm="two_shot"),
+        "reduce_scatter": lambda x: K.reduce_scatter(x),
+    }
+    gemms = {
         "_ag_gemm": lambda x: K.ag_gemm(x, torch.ones(3, 5, dtype=x.dtype)),
         "_gemm_rs": lambda x: K.gemm_rs(x, torch.ones(3, 5, dtype=x.dtype)),
     }
+    rows = [1, 16 * n, 2 * n + 1, 5 * n, 700 * n, 3 * n]
     with unishmem.testing.capture(dry=True) as graph:  # nothing runs: the launches are all it needs
         for i in range(40):
             dtype = (torch.float32, torch.float16)[i % 2]
-            for call in calls.values():
-                call(data(me, (2 * n, 3), dtype, seed=i))  # a new tensor each call, as a model passes
-    assert len(graph.launches) == 40 * len(calls), len(graph.launches)
-    assert graph.compiled_variants("sm_90") == {name: 2 for name in calls}, graph.compiled_variants("sm_90")
+            shape = (rows[i % len(rows)] * n, 3)  # (reduce_scatter: n equal blocks)
+            for call in collectives.values():
+                call(data(me, shape, dtype, seed=i))  # a new tensor each call, as a model passes
+            for call in gemms.values():
+                call(data(me, (2 * n, 3), dtype, seed=i))
+    assert len(graph.launches) == 40 * (len(collectives) + len(gemms)), len(graph.launches)
+    # _reduce: reduce-scatter and two-shot are its two forms (constexprs), for two dtypes; the
+    # one-shot pulls (every PE reaches every other here)
+    expected = {"_all_gather": 2, "_reduce": 4, "_pull_reduce": 2, "_ag_gemm": 2, "_gemm_rs": 2}
+    assert graph.compiled_variants("sm_90") == expected, graph.compiled_variants("sm_90")
+    rt.free_workspaces()
+
+
+@spmd(sizes=(2, 4))
+def test_a_capped_grid_takes_many_blocks_per_program(rt):
+    # NOTE [persistent grid]: with at most 1 program on PE 0 and 2 on the others (a grid may differ
+    # between PEs), each program sends many pieces and reduces or gathers many 4096-element blocks
+    import unishmem.testing
+    from unishmem.kernels.collectives import BLOCK
+
+    n, me = rt.n_pes, rt.my_pe
+    cap = 1 if me == 0 else 2
+    os.environ["UNISHMEM_MAX_PROGRAMS"] = str(cap)
+    os.environ["UNISHMEM_COMM_BLOCK_BYTES"] = "1024"  # 16 pieces per peer (the same on every PE)
+    chunk = 5 * BLOCK + 37  # two-shot and reduce-scatter: 6 blocks, the last one short
+    calls = {
+        "all_gather": ((3000,), lambda x: K.all_gather(x), lambda xs: torch.cat(list(xs))),
+        "reduce_scatter": ((n * chunk,), lambda x: K.reduce_scatter(x), lambda xs: xs.sum(0).chunk(n)[me]),
+        "one_shot": ((3 * BLOCK + 100,), lambda x: K.all_reduce(x, algorithm="one_shot"), lambda xs: xs.sum(0)),
+        "one_shot_push": (
+            (3 * BLOCK + 100,),
+            lambda x: K.all_reduce(x, algorithm="one_shot", pull=False),
+            lambda xs: xs.sum(0),
+        ),
+        # n * chunk - 3 elements: the last member's chunk is 3 short
+        "two_shot": ((n * chunk - 3,), lambda x: K.all_reduce(x, algorithm="two_shot"), lambda xs: xs.sum(0)),
+        "two_shot_max_f16": (
+            (n * chunk - 3,),
+            lambda x: K.all_reduce(x.half(), op="max", algorithm="two_shot"),
+            lambda xs: xs.half().max(0).values,
+        ),
+    }
+    try:
+        for name, (shape, call, reference) in calls.items():
+            xs = torch.stack([data(pe, shape, torch.float32, seed=7) for pe in range(n)])
+            for _ in range(2):  # both parities
+                with unishmem.testing.capture() as graph:  # records the launch's grid, and runs it
+                    out = call(xs[me].clone())
+                assert torch.equal(out, reference(xs)), (name, out, reference(xs))
+                grids = [grid for _, _, grid, _ in graph.launches]
+                assert grids == [(cap,)], (name, grids)  # capped: far more tasks than programs
+        # a symmetric x whose size does not split into n chunks is read in place (the last chunk short)
+        x = rt.empty(n * chunk - 3)
+        x.copy_(data(me, x.shape, torch.float32, seed=8))
+        with unishmem.testing.capture() as graph:
+            out = K.all_reduce(x, algorithm="two_shot")
+        assert not graph.ops and len(graph.launches) == 1, graph.ops  # no staging copy
+        assert torch.equal(out, torch.stack([data(pe, x.shape, torch.float32, seed=8) for pe in range(n)]).sum(0))
+        rt.barrier_all()  # no peer still reads this x
+        rt.free(x)
+        # under the interpreter never more programs than are resident (a wait on one that cannot
+        # start would never finish): 16 pieces to each peer, 8 programs
+        os.environ["UNISHMEM_MAX_PROGRAMS"] = "1000"
+        os.environ["UNISHMEM_INTERPRET_RESIDENT"] = "8"
+        x = data(me, (4096,), torch.float32)
+        with unishmem.testing.capture() as graph:
+            out = K.all_gather(x)
+        assert torch.equal(out, torch.cat([data(pe, (4096,), torch.float32) for pe in range(n)]))
+        assert [grid for _, _, grid, _ in graph.launches] == [(8,)], graph.launches
+    finally:
+        for name in ("UNISHMEM_MAX_PROGRAMS", "UNISHMEM_COMM_BLOCK_BYTES", "UNISHMEM_INTERPRET_RESIDENT"):
+            os.environ.pop(name, None)
+    rt.free_workspaces()
+
+
+@spmd(sizes=(2, 4))
+def test_shapes_of_one_size_class_share_a_workspace(rt):
+    n, me = rt.n_pes, rt.my_pe
+    rt.free_workspaces()
+    calls = {
+        "all_gather": (lambda x: K.all_gather(x), lambda xs: torch.cat(list(xs))),
+        "reduce_scatter": (lambda x: K.reduce_scatter(x), lambda xs: xs.sum(0).chunk(n)[me]),
+        "one_shot": (lambda x: K.all_reduce(x, algorithm="one_shot"), lambda xs: xs.sum(0)),
+        "two_shot": (lambda x: K.all_reduce(x, algorithm="two_shot"), lambda xs: xs.sum(0)),
+    }
+    for name, (call, reference) in calls.items():
+        # 600 * n and 1000 * n float32 elements (per chunk 600 and 1000): one class; 3000 * n: the next
+        free = None
+        for rows in (600, 1000, 600, 3000):
+            xs = torch.stack([data(pe, (rows * n,), torch.float32, seed=rows) for pe in range(n)])
+            assert torch.equal(call(xs[me]), reference(xs)), (name, rows)
+            if rows == 600 and free is None:
+                free, held = rt._native.heap_free_bytes(), len(rt._workspaces)
+            elif rows != 3000:  # the first shape's workspace serves the second
+                assert rt._native.heap_free_bytes() == free and len(rt._workspaces) == held, (name, rows)
+        assert rt._native.heap_free_bytes() < free, name  # another class: another workspace
+    rt.free_workspaces()
+
+
+@spmd(sizes=(2, 4))
+def test_a_new_shape_in_a_known_class_is_still_compared_inside_a_capture(rt):
+    # inside a capture calls compare their arguments once per shape, as on a GPU backend: a shape the
+    # workspace has not seen is compared even though its class's workspace exists
+    import unishmem.testing
+
+    me = rt.my_pe
+    K.all_reduce(torch.ones(600))  # warm: the class of 600..1024 float32 elements
+    with unishmem.testing.capture():
+        K.all_reduce(torch.ones(600))  # seen: not compared again (nothing to disagree on)
+    try:
+        with unishmem.testing.capture():
+            K.all_reduce(torch.ones(700 if me == 1 else 800))
+    except ValueError as e:
+        assert "all_reduce: the PEs of world disagree: member 0 passes torch.float32 of shape [800]" in str(e), e
+        assert "member 1 torch.float32 of shape [700]" in str(e), e
+    else:
+        raise AssertionError("a new shape in a known class was not compared inside a capture")
+    assert torch.equal(K.all_reduce(torch.ones(700)), torch.full((700,), float(rt.n_pes)))
+    rt.free_workspaces()
+
+
+@spmd(sizes=(2, 4))
+def test_the_workspace_cap_raises_on_every_pe_and_the_job_goes_on(rt):
+    # UNISHMEM_WORKSPACE_BYTES: a call whose new workspace would pass it raises on every PE, naming
+    # the cap, what it needs and what the workspaces hold; smaller calls, and after
+    # rt.free_workspaces() the same call, still work
+    n, me = rt.n_pes, rt.my_pe
+    rt.free_workspaces()
+    free = rt._native.heap_free_bytes()
+    small, big = 20000, 40000  # pushing one-shot slots of 2**15 and 2**16 float32 elements
+    slots = (1 + 2 * n) * 4  # bytes per slot element: the staging copy and two parities of n slots
+    cap = slots * (2**15 + 2**16) - 1  # each alone fits, both do not
+    os.environ["UNISHMEM_WORKSPACE_BYTES"] = str(cap)
+
+    def reduced(numel):
+        return torch.stack([data(pe, (numel,), torch.float32, seed=5) for pe in range(n)]).sum(0)
+
+    try:
+        assert torch.equal(
+            K.all_reduce(data(me, (small,), torch.float32, seed=5), algorithm="one_shot", pull=False), reduced(small)
+        )
+        held = free - rt._native.heap_free_bytes()  # measured on the heap
+        try:
+            K.all_reduce(data(me, (big,), torch.float32, seed=5), algorithm="one_shot", pull=False)
+        except ValueError as e:
+            text = str(e)
+            need = int(re.search(r"needs (\d+) bytes", text).group(1))
+            assert need >= slots * 2**16 and f"already hold {held} bytes" in text, (text, held)
+            assert f"UNISHMEM_WORKSPACE_BYTES={cap}" in text and "rt.free_workspaces()" in text, text
+        else:
+            raise AssertionError("a workspace past UNISHMEM_WORKSPACE_BYTES was allocated")
+        assert rt._native.heap_free_bytes() == free - held  # nothing was allocated
+        # the job goes on: a call of the class it holds, then the big one after a free
+        assert torch.equal(K.all_reduce(data(me, (small - 7,), torch.float32, seed=5), pull=False), reduced(small - 7))
+        rt.free_workspaces()
+        assert torch.equal(
+            K.all_reduce(data(me, (big,), torch.float32, seed=5), algorithm="one_shot", pull=False), reduced(big)
+        )
+        # one PE's lower cap: it says why, the others that it refused
+        rt.free_workspaces()
+        os.environ["UNISHMEM_WORKSPACE_BYTES"] = "4096" if me == 1 else str(cap)
+        raises(
+            lambda: K.all_gather(torch.ones(small)),
+            "UNISHMEM_WORKSPACE_BYTES=4096" if me == 1 else "all_gather: member(s) [1] of world rejected",
+        )
+    finally:
+        del os.environ["UNISHMEM_WORKSPACE_BYTES"]
+    assert torch.equal(K.all_gather(torch.ones(small)), torch.ones(n * small))
+    rt.free_workspaces()
 
 
 @spmd(sizes=(2, 4))
@@ -331,3 +504,84 @@ def test_agreement_through_the_bootstrap_matches_the_fcollect(rt):
         rows = exchange(rt, team, "agreement", desc, None)
         assert rows == [[team.translate_pe(i, rt.team_world), 7, rt.n_pes] for i in range(team.n_pes)], rows
         assert _exchange_through_bootstrap(rt, team, desc) == rows
+
+
+@spmd(sizes=(2, 4))
+def test_keyed_workspaces_are_made_once_and_capped(rt):
+    # the API kernels that compare their arguments themselves (moe) take their workspaces from
+    from unishmem._workspaces import keyed_workspace, size_class
+
+    assert [size_class(c, 16) for c in (0, 1, 16, 17, 1000, 1024, 1025)] == [16, 16, 16, 32, 1024, 1024, 2048]
+    rt.free_workspaces()
+    free = rt._native.heap_free_bytes()
+    key = ("test", rt.team_world._id, size_class(3000))
+    buffers = {"rows": ((size_class(3000), 4), torch.float16), "sig": ((2, 8), torch.uint64)}
+    ws = keyed_workspace(rt, rt.team_world, "test", key, buffers)
+    assert ws.buffers["rows"].shape == (4096, 4) and ws.buffers["rows"].dtype == torch.float16
+    assert not ws.buffers["sig"].any() and rt.is_symmetric(ws.buffers["rows"])
+    assert free - rt._native.heap_free_bytes() >= 4096 * 4 * 2 + 2 * 8 * 8
+    assert keyed_workspace(rt, rt.team_world, "test", key, lambda: 1 / 0) is ws  # made once
+    held = free - rt._native.heap_free_bytes()
+    os.environ["UNISHMEM_WORKSPACE_BYTES"] = str(held + 1000)
+    try:
+        raises(
+            lambda: keyed_workspace(rt, rt.team_world, "test", key[:2] + (8192,), {"rows": ((8192, 4), torch.float16)}),
+            f"test: its workspace needs 65536 bytes of symmetric memory and the kernel workspaces of this "
+            f"runtime already hold {held} bytes, more together than UNISHMEM_WORKSPACE_BYTES={held + 1000} allows",
+        )
+        assert rt._native.heap_free_bytes() == free - held
+        small = keyed_workspace(rt, rt.team_world, "test", key[:2] + (16,), {"rows": ((16, 4), torch.float16)})
+        assert small.buffers["rows"].shape == (16, 4)  # 256 bytes: it fits
+    finally:
+        del os.environ["UNISHMEM_WORKSPACE_BYTES"]
+    rt.free_workspaces()
+    assert rt._native.heap_free_bytes() == free
+
+
+@spmd(sizes=(2, 4))
+def test_a_pulling_one_shot_returns_only_once_no_peer_reads_its_input(rt):
+    # NOTE [pull one-shot]: a symmetric x is read in place by every peer, so a PE may change it as soon
+    # as its call returns only because the call waits until every peer has read it. The last PE reads
+    # with one program, block after block; the others, with 8, finish their reading long before
+    from unishmem.kernels.collectives import BLOCK
+
+    n, me = rt.n_pes, rt.my_pe
+    x = rt.empty(8 * BLOCK)
+    os.environ["UNISHMEM_MAX_PROGRAMS"] = "1" if me == n - 1 else "8"
+    try:
+        for seed in range(3):
+            x.copy_(data(me, x.shape, torch.float32, seed))
+            out = K.all_reduce(x, algorithm="one_shot")
+            x.fill_(1000.0)  # at once: a peer still reading would sum this
+            ref = torch.stack([data(pe, x.shape, torch.float32, seed) for pe in range(n)]).sum(0)
+            assert torch.equal(out, ref), (seed, (out != ref).sum())
+    finally:
+        del os.environ["UNISHMEM_MAX_PROGRAMS"]
+    rt.barrier_all()
+    rt.free(x)
+
+
+@spmd(sizes=(2, 4))
+def test_16_bit_floats_reduce_in_float32(rt):
+    # bfloat16 and float16 are reduced in float32 (the interpreter's bfloat16 arithmetic would work
+    # on bit patterns) and rounded once
+    n, me = rt.n_pes, rt.my_pe
+    for dtype in (torch.bfloat16, torch.float16):
+        ints = data(me, (1000,), torch.float32, seed=3)
+        xs = torch.stack([data(pe, (1000,), torch.float32, seed=3) for pe in range(n)])
+        for algorithm, pull in (("one_shot", None), ("one_shot", False), ("two_shot", None)):
+            out = K.all_reduce(ints.to(dtype), algorithm=algorithm, pull=pull)
+            assert out.dtype == dtype and torch.equal(out, xs.sum(0).to(dtype)), (dtype, algorithm, pull)
+            for op in ("max", "min"):
+                got = K.all_reduce(ints.to(dtype), op=op, algorithm=algorithm, pull=pull)
+                assert torch.equal(got, REFERENCE[op](xs).to(dtype)), (dtype, algorithm, op)
+        assert torch.equal(K.reduce_scatter(ints.to(dtype)), xs.sum(0).chunk(n)[me].to(dtype)), dtype
+    # float16 (whose float32-to-16-bit rounding the interpreter does to nearest even; bfloat16's it
+    # truncates): 0.5 and n - 1 halves of float16's step at 0.5 (2**-11) sum exactly in float32, then
+    # round once, while a float16 running sum rounds each addition back to 0.5 (at 4 PEs: 0.5 + 2**-10
+    # against 0.5)
+    tiny = torch.full((64,), 2.0**-12 if me else 0.5).to(torch.float16)
+    ref = (torch.tensor(0.5) + (n - 1) * 2.0**-12).to(torch.float16)
+    for algorithm, pull in (("one_shot", None), ("one_shot", False), ("two_shot", None)):
+        got = K.all_reduce(tiny, algorithm=algorithm, pull=pull)
+        assert torch.equal(got, torch.full((64,), ref.item(), dtype=torch.float16)), (algorithm, pull, got[:2], ref)

@@ -90,6 +90,16 @@ def _pes(name: str, text: str) -> int:
     return value
 
 
+def _count(name: str, text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{name}={text!r} is not a whole number >= 1")
+    return value
+
+
 def _flag(name: str, text: str) -> bool:
     if text.strip() not in ("", "0", "1"):
         raise ValueError(f"{name}={text!r} is not 0 or 1")
@@ -113,6 +123,7 @@ BYTES = Kind(lambda: "bytes: 4096, 512M, 2G, 1.5GiB", _bytes)
 BYTES_OR_0 = Kind(lambda: "bytes, or 0", _bytes_or_0)
 PROGRAMS = Kind(lambda: f"programs, 1 to {_max_resident()}", lambda name, text: resident(text, name))
 PES = Kind(lambda: "PEs, >= 1", _pes)
+COUNT = Kind(lambda: "a whole number >= 1", _count)
 FLAG = Kind(lambda: "0 or 1", _flag)
 BACKEND = Kind(lambda: ", ".join(_backend_names()), _backend)
 TEXT = Kind(lambda: "text", lambda name, text: text or None)  # empty: as if unset
@@ -130,6 +141,8 @@ class Setting:
 
 # A team arena's default where UNISHMEM_TEAM_ARENA is unset: this fraction of the heap, at most this.
 TEAM_ARENA_FRACTION, TEAM_ARENA_MAX = 16, 64 << 20
+# UNISHMEM_WORKSPACE_BYTES's default: this fraction of the heap.
+WORKSPACE_FRACTION = 2
 
 SETTINGS = {
     s.name: s
@@ -199,6 +212,26 @@ SETTINGS = {
             see="[Kernels](kernels.md)",
         ),
         Setting(
+            "UNISHMEM_MAX_PROGRAMS",
+            COUNT,
+            None,
+            "the most programs a `unishmem.kernels` collective launches: each takes every G-th piece of its "
+            "work (G: the grid), so waiting programs never hold more than this; under `TRITON_INTERPRET=1` "
+            "never more than are resident (`UNISHMEM_INTERPRET_RESIDENT`)",
+            unset="the GPU's multiprocessor count; under `TRITON_INTERPRET=1` the programs resident at once",
+            see="[Kernels](kernels.md)",
+        ),
+        Setting(
+            "UNISHMEM_WORKSPACE_BYTES",
+            BYTES,
+            None,
+            "the most symmetric bytes the `unishmem.kernels` workspaces of a runtime may hold outside team "
+            "arenas (which `UNISHMEM_TEAM_ARENA` bounds); a call that needs a new workspace beyond it raises "
+            "a `ValueError` on every PE; the same on every PE",
+            unset=f"1/{WORKSPACE_FRACTION} of the heap",
+            see="[Kernels](kernels.md)",
+        ),
+        Setting(
             "UNISHMEM_HOST_NODE_SIZE",
             PES,
             None,
@@ -249,6 +282,12 @@ def team_arena(heap_size: int) -> int:
     """UNISHMEM_TEAM_ARENA's bytes for a job whose heap has heap_size bytes."""
     value = get("UNISHMEM_TEAM_ARENA")
     return min(TEAM_ARENA_MAX, heap_size // TEAM_ARENA_FRACTION) if value is None else value
+
+
+def workspace_bytes(heap_size: int) -> int:
+    """UNISHMEM_WORKSPACE_BYTES's bytes for a job whose heap has heap_size bytes."""
+    value = get("UNISHMEM_WORKSPACE_BYTES")
+    return heap_size // WORKSPACE_FRACTION if value is None else value
 
 
 def protocol(name: str) -> str | None:

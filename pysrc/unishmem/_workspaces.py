@@ -1,10 +1,26 @@
 """The symmetric buffers of unishmem.kernels, outside that package so that `rt.free_workspaces()` and
 finalize never import Triton.
 
-NOTE [workspaces]: the symmetric buffers a kernel needs (staging, receive slots, signals) are
-allocated collectively the first time a (kernel, shape, dtype, team) is called and reused after;
-`rt.free_workspaces()` and finalize free them, never garbage collection (a free is collective, so it
-cannot happen at a moment one PE chooses).
+NOTE [workspaces]: the symmetric buffers a kernel needs (staging, receive slots, signals) come in
+size classes: a workspace is keyed by (kernel, dtype, team, variant, size class), where the class is
+the power of two at or above the elements (or rows) the call needs (`size_class`), and its buffers
+are sized for the class, so every shape of that class shares it; the kernel takes the call's actual
+sizes as run-time arguments and lays its buffers out by the class (each parity at a fixed offset),
+never by the call. One workspace serves calls of several shapes safely because its call counter
+(NOTE [call counter]) and signals belong to the workspace: every call on it is numbered in the
+same order on every PE, and its signals only grow. A workspace is allocated collectively on the
+first call of its class and reused after; `rt.free_workspaces()` and finalize free them, never
+garbage collection (a free is collective, so it cannot happen at a moment one PE chooses). The
+PEs compare a call's arguments (`exchange`) before anything is allocated: on the host backend at
+every call, on GPU backends (and inside a capture, which like a CUDA graph cannot hold a host
+collective) on the first call of each shape on each workspace, a new shape in an existing class
+included.
+The workspaces allocated from the heap (those of world-sized teams) hold at most
+UNISHMEM_WORKSPACE_BYTES together (default half the heap): a call whose new workspace would pass
+it raises a ValueError naming the cap, its need and what is held, on every PE alike (every PE holds
+the same workspaces of world-sized teams, so the check is the same everywhere, and it is made before
+the exchange, so a PE whose setting differs makes the others raise too). Nothing is evicted: a
+workspace may be held by a captured graph. A team arena bounds its team's workspaces itself.
 
 Each call numbers itself (`epoch`, from 1; the collectives count on the device, NOTE [call counter]
 in kernels/_calls.py, the others with Workspace.next_epoch): signals are SET to the epoch and waited
@@ -39,7 +55,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ._arena import AGREE_WIDTH, Arena, reclaim_arenas
+from . import _config
+from ._arena import AGREE_WIDTH, Arena, _aligned, _nbytes, reclaim_arenas
 from ._dtypes import DTYPE_CODES
 
 # the numbers every PE's call is described by (a shape), compared across PEs, in a desc of
@@ -69,6 +86,8 @@ class Workspace:
     arena: Arena | None = None  # where the buffers lie; None: world allocations (rt.zeros)
     epoch: int = 0
     extra: dict = field(default_factory=dict)
+    nbytes: int = 0  # the buffers' bytes, each rounded up as the allocator aligns it
+    agreed: set = field(default_factory=set)  # the descs of the calls compared across PEs on it
 
     def next_epoch(self) -> tuple[int, int]:
         """(epoch, parity) for a new call."""
@@ -80,18 +99,70 @@ def _members(rt, team) -> list[int]:
     return [team.translate_pe(i, rt.team_world) for i in range(team.n_pes)]
 
 
+def size_class(count: int, minimum: int = 1) -> int:
+    """The size class of `count` elements (or rows): the smallest power of two >= count, and >= minimum
+    (NOTE [workspaces]). A kernel sizes its buffers for the class and keys its workspace on it."""
+    return max(minimum, 1 << max(count - 1, 0).bit_length())
+
+
+def buffer_bytes(buffers: dict) -> int:
+    """The symmetric bytes `buffers` (name -> (shape, dtype)) take, each aligned as allocated."""
+    return sum(_aligned(_nbytes(shape, dtype)) for shape, dtype in buffers.values())
+
+
+def held_bytes(rt) -> int:
+    """The bytes rt's workspaces hold on the heap (team arenas' workspaces not counted)."""
+    return sum(ws.nbytes for ws in rt._workspaces.values() if ws.arena is None)
+
+
+def room_problem(rt, team, what: str, buffers: dict) -> ValueError | None:
+    """Why a new workspace of `buffers` for kernel `what` on `team` may not be allocated, or None:
+    UNISHMEM_WORKSPACE_BYTES (NOTE [workspaces]). The same on every PE of a world-sized team; a
+    team arena's workspaces are bounded by the arena instead (Arena.take)."""
+    if team._arena is not None:
+        return None
+    need, held = buffer_bytes(buffers), held_bytes(rt)
+    cap = _config.workspace_bytes(rt._heap_size)
+    if held + need <= cap:
+        return None
+    unset = _config.get("UNISHMEM_WORKSPACE_BYTES") is None
+    return ValueError(
+        f"{what}: its workspace needs {need} bytes of symmetric memory and the kernel workspaces of this "
+        f"runtime already hold {held} bytes, more together than UNISHMEM_WORKSPACE_BYTES={cap} allows"
+        + (f" (unset: half the {rt._heap_size}-byte heap)" if unset else "")
+        + "; call rt.free_workspaces() (collective) or raise UNISHMEM_WORKSPACE_BYTES"
+    )
+
+
 def new_workspace(rt, team, what: str, buffers: dict, **extra) -> Workspace:
     """A workspace of zeroed `buffers` (name -> (shape, dtype)) on `team`: from its arena if it has
-    one, else world allocations. Every member calls it alike, after `exchange`."""
+    one, else world allocations. Every member calls it alike, after `exchange`. It does not check
+    UNISHMEM_WORKSPACE_BYTES: keyed_workspace and workspace do."""
     arena = team._arena
     tensors = (
         arena.take(rt, team, what, buffers)
         if arena is not None
         else {name: rt.zeros(shape, dtype=dtype) for name, (shape, dtype) in buffers.items()}
     )
-    return Workspace(
-        tensors, torch.tensor(_members(rt, team), dtype=torch.int32, device=rt.device), team.my_pe, arena, extra=extra
-    )
+    members = torch.tensor(_members(rt, team), dtype=torch.int32, device=rt.device)
+    return Workspace(tensors, members, team.my_pe, arena, extra=extra, nbytes=buffer_bytes(buffers))
+
+
+def keyed_workspace(rt, team, what: str, key: tuple, buffers, **extra) -> Workspace:
+    """The workspace stored under `key` (made on first use, after the UNISHMEM_WORKSPACE_BYTES check,
+    which raises on every PE alike): for kernels that compare their arguments across PEs themselves
+    (`exchange`) and call this after, every member alike. `key` must hold the kernel's name, the team's
+    `_id` and a size class (`size_class`) rather than an exact shape, so that shapes share it;
+    `buffers`: name -> (shape, dtype), sized for the class, or a function returning that, called only
+    on first use."""
+    ws = rt._workspaces.get(key)
+    if ws is None:
+        spec = buffers() if callable(buffers) else buffers
+        problem = room_problem(rt, team, what, spec)
+        if problem is not None:
+            raise problem
+        ws = rt._workspaces[key] = new_workspace(rt, team, what, spec, **extra)
+    return ws
 
 
 def _describe(desc: list[int], label: str = "shape", variants: tuple = ()) -> str:
@@ -168,12 +239,13 @@ def workspace(
     label: str = "shape",
     variants: tuple = (),
 ) -> Workspace:
-    """The workspace of kernel `what` for input `x` on `team` (made on first use), after checking
-    that every member passes the same dtype and shape and that none found a `problem` with its
-    arguments. `buffers`: name -> (shape, dtype), called only on first use. `shape` (at most
-    DESC_DIMS numbers, named `label` in errors) replaces x's shape where a kernel's call is described by more
-    than one tensor. `variants`: the kernel's forms with buffers of their own, key[0] one of them
-    (every member must pick the same)."""
+    """The workspace of kernel `what` for input `x` on `team` under `key` (its size class, and what
+    else its buffers depend on; made on first use), after checking that every member passes the same
+    dtype and shape and that none found a `problem` with its arguments or with the room a new
+    workspace needs (NOTE [workspaces]). `buffers`: name -> (shape, dtype), called only on first use.
+    `shape` (at most DESC_DIMS numbers, named `label` in errors) replaces x's shape where a kernel's
+    call is described by more than one tensor. `variants`: the kernel's forms with buffers of their
+    own, key[0] one of them (every member must pick the same)."""
     if problem:  # (x may not even be a tensor)
         shape = ()
     elif shape is None:
@@ -183,26 +255,31 @@ def workspace(
             f"{what}: x must have at most {DESC_DIMS} dimensions and a dtype of the symmetric "
             f"heap; got {x.dtype} of shape {list(shape)}"
         )
+    full_key = (what, getattr(x, "dtype", None), team._id, *key)
+    ws = rt._workspaces.get(full_key)
+    spec = None
+    if ws is None and problem is None:
+        spec = buffers()
+        problem = room_problem(rt, team, what, spec)  # before the exchange: every member hears of it
     desc = (
-        [-1] * AGREE_WIDTH
+        (-1,) * AGREE_WIDTH
         if problem
-        else [
+        else (
             0,
             DTYPE_CODES[x.dtype],
             len(shape),
             *shape,
             *[0] * (DESC_DIMS - len(shape)),
             variants.index(key[0]) if variants else 0,
-        ]
+        )
     )
-    full_key = (what, getattr(x, "dtype", None), shape, team._id, *key)
-    ws = rt._workspaces.get(full_key)
-    # GPU backends check once per shape (a host collective), and so does a capture (unishmem.testing),
-    # which, like a CUDA graph, cannot hold one
-    if ws is None or problem or (rt.backend == "host" and not _capturing):
-        _agree(rt, team, what, desc, problem, label, variants)
+    # GPU backends check once per shape and workspace (a host collective), and so does a capture
+    # (unishmem.testing), which, like a CUDA graph, cannot hold one
+    if ws is None or problem or desc not in ws.agreed or (rt.backend == "host" and not _capturing):
+        _agree(rt, team, what, list(desc), problem, label, variants)
     if ws is None:
-        ws = rt._workspaces[full_key] = new_workspace(rt, team, what, buffers())
+        ws = rt._workspaces[full_key] = new_workspace(rt, team, what, spec)
+    ws.agreed.add(desc)
     return ws
 
 

@@ -1,15 +1,45 @@
 """all_gather, reduce_scatter and all_reduce as Triton kernels in unishmem.language, over any team.
 
-Every kernel pushes: a PE puts its data into each member's receive slot with putmem_signal (the
-signal SET to the call's epoch, NOTE [workspaces]) and then waits for its own slots. The kernel
-numbers its calls on the device (NOTE [call counter]) and writes the result into `out` itself, so
-a call's launch arguments are the same every time: captured in a CUDA graph, it replays correctly.
+all_gather, reduce_scatter and the two-shot all_reduce push: a PE puts its data into each member's
+receive slot with putmem_signal (the signal SET to the call's epoch, NOTE [workspaces]) and then
+waits for its own slots. The one-shot all_reduce pulls where every member is reachable by
+load/store (NOTE [pull one-shot]), else pushes too. Each kernel numbers its calls on the device
+(NOTE [call counter]) and writes the result into `out` itself, so a call's launch arguments are the
+same every time: captured in a CUDA graph, it replays correctly.
 x is read in place where it is a contiguous symmetric tensor, else staged into the workspace first
 (a copy on torch's current stream), so x and out may be any tensors on the runtime's device; out
-must be contiguous.
+must be contiguous. Workspaces come in size classes (NOTE [workspaces]): a slot holds `cap`
+elements, the class, and a call uses its first numel (or chunk) of them.
+
+NOTE [persistent grid]: a collective launches at most max_programs() programs (the GPU's
+multiprocessors; under TRITON_INTERPRET=1 the programs resident at once; UNISHMEM_MAX_PROGRAMS
+overrides), never one per block, and each phase's tasks (pieces to send, blocks to reduce, blocks
+to gather) go round the grid: program p takes tasks p, p + G, p + 2G, ... (G: the grid). In every
+phase a program issues all of its puts before it waits, and the puts of a phase wait only for
+earlier phases (the pull one-shot: program 0 signals before it waits), so as long as every program
+of the grid is resident (which the cap is for) every wait is for work that has started or can start. Nothing depends on G being the same on every PE:
+slots, signals and blocks are numbered by task, never by program. BLOCK is one constant and every
+size argument but `cap` is do_not_specialize, so one binary serves every size of a dtype (a compile
+with NVSHMEM's bitcode takes 20-30 s); `cap`, a power of two >= 16, is specialised (always as a
+multiple of 16), so whole blocks of the receive slots load with 16-byte accesses (seen in the sm_90
+IR). Sizes from 2**31 elements on are 64-bit integers to Triton, and get a second binary.
+
+NOTE [pull one-shot]: every member reads every member's x where it lies (x in place when it is a
+contiguous symmetric tensor, else its staged copy in the workspace's `src`) through its load/store
+address (remote_ptr), so nothing is copied into receive slots and the workspace holds one staging
+copy, not 1 + 2n. Per call (epoch e, NOTE [call counter]): program 0 SETs this PE's `ready` word on
+every member to e (src holds call e's data: the launch is stream-ordered after whatever wrote it);
+programs with blocks wait for every member's ready >= e, then reduce their blocks from the n
+members' src in member order; the last program to finish reading (a local count) SETs this PE's
+`done` word on every member to e and waits for every member's done >= e, so the call ends only when
+nobody still reads this PE's src: the next call, or the caller, may then change it. One copy of each
+word and no parity are needed: a member's ready for e + 1 comes after its call e ended, which needed
+this PE's done for e.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -17,13 +47,20 @@ import triton.language as tl
 
 from .. import jit
 from .. import language as shl
-from .._workspaces import Workspace, workspace
+from .._workspaces import Workspace, size_class, workspace
 from ..enums import REDUCE_OPS
+from ..triton_support import interpreting
 from ._calls import STATE_WORDS, begin_call, end_call
 
 OPS = {"sum": 0, "min": 1, "max": 2, "prod": 3}
 ALGORITHMS = ("auto", "one_shot", "two_shot")
+VARIANTS = ("one_shot", "two_shot", "one_shot, push")  # with buffers of their own; compared across PEs
+_REACHABLE: dict[int, bool] = {}  # team id (never reused) -> every member reachable by load/store
 ONE_SHOT_MAX_BYTES = 256 * 1024  # "auto": one-shot reads n full copies; two-shot moves 2x the data once
+BLOCK = 4096  # elements a program reduces or copies at a time, whatever the message's size
+MAX_PIECES = 16  # programs (at most) that send the data for one peer
+_MAX_PIECES = tl.constexpr(MAX_PIECES)  # (the same, for the kernels)
+MIN_CLASS_BYTES = 4096  # the smallest size class of a workspace's slots
 
 
 @triton.jit
@@ -38,33 +75,67 @@ def _combine(a, b, OP: tl.constexpr):
         return a * b
 
 
-@jit
+@triton.jit
+def _widen(x, WIDEN: tl.constexpr):
+    if WIDEN:  # 16-bit floats are reduced in float32
+        return x.to(tl.float32)
+    else:
+        return x
+
+
+@triton.jit
+def _clamp(value, most):
+    return tl.minimum(tl.maximum(value, 0), most)
+
+
+@jit(do_not_specialize=("numel", "pieces", "piece"))
 def _all_gather(
-    src, dst, sig, out, state, members, my_index, n, numel, piece, BLOCK: tl.constexpr, ITEMSIZE: tl.constexpr
+    src,
+    dst,
+    sig,
+    out,
+    state,
+    members,
+    my_index,
+    n,
+    numel,
+    cap,
+    pieces,
+    piece,
+    BLOCK: tl.constexpr,
+    ITEMSIZE: tl.constexpr,
 ):
-    # program (i, b) sends piece b of this PE's block to member i, waits for piece b of member i's
-    # block and copies it into out: each peer's data moves through PIECES = num_programs / n programs
-    pieces = tl.num_programs(0) // n
-    i = tl.program_id(0) // pieces
-    first = tl.program_id(0) % pieces * piece
-    size = tl.maximum(tl.minimum(piece, numel - first), 0)
+    """Task t < n * pieces (NOTE [persistent grid]) sends piece t % pieces of this PE's numel
+    elements to member t // pieces, then waits for that member's piece and copies it into out."""
+    p = tl.program_id(0)
+    grid = tl.num_programs(0)
     epoch = begin_call(state)
     parity = epoch % 2
-    dst += parity * n * numel
-    sig += parity * n * pieces
-    word = tl.program_id(0) % pieces
-    shl.putmem_signal_nbi_block(
-        dst + my_index * numel + first,
-        src + first,
-        size * ITEMSIZE,
-        sig + my_index * pieces + word,
-        epoch,
-        shl.SIGNAL_SET,
-        tl.load(members + i),
-    )
-    shl.quiet()  # src (x or its staged copy) may change after the call: the put must have read it
-    shl.signal_wait_until(sig + i * pieces + word, shl.CMP_GE, epoch)
-    _copy(out + i * numel + first, dst + i * numel + first, size, BLOCK)
+    dst += parity * n * cap
+    sig += parity * n * _MAX_PIECES
+    for t in range(p, n * pieces, grid):
+        first = t % pieces * piece
+        shl.putmem_signal_nbi_block(
+            dst + my_index * cap + first,
+            src + first,
+            _clamp(numel - first, piece) * ITEMSIZE,
+            sig + my_index * pieces + t % pieces,
+            epoch,
+            shl.SIGNAL_SET,
+            tl.load(members + t // pieces),
+        )
+    shl.quiet()  # src (x or its staged copy) may change after the call: the puts must have read it
+    for t in range(p, n * pieces, grid):
+        i = t // pieces
+        first = t % pieces * piece
+        token = shl.signal_wait_until(sig + i * pieces + t % pieces, shl.CMP_GE, epoch)
+        # the loads come after the wait (docs/device-library.md, rule 2)
+        _copy(
+            out + i * numel + first,
+            dst + shl.consume_token(i * cap + first, token),
+            _clamp(numel - first, piece),
+            BLOCK,
+        )
     end_call(state, epoch)
 
 
@@ -75,7 +146,34 @@ def _copy(dest, source, numel, BLOCK: tl.constexpr):
         tl.store(dest + offs, tl.load(source + offs, mask=offs < numel), mask=offs < numel)
 
 
-@jit
+@triton.jit
+def _copy_block(dest, source, start, valid, BLOCK: tl.constexpr):
+    """Elements start.. start + BLOCK of source into dest, those below `valid`."""
+    offs = start + tl.arange(0, BLOCK)
+    if start + BLOCK <= valid:  # a whole block: no mask, vectorised loads and stores where aligned
+        tl.store(dest + offs, tl.load(source + offs))
+    else:
+        tl.store(dest + offs, tl.load(source + offs, mask=offs < valid), mask=offs < valid)
+
+
+@triton.jit
+def _reduce_block(recv, cap, dest, start, valid, n, OP: tl.constexpr, WIDEN: tl.constexpr, BLOCK: tl.constexpr):
+    """dest[start.. start + BLOCK] (those below `valid`) = the reduction of the n slots of recv."""
+    offs = start + tl.arange(0, BLOCK)
+    if start + BLOCK <= valid:
+        acc = _widen(tl.load(recv + offs), WIDEN)
+        for s in range(1, n):
+            acc = _combine(acc, _widen(tl.load(recv + s * cap + offs), WIDEN), OP)
+        tl.store(dest + offs, acc.to(dest.dtype.element_ty))
+    else:
+        mask = offs < valid
+        acc = _widen(tl.load(recv + offs, mask=mask), WIDEN)
+        for s in range(1, n):
+            acc = _combine(acc, _widen(tl.load(recv + s * cap + offs, mask=mask), WIDEN), OP)
+        tl.store(dest + offs, acc.to(dest.dtype.element_ty), mask=mask)
+
+
+@jit(do_not_specialize=("chunk", "numel", "pieces", "piece"))
 def _reduce(
     src,
     recv,
@@ -90,66 +188,162 @@ def _reduce(
     n,
     chunk,
     numel,
+    cap,
     pieces,
     piece,
     SCATTER: tl.constexpr,
     GATHER: tl.constexpr,
     OP: tl.constexpr,
+    WIDEN: tl.constexpr,
     BLOCK: tl.constexpr,
     ITEMSIZE: tl.constexpr,
 ):
     """Push chunk q of src (SCATTER; else all of it) to member q's slot my_index, each chunk in
-    `pieces` pieces from as many programs; reduce this PE's n slots block by block into out (with
-    GATHER into red, then push each reduced block to every member, whose blocks go into out as they
-    come); numel: out's elements."""
+    `pieces` pieces; reduce this PE's n slots block by block into out (with GATHER into red, then
+    push each reduced block to every member, whose blocks go into out). numel: src's elements (with
+    SCATTER the last chunks may hold fewer than chunk, or none). Tasks go round the grid (NOTE
+    [persistent grid])."""
     p = tl.program_id(0)
+    grid = tl.num_programs(0)
     epoch = begin_call(state)
     parity = epoch % 2
-    recv += parity * n * chunk
-    sig += parity * n * pieces
-    if p < n * pieces:
-        q = p // pieces
-        first = p % pieces * piece
+    recv += parity * n * cap
+    sig += parity * n * _MAX_PIECES
+    for t in range(p, n * pieces, grid):
+        q = t // pieces
+        first = t % pieces * piece
+        base = q * chunk if SCATTER else 0
         shl.putmem_signal_nbi_block(
-            recv + my_index * chunk + first,
-            (src + q * chunk if SCATTER else src) + first,
-            tl.maximum(tl.minimum(piece, chunk - first), 0) * ITEMSIZE,
-            sig + my_index * pieces + p % pieces,
+            recv + my_index * cap + first,
+            src + base + first,
+            _clamp(_clamp(numel - base, chunk) - first, piece) * ITEMSIZE,
+            sig + my_index * pieces + t % pieces,
             epoch,
             shl.SIGNAL_SET,
             tl.load(members + q),
         )
-        shl.quiet()  # src (x or its staged copy) may change after the call: the put must have read it
-    shl.wait_until_all(sig, n * pieces, shl.CMP_GE, epoch)
-    start = p * BLOCK
-    if start < chunk:
-        offs = start + tl.arange(0, BLOCK)
-        mask = offs < chunk
-        acc = tl.load(recv + offs, mask=mask)
-        for s in range(1, n):
-            acc = _combine(acc, tl.load(recv + s * chunk + offs, mask=mask), OP)
-        if GATHER:  # two-shot: every member gets this reduced block; signals per (block, sender)
-            red += parity * chunk
-            gathered += parity * n * chunk
-            sig2 += parity * tl.cdiv(chunk, BLOCK) * n
-            tl.store(red + offs, acc, mask=mask)
-            size = tl.minimum(BLOCK, chunk - start) * ITEMSIZE
+    shl.quiet()  # src (x or its staged copy) may change after the call: the puts must have read it
+    mine = _clamp(numel - my_index * chunk, chunk) if SCATTER else chunk  # the elements of this PE's chunk
+    blocks = tl.cdiv(chunk, BLOCK)
+    if p < blocks:
+        shl.wait_until_all(sig, n * pieces, shl.CMP_GE, epoch)
+    if GATHER:  # two-shot: every member gets each reduced block; signals per (block, sender)
+        red += parity * cap
+        gathered += parity * n * cap
+        sig2 += parity * tl.cdiv(cap, BLOCK) * n
+        for b in range(p, blocks, grid):
+            _reduce_block(recv, cap, red, b * BLOCK, mine, n, OP, WIDEN, BLOCK)
             for j in range(n):
                 shl.putmem_signal_nbi_block(
-                    gathered + my_index * chunk + start,
-                    red + start,
-                    size,
-                    sig2 + p * n + my_index,
+                    gathered + my_index * cap + b * BLOCK,
+                    red + b * BLOCK,
+                    _clamp(mine - b * BLOCK, BLOCK) * ITEMSIZE,
+                    sig2 + b * n + my_index,
                     epoch,
                     shl.SIGNAL_SET,
                     tl.load(members + j),
                 )
-            shl.wait_until_all(sig2 + p * n, n, shl.CMP_GE, epoch)
+        shl.quiet()  # red is written again two calls on: these puts must have read it
+        for b in range(p, blocks, grid):
+            shl.wait_until_all(sig2 + b * n, n, shl.CMP_GE, epoch)
+            token = shl.signal_fetch(sig2 + b * n)  # the loads below depend on it (rule 2)
             for j in range(n):
-                where = j * chunk + offs
-                tl.store(out + where, tl.load(gathered + where, mask=mask), mask=mask & (where < numel))
+                _copy_block(
+                    out + j * chunk,
+                    gathered + shl.consume_token(j * cap, token),
+                    b * BLOCK,
+                    _clamp(numel - j * chunk, chunk),
+                    BLOCK,
+                )
+    else:
+        for b in range(p, blocks, grid):
+            _reduce_block(recv, cap, out, b * BLOCK, mine, n, OP, WIDEN, BLOCK)
+    end_call(state, epoch)
+
+
+@triton.jit
+def _pull_load(src, members, token, s, offs, valid, WIDEN: tl.constexpr, ALIGNED: tl.constexpr, FULL: tl.constexpr):
+    """Member s's src at offs (those below `valid`), through its load/store address."""
+    # the address depends on the readiness wait (rule 2); its alignment restated where it is true
+    peer = shl.remote_ptr(shl.consume_token(src, token), tl.load(members + s))
+    if ALIGNED:
+        peer = tl.multiple_of(peer, 16)
+    if FULL:
+        return _widen(tl.load(peer + offs), WIDEN)
+    else:
+        return _widen(tl.load(peer + offs, mask=offs < valid), WIDEN)
+
+
+@triton.jit
+def _pull_block(
+    src,
+    members,
+    token,
+    out,
+    start,
+    valid,
+    n,
+    OP: tl.constexpr,
+    WIDEN: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    FULL: tl.constexpr,
+):
+    """out[start.. start + BLOCK] (those below `valid`) = the reduction of every member's src, read in
+    place, in member order (the same on every PE)."""
+    offs = start + tl.arange(0, BLOCK)
+    acc = _pull_load(src, members, token, 0, offs, valid, WIDEN, ALIGNED, FULL)
+    for s in range(1, n):
+        acc = _combine(acc, _pull_load(src, members, token, s, offs, valid, WIDEN, ALIGNED, FULL), OP)
+    if FULL:
+        tl.store(out + offs, acc.to(out.dtype.element_ty))
+    else:
+        tl.store(out + offs, acc.to(out.dtype.element_ty), mask=offs < valid)
+
+
+@jit(do_not_specialize=("numel",))
+def _pull_reduce(
+    src,
+    ready,
+    done,
+    count,
+    out,
+    state,
+    members,
+    my_index,
+    n,
+    numel,
+    OP: tl.constexpr,
+    WIDEN: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ALIGNED: tl.constexpr,
+):
+    """One-shot all_reduce by pulling (NOTE [pull one-shot]): src (x in place, or its staged copy) is
+    symmetric and read by every member; ready and done: a word per member; count: this PE's count of
+    programs that have finished reading."""
+    p = tl.program_id(0)
+    grid = tl.num_programs(0)
+    epoch = begin_call(state)
+    if p == 0:  # src holds this call's data (the launch is stream-ordered after what wrote it)
+        for j in range(n):
+            shl.signal_op(ready + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
+    blocks = tl.cdiv(numel, BLOCK)
+    if p < blocks:
+        shl.wait_until_all(ready, n, shl.CMP_GE, epoch)
+    token = shl.signal_fetch(ready)
+    for b in range(p, blocks, grid):
+        if b * BLOCK + BLOCK <= numel:  # a whole block: no mask
+            _pull_block(src, members, token, out, b * BLOCK, numel, n, OP, WIDEN, BLOCK, ALIGNED, True)
         else:
-            tl.store(out + offs, acc, mask=mask)
+            _pull_block(src, members, token, out, b * BLOCK, numel, n, OP, WIDEN, BLOCK, ALIGNED, False)
+    # the last program to finish reading tells every member, and waits until every member has read
+    # this PE's src: only then may the call end (and src change)
+    finished = tl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
+    if finished == grid - 1:
+        tl.store(count, 0)
+        for j in range(n):
+            shl.signal_op(done + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
+        shl.wait_until_all(done, n, shl.CMP_GE, epoch)
     end_call(state, epoch)
 
 
@@ -172,11 +366,33 @@ def _next_power_of_2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def _block(n: int) -> int:
-    return min(4096, _next_power_of_2(max(n, 1)))
+def max_programs(kernel) -> int:
+    """The most programs a collective launches (NOTE [persistent grid]): UNISHMEM_MAX_PROGRAMS, else
+    the GPU's multiprocessors; under TRITON_INTERPRET=1 never more than `kernel` keeps resident."""
+    from .. import _config, runtime
+
+    most = _config.get("UNISHMEM_MAX_PROGRAMS")
+    device = runtime().device
+    if interpreting() or device.type != "cuda":  # (the host backend's kernels always run interpreted)
+        resident = kernel.resident if kernel.resident is not None else _config.get("UNISHMEM_INTERPRET_RESIDENT")
+        return resident if most is None else min(most, resident)
+    return most if most is not None else _multiprocessors(device)
 
 
-MAX_PIECES = 16
+@functools.cache
+def _multiprocessors(device: torch.device) -> int:
+    """SMs (NVIDIA) or compute units (AMD) of a GPU, read once per device."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _grid(kernel, tasks: int) -> tuple[int]:
+    return (max(1, min(tasks, max_programs(kernel))),)
+
+
+def _class(numel: int, itemsize: int) -> int:
+    """The elements of a workspace slot for a message of numel elements (NOTE [workspaces]): a power of
+    two, at least MIN_CLASS_BYTES and 16 elements (so that every slot starts 16-byte aligned)."""
+    return size_class(numel, max(16, MIN_CLASS_BYTES // itemsize))
 
 
 def _pieces(numel: int, itemsize: int) -> tuple[int, int]:
@@ -236,24 +452,27 @@ def all_gather(x, out=None, team=None):
     shape = (n * x.shape[0], *x.shape[1:]) if problem is None and x.dim() else (n,)
     problem = problem or _check_out(out, shape, x.dtype, "all_gather")
     numel = x.numel() if problem is None else 0
-    pieces, piece = _pieces(numel, x.element_size()) if problem is None else (1, 1)
+    itemsize = x.element_size() if problem is None else 1
+    cap = _class(numel, itemsize)
     ws = workspace(
         rt,
         team,
         "all_gather",
         x,
         lambda: {
-            "src": ((numel,), x.dtype),
-            "dst": ((2, n * numel), x.dtype),
-            "sig": ((2, n * pieces), torch.uint64),
+            "src": ((cap,), x.dtype),
+            "dst": ((2, n * cap), x.dtype),
+            "sig": ((2, n * MAX_PIECES), torch.uint64),
             "state": ((STATE_WORDS,), torch.int64),
         },
         problem,
+        key=(cap,),
     )
     src = _source(rt, ws, x, numel)
     out = _output(rt, out, shape, x.dtype)
     b = ws.buffers
-    _all_gather[(n * pieces,)](
+    pieces, piece = _pieces(numel, itemsize)
+    _all_gather[_grid(_all_gather, n * pieces)](
         src,
         b["dst"],
         b["sig"],
@@ -263,9 +482,11 @@ def all_gather(x, out=None, team=None):
         ws.my_index,
         n,
         numel,
+        cap,
+        pieces,
         piece,
-        BLOCK=_block(piece),
-        ITEMSIZE=x.element_size(),
+        BLOCK=BLOCK,
+        ITEMSIZE=itemsize,
     )
     return out
 
@@ -305,69 +526,141 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None):
     team, problem, shape = _reduction_args(rt, x, op, out, team, "reduce_scatter", out_shape)
     n = team.n_pes
     chunk = x.numel() // n if problem is None else 0
-    ws = workspace(rt, team, "reduce_scatter", x, lambda: _reduce_buffers(x, n, chunk, gather=False), problem)
-    return _run_reduce(ws, x, op, out, shape, n, chunk, scatter=True, gather=False)
+    cap = _class(chunk, x.element_size() if problem is None else 1)
+    ws = workspace(
+        rt,
+        team,
+        "reduce_scatter",
+        x,
+        lambda: _reduce_buffers(x, n, cap, scatter=True, gather=False),
+        problem,
+        key=(cap,),
+    )
+    return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=True, gather=False)
 
 
-def all_reduce(x, op: str = "sum", algorithm: str = "auto", out=None, team=None):
+def all_reduce(x, op: str = "sum", algorithm: str = "auto", out=None, team=None, pull: bool | None = None):
     """The elementwise reduction of every member's x, on every member. "one_shot": each PE reads
-    all n copies; "two_shot": reduce-scatter then all-gather in one launch; "auto": one-shot up to
-    256 KiB. Runs on torch's current stream; safe to capture in a CUDA graph once a call of the same
-    shape has run."""
+    all n copies, in place where every member is reachable by load/store (pull; pull=False pushes
+    them instead, into receive slots); "two_shot": reduce-scatter then all-gather in one launch;
+    "auto": one-shot up to 256 KiB. Runs on torch's current stream; safe to capture in a CUDA graph
+    once a call of the same shape has run."""
     from .. import runtime
 
     rt = runtime()
     team, problem, shape = _reduction_args(rt, x, op, out, team, "all_reduce", lambda n: tuple(x.shape))
     if problem is None and algorithm not in ALGORITHMS:
         problem = ValueError(f"all_reduce: algorithm={algorithm!r} is not one of {', '.join(ALGORITHMS)}")
+    if problem is None and pull not in (None, True, False):
+        problem = TypeError(f"all_reduce: pull must be None, True or False, got {pull!r}")
     n = team.n_pes
     if algorithm == "auto":
         algorithm = "one_shot" if problem or x.numel() * x.element_size() <= ONE_SHOT_MAX_BYTES else "two_shot"
     two_shot = algorithm == "two_shot"
+    if not two_shot and problem is None:
+        reachable = _reachable(rt, team)
+        if pull and not reachable:
+            problem = ValueError(
+                f"all_reduce: pull=True needs every member of {team.name} reachable by load/store, and some "
+                "are not (another node)"
+            )
+        pulls = reachable if pull is None else pull
+        variant = "one_shot" if pulls else "one_shot, push"
+    else:
+        pulls, variant = False, algorithm
     chunk = 0 if problem else -(-x.numel() // n) if two_shot else x.numel()
+    cap = _class(chunk, 1 if problem else x.element_size())
     ws = workspace(
         rt,
         team,
         "all_reduce",
         x,
-        lambda: _reduce_buffers(x, n, chunk, gather=two_shot),
+        (lambda: _pull_buffers(x, n, cap)) if pulls else (lambda: _reduce_buffers(x, n, cap, two_shot, two_shot)),
         problem,
-        key=(algorithm,),
-        variants=ALGORITHMS[1:],
+        key=(variant, cap),
+        variants=VARIANTS,
     )
-    return _run_reduce(ws, x, op, out, shape, n, chunk, scatter=two_shot, gather=two_shot)
+    if pulls:
+        return _run_pull(rt, ws, x, op, out, shape, n)
+    return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=two_shot, gather=two_shot)
 
 
-def _reduce_buffers(x, n: int, chunk: int, gather: bool) -> dict:
-    nblocks = -(-chunk // _block(chunk)) if chunk else 0
+def _reachable(rt, team) -> bool:
+    """Whether this PE reaches every member of team by load/store (rt.peer is not None): the same on
+    every member, as PEs reach each other by node. Asked once per team."""
+    found = _REACHABLE.get(team._id)
+    if found is None:
+        found = _REACHABLE[team._id] = all(
+            rt._native.peer_ptr(rt._base, team.translate_pe(i, rt.team_world)) != 0 for i in range(team.n_pes)
+        )
+    return found
+
+
+def _pull_buffers(x, n: int, cap: int) -> dict:
+    """For a pull one-shot of at most cap elements: the staging copy of x (read by the peers), a
+    readiness and a done word per member, the count of programs done reading, and the call counter."""
+    return {
+        "src": ((cap,), x.dtype),
+        "ready": ((n,), torch.uint64),
+        "done": ((n,), torch.uint64),
+        "count": ((1,), torch.int64),
+        "state": ((STATE_WORDS,), torch.int64),
+    }
+
+
+def _run_pull(rt, ws: Workspace, x, op, out, shape, n):
+    src = _source(rt, ws, x, x.numel())
+    out = _output(rt, out, shape, x.dtype)
+    b = ws.buffers
+    _pull_reduce[_grid(_pull_reduce, _cdiv(x.numel(), BLOCK))](
+        src,
+        b["ready"],
+        b["done"],
+        b["count"],
+        out,
+        b["state"],
+        ws.members,
+        ws.my_index,
+        n,
+        x.numel(),
+        OP=OPS[op],
+        WIDEN=x.dtype in (torch.float16, torch.bfloat16),
+        BLOCK=BLOCK,
+        ALIGNED=src.data_ptr() % 16 == 0,
+    )
+    return out
+
+
+def _reduce_buffers(x, n: int, cap: int, scatter: bool, gather: bool) -> dict:
+    """For chunks of at most cap elements (a size class): the staging copy of x, two parities of n
+    receive slots, their signals (a word per sender and piece) and the call counter; with gather, two
+    parities of the reduced chunk, of n gathered slots and of their signals (a word per block and sender)."""
     buffers = {
-        "src": ((max(n * chunk if gather else x.numel(), 1),), x.dtype),
-        "recv": ((2, n * chunk), x.dtype),
-        "sig": ((2, n * _pieces(chunk, x.element_size())[0]), torch.uint64),
+        "src": ((n * cap if scatter else cap,), x.dtype),
+        "recv": ((2, n * cap), x.dtype),
+        "sig": ((2, n * MAX_PIECES), torch.uint64),
         "state": ((STATE_WORDS,), torch.int64),
     }
     if gather:
         buffers |= {
-            "red": ((2, chunk), x.dtype),
-            "gathered": ((2, n * chunk), x.dtype),
-            "sig2": ((2, nblocks * n), torch.uint64),
+            "red": ((2, cap), x.dtype),
+            "gathered": ((2, n * cap), x.dtype),
+            "sig2": ((2, _cdiv(cap, BLOCK) * n), torch.uint64),
         }
     return buffers
 
 
-def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, scatter: bool, gather: bool):
+def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, gather: bool):
     from .. import runtime
 
     rt = runtime()
-    src = _source(rt, ws, x, n * chunk if scatter else x.numel())  # two-shot pads x to n chunks
+    src = _source(rt, ws, x, x.numel())
     out = _output(rt, out, shape, x.dtype)
     b = ws.buffers
     # one-shot and reduce-scatter have no second exchange: those arguments are never read
     red, gathered, sig2 = (b["red"], b["gathered"], b["sig2"]) if gather else (out, out, b["sig"])
-    block = _block(chunk)
     pieces, piece = _pieces(chunk, x.element_size())
-    grid = (max(n * pieces, _cdiv(chunk, block)),)
-    _reduce[grid](
+    _reduce[_grid(_reduce, max(n * pieces, _cdiv(chunk, BLOCK)))](
         src,
         b["recv"],
         b["sig"],
@@ -380,42 +673,78 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, scatter: bool, gathe
         ws.my_index,
         n,
         chunk,
-        out.numel(),
+        x.numel(),
+        cap,
         pieces,
         piece,
         SCATTER=scatter,
         GATHER=gather,
         OP=OPS[op],
-        BLOCK=block,
+        WIDEN=x.dtype in (torch.float16, torch.bfloat16),
+        BLOCK=BLOCK,
         ITEMSIZE=x.element_size(),
     )
     return out
 
 
-# How `unishmem compile` builds these kernels with no GPU (float32 data, 1024-element blocks).
-_SIG = {"sig": "*u64", "out": "*fp32", "state": "*i64", "members": "*i32", "my_index": "i32"}
+# How `unishmem compile` builds these kernels with no GPU: float32 data, aligned as torch's and the heap's
+# allocations are, sizes typed as a launch of a message under 2**31 elements types them, and `cap` (a
+# power of two >= 16, specialised) a multiple of 16, as every launch has it.
+_SIG = {"sig": "*u64", "out": "*fp32", "state": "*i64", "members": "*i32", "my_index": "i32", "n": "i32"}
+_SIZES = {"numel": "i32", "cap": "i32", "pieces": "i32", "piece": "i32"}
+
+
+def _aligned(signature: dict) -> list[str]:
+    return [name for name, ty in signature.items() if ty.startswith("*")] + ["cap"]
+
+
+_GATHER_SIG = {"src": "*fp32", "dst": "*fp32", **_SIG, **_SIZES}
+_REDUCE_SIG = {
+    "src": "*fp32",
+    "recv": "*fp32",
+    "red": "*fp32",
+    "gathered": "*fp32",
+    "sig2": "*u64",
+    **_SIG,
+    "chunk": "i32",
+    **_SIZES,
+}
+_PULL_SIG = {
+    "src": "*fp32",
+    "ready": "*u64",
+    "done": "*u64",
+    "count": "*i64",
+    "out": "*fp32",
+    "state": "*i64",
+    "members": "*i32",
+    "my_index": "i32",
+    "n": "i32",
+    "numel": "i32",
+}
 COMPILE = {
     _all_gather: {
-        "signature": {"src": "*fp32", "dst": "*fp32", **_SIG, "n": "i32", "numel": "i64", "piece": "i64"},
-        "constexprs": {"BLOCK": 1024, "ITEMSIZE": 4},
+        "signature": _GATHER_SIG,
+        "constexprs": {"BLOCK": BLOCK, "ITEMSIZE": 4},
+        "aligned": _aligned(_GATHER_SIG),
     },
     _reduce: [
         {
-            "signature": {
-                "src": "*fp32",
-                "recv": "*fp32",
-                "red": "*fp32",
-                "gathered": "*fp32",
-                "sig2": "*u64",
-                **_SIG,
-                "n": "i32",
-                "chunk": "i64",
-                "numel": "i64",
-                "pieces": "i32",
-                "piece": "i64",
+            "signature": _REDUCE_SIG,
+            "constexprs": {
+                "SCATTER": scatter,
+                "GATHER": scatter,
+                "OP": 0,
+                "WIDEN": False,
+                "BLOCK": BLOCK,
+                "ITEMSIZE": 4,
             },
-            "constexprs": {"SCATTER": scatter, "GATHER": scatter, "OP": 0, "BLOCK": 1024, "ITEMSIZE": 4},
+            "aligned": _aligned(_REDUCE_SIG),
         }
         for scatter in (False, True)
     ],
+    _pull_reduce: {
+        "signature": _PULL_SIG,
+        "constexprs": {"OP": 0, "WIDEN": False, "BLOCK": BLOCK, "ALIGNED": True},
+        "aligned": _aligned(_PULL_SIG)[:-1],  # (no cap)
+    },
 }

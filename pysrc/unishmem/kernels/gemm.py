@@ -20,8 +20,10 @@ gemm_rs (K split over PEs): a [M, K_local] and b_shard [K_local, N] on each PE g
 Tiles need not divide M, N or K (masked loads and stores). float16 and float32; tl.dot accumulates
 in float32 (float32 operands use tl.dot's default precision: TF32 on NVIDIA tensor cores). Blocks
 are powers of two from 16 (tl.dot's minimum) to 64 by default, smaller for small matrices.
-Workspaces, epochs and parities follow NOTE [workspaces]; each kernel counts its calls on the device
-(NOTE [call counter]), so a call captured in a CUDA graph replays correctly.
+Workspaces, epochs and parities follow NOTE [workspaces]; their size class is the shard's rows m
+(a power of two from 16, `cap`): the varying dimension of a serving engine's batches; K (ag_gemm) and
+N (gemm_rs) are part of the key. Each kernel counts its calls on the device (NOTE [call counter]), so a
+call captured in a CUDA graph replays correctly.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import triton.language as tl
 
 from .. import jit
 from .. import language as shl
-from .._workspaces import workspace
+from .._workspaces import size_class, workspace
 from ..triton_support import interpreting
 from ._calls import STATE_WORDS, begin_call, end_call
 from .collectives import _cdiv, _check_tensor, _next_power_of_2, _source, _team, all_gather
@@ -44,6 +46,7 @@ MAX_BLOCK = {"block_m": 64, "block_n": 64, "block_k": 32}
 # 3.06 s with the GPU's tiles, on the development machine); the tile logic run is the same.
 INTERPRETER_BLOCK_SCALE = 2
 NUM_STAGES = 3  # software pipelining of the K loop on a GPU (the interpreter ignores it)
+MIN_CLASS_ROWS = 16  # the smallest size class of a workspace (rows of a shard; NOTE [workspaces])
 
 
 @triton.jit
@@ -90,18 +93,20 @@ def _ag_gemm(
     m,
     N,
     K,
+    cap,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     ITEMSIZE: tl.constexpr,
 ):
-    """a: [2, n * m, K] symmetric, the peers' shards in rows shard * m... of the call's parity; src:
-    [m, K] symmetric, this PE's shard; sig: [2, n * chunks], a word per (shard, chunk); c: [n * m, N]."""
+    """a: [2, n * cap, K] symmetric (cap >= m: the size class), the peers' shards in rows shard * m...
+    of the call's parity; src: this PE's shard (the first m rows, of K); sig: [2, n * cdiv(cap,
+    BLOCK_M)], a word per (shard, chunk); c: [n * m, N]."""
     pid = tl.program_id(0)
     epoch = begin_call(state)
     chunks = tl.cdiv(m, BLOCK_M)
-    a += epoch % 2 * n * m * K
-    sig += epoch % 2 * n * chunks
+    a += epoch % 2 * n * cap * K
+    sig += epoch % 2 * n * tl.cdiv(cap, BLOCK_M)
     if pid < chunks * (n - 1):  # push chunk pid % chunks of the local shard to member my_index + 1 + pid // chunks
         chunk = pid % chunks
         first = my_index * m + chunk * BLOCK_M
@@ -161,22 +166,24 @@ def _gemm_rs(
     m,
     N,
     K,
+    cap,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     ITEMSIZE: tl.constexpr,
 ):
-    """a: [n * m, K], b: [K, N], c: [m, N]. stage and recv: [2, n, tiles, BLOCK_M * BLOCK_N] (recv's
-    first index after the parity the sender, stage's the owner); sig: [2, tiles * n], a word per
-    (tile, sender)."""
+    """a: [n * m, K], b: [K, N], c: [m, N]. stage and recv: [2, n, tiles of cap rows, BLOCK_M * BLOCK_N]
+    (cap >= m: the size class; the call uses the first n * tiles; recv's first index after the parity
+    the sender, stage's the owner); sig: [2, tiles of cap rows * n], a word per (tile, sender)."""
     pid = tl.program_id(0)
     epoch = begin_call(state)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tl.cdiv(m, BLOCK_M) * tiles_n  # per owner
+    room = tl.cdiv(cap, BLOCK_M) * tiles_n  # tiles per owner in the workspace's class
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
-    stage += epoch % 2 * n * tiles * TILE
-    recv += epoch % 2 * n * tiles * TILE
-    sig += epoch % 2 * tiles * n
+    stage += epoch % 2 * n * room * TILE
+    recv += epoch % 2 * n * room * TILE
+    sig += epoch % 2 * room * n
     owner = (my_index + 1 + pid // tiles) % n  # the other members' tiles first, this PE's last
     t = pid % tiles
     chunk = t // tiles_n
@@ -208,15 +215,21 @@ def _gemm_rs(
 
 # How `unishmem compile` (and tests/test_kernels_compile.py) compile these kernels with no GPU:
 # float16 with the default 64x64x32 blocks, pipelined as a launch on a GPU is: on aligned tensors
-# with N and K multiples of 16 (what the K loop's vectorised, asynchronous tile loads need).
-_INTS = ("my_index", "n", "m", "N", "K")
+# with N and K multiples of 16 (what the K loop's vectorised, asynchronous tile loads need), and cap
+# (a power of two >= 16) as every launch specialises it.
+_INTS = ("my_index", "n", "m", "N", "K", "cap")
 _BLOCKS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
 _OPTIONS = {"num_stages": NUM_STAGES}
 
 
 def _spec(pointers: dict, ints, constexprs: dict) -> dict:
     signature = {**pointers, **{k: "i32" for k in ints}}
-    return {"signature": signature, "constexprs": constexprs, "options": _OPTIONS, "aligned": [*pointers, "N", "K"]}
+    return {
+        "signature": signature,
+        "constexprs": constexprs,
+        "options": _OPTIONS,
+        "aligned": [*pointers, "N", "K", *(("cap",) if "cap" in ints else ())],
+    }
 
 
 COMPILE = {
@@ -308,7 +321,7 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     )
     problem = problem or bad
     bm = blocks.get("block_m", 16)
-    chunks = _cdiv(m, bm)
+    cap = size_class(m, MIN_CLASS_ROWS)
     ws = workspace(
         rt,
         team,
@@ -316,16 +329,16 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
         a_shard if problem is None else _dummy(),
         lambda: (
             {
-                "a": ((2, n * m, K), a_shard.dtype),
-                "src": ((m, K), a_shard.dtype),
-                "sig": ((2, n * chunks), torch.uint64),
+                "a": ((2, n * cap, K), a_shard.dtype),
+                "src": ((cap, K), a_shard.dtype),
+                "sig": ((2, n * _cdiv(cap, bm)), torch.uint64),
                 "state": ((STATE_WORDS,), torch.int64),
             }
             if overlap
             else {}
         ),
         problem,
-        key=(bm,),
+        key=(bm, K, cap, overlap is True),
         shape=(m, K, N, bm, int(overlap is True)),
         label="(a_shard rows, K, N, block_m, overlap)",
     )
@@ -339,7 +352,7 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
         )
         return c
     buf = ws.buffers
-    _ag_gemm[(n * chunks * _cdiv(N, bn),)](
+    _ag_gemm[(n * _cdiv(m, bm) * _cdiv(N, bn),)](
         buf["a"],
         _source(rt, ws, a_shard, m * K),
         b,
@@ -352,6 +365,7 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
         m,
         N,
         K,
+        cap,
         BLOCK_M=bm,
         BLOCK_N=bn,
         BLOCK_K=bk,
@@ -386,26 +400,27 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None):
     )
     problem = problem or bad
     bm, bn = blocks.get("block_m", 16), blocks.get("block_n", 16)
-    tiles = _cdiv(m, bm) * _cdiv(N, bn)
+    cap = size_class(m, MIN_CLASS_ROWS)
+    room = _cdiv(cap, bm) * _cdiv(N, bn)  # tiles per owner in the class
     ws = workspace(
         rt,
         team,
         "gemm_rs",
         a if problem is None else _dummy(),
         lambda: {
-            "stage": ((2, n * tiles * bm * bn), a.dtype),
-            "recv": ((2, n * tiles * bm * bn), a.dtype),
-            "sig": ((2, tiles * n), torch.uint64),
+            "stage": ((2, n * room * bm * bn), a.dtype),
+            "recv": ((2, n * room * bm * bn), a.dtype),
+            "sig": ((2, room * n), torch.uint64),
             "state": ((STATE_WORDS,), torch.int64),
         },
         problem,
-        key=(bm, bn),
+        key=(bm, bn, N, cap),
         shape=(M, N, bm, bn),
         label="(M, N, block_m, block_n)",
     )
     c = torch.empty((m, N), dtype=a.dtype, device=rt.device)
     buf = ws.buffers
-    _gemm_rs[(n * tiles,)](
+    _gemm_rs[(n * _cdiv(m, bm) * _cdiv(N, bn),)](
         a.contiguous(),
         b_shard.contiguous(),
         c,
@@ -419,6 +434,7 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None):
         m,
         N,
         K,
+        cap,
         BLOCK_M=bm,
         BLOCK_N=bn,
         BLOCK_K=blocks["block_k"],
