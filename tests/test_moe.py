@@ -171,6 +171,29 @@ def test_a_captured_dispatch_and_combine_replay_right_after_the_inputs_change(rt
 
 
 @spmd(sizes=(2,))
+def test_capacities_of_one_size_class_share_a_workspace_and_a_capture_never_allocates(rt):
+    import unishmem.testing
+
+    n, me = rt.n_pes, rt.my_pe
+    E = n_experts(n)
+    check_round_trip(rt, torch.float32, seed=60, T=5, max_tokens=5)  # class 8
+    free = rt._native.heap_free_bytes()
+    check_round_trip(rt, torch.float32, seed=61, T=7, max_tokens=7)  # class 8 too: no new workspace
+    check_round_trip(rt, torch.float32, seed=62, T=6)  # the exact layout, capacity 8: the same one
+    assert rt._native.heap_free_bytes() == free
+    tokens, ids, weights = inputs(me, n, 63, torch.float32, T=9)
+    try:  # class 16 has no workspace yet: refused, on every PE
+        with unishmem.testing.capture():
+            K.dispatch(tokens, ids, weights, E, max_tokens=9)
+    except unishmem.testing.CaptureError as e:
+        assert "dispatch allocates its workspace" in str(e), e
+    else:
+        raise AssertionError("a workspace was allocated inside a capture")
+    check_round_trip(rt, torch.float32, seed=64, T=9, max_tokens=9)  # outside a capture: made, and right
+    rt.free_workspaces()
+
+
+@spmd(sizes=(2,))
 def test_forty_steps_compile_one_binary_per_kernel_and_dtype(rt):
     import unishmem.testing
 

@@ -574,6 +574,14 @@ class Runtime:
             )
         return self._aligned(addr, t.element_size(), name)
 
+    def _live_teams(self):
+        """The world, the node team and every live team with a team arena (NOTE [workspaces]): the
+        teams unishmem.kernels can run on."""
+        yield self.team_world
+        yield self.team_node
+        for _, users in self._arenas:
+            yield from (team for team in users if not team._destroyed)
+
     def _team(self, team) -> Team:
         if team is None:
             return self.team_world

@@ -65,17 +65,25 @@ DESC_DIMS = AGREE_WIDTH - 4
 
 
 _capturing = False  # inside unishmem.testing.capture(): see capturing()
+_allocating = True  # False inside a capture that stands for a CUDA graph: see capturing()
 
 
 @contextlib.contextmanager
-def capturing():
-    """While a capture records: calls check their arguments once per shape, as on a GPU backend."""
-    global _capturing
-    _capturing = True
+def capturing(graph: bool = True):
+    """While a capture records: calls check their arguments once per shape, as on a GPU backend, and
+    where the capture stands for a CUDA graph (`graph`), a workspace allocation raises CaptureError."""
+    global _capturing, _allocating
+    _capturing, _allocating = True, not graph
     try:
         yield
     finally:
-        _capturing = False
+        _capturing, _allocating = False, True
+
+
+def checks_every_call(rt) -> bool:
+    """The host backend compares every call's arguments across PEs (a host collective); GPU backends,
+    and a capture (unishmem.testing), only a shape's first call on a workspace."""
+    return rt.backend == "host" and not _capturing
 
 
 @dataclass
@@ -138,6 +146,13 @@ def new_workspace(rt, team, what: str, buffers: dict, **extra) -> Workspace:
     """A workspace of zeroed `buffers` (name -> (shape, dtype)) on `team`: from its arena if it has
     one, else world allocations. Every member calls it alike, after `exchange`. It does not check
     UNISHMEM_WORKSPACE_BYTES: keyed_workspace and workspace do."""
+    if not _allocating:  # a CUDA graph cannot hold an allocation of symmetric memory (a collective)
+        from .testing import CaptureError
+
+        raise CaptureError(
+            f"unishmem.testing.capture: {what} allocates its workspace (symmetric memory, a collective) inside "
+            "the capture; make one call of the same shapes before capturing"
+        )
     arena = team._arena
     tensors = (
         arena.take(rt, team, what, buffers)
@@ -275,7 +290,7 @@ def workspace(
     )
     # GPU backends check once per shape and workspace (a host collective), and so does a capture
     # (unishmem.testing), which, like a CUDA graph, cannot hold one
-    if ws is None or problem or desc not in ws.agreed or (rt.backend == "host" and not _capturing):
+    if ws is None or problem or desc not in ws.agreed or checks_every_call(rt):
         _agree(rt, team, what, list(desc), problem, label, variants)
     if ws is None:
         ws = rt._workspaces[full_key] = new_workspace(rt, team, what, spec)

@@ -14,7 +14,8 @@ keeps no per-call state on the host (NOTE [call counter] in unishmem/kernels/_ca
 Unlike a CUDA graph, the capture also runs the call once (every PE records the same call, so the
 PEs stay in step). Inside it, calls compare their arguments across PEs only on a shape's first call,
 as on a GPU backend: the host backend's check of every call is a host collective, which no graph holds. What a capture cannot hold fails in it with `CaptureError`: an operation that
-reads a device value on the host (`.item()`, `nonzero`, ...) or whose result's shape depends on data.
+reads a device value on the host (`.item()`, `nonzero`, ...) or whose result's shape depends on data,
+and a kernel call that would allocate its workspace (symmetric memory: a collective), which a dry capture allows.
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ def _replayed(func, args, kwargs, result):
 def capture(dry: bool = False):
     """Record the torch operations and unishmem kernel launches of the enclosed calls (see the module).
     dry=True records the launches without running them (nor the compile a first launch makes): for
-    counting launches and compiled variants, or timing the host work of a call, where no data must move."""
+    counting launches and compiled variants, or timing the host work of a call, where no data must move;
+    it stands for no CUDA graph, so a call may make its workspace in it."""
     from . import _workspaces, triton_support
 
     if triton_support.launch_recorder is not None:
@@ -139,7 +141,7 @@ def capture(dry: bool = False):
 
     triton_support.launch_recorder = record_launch
     try:
-        with _workspaces.capturing(), _Recorder(graph):
+        with _workspaces.capturing(graph=not dry), _Recorder(graph):
             yield graph
     finally:
         triton_support.launch_recorder = None

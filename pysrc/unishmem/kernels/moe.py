@@ -40,7 +40,7 @@ only on a workspace's first call (on the host backend outside `unishmem.testing.
 call), so the call can be captured in a CUDA graph. Without it, every call exchanges a small
 descriptor on the host (checking the arguments across PEs and giving the largest T, rounded up to a
 power of two for the capacity), checks the ids, and reads R from the device to size expert_tokens:
-an exact layout for the price of host syncs. One workspace per (dtype, H, K, n_experts, capacity)
+an exact layout for the price of host syncs. One workspace per (dtype, H, K, n_experts, size class of the capacity)
 is kept (NOTE [workspaces]) until rt.free_workspaces(); a handle stays usable until then (combine
 may use it more than once).
 
@@ -60,10 +60,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import _workspaces, jit
+from .. import jit
 from .. import language as shl
 from .._dtypes import DTYPE_CODES
-from .._workspaces import Workspace, exchange, new_workspace
+from .._workspaces import Workspace, checks_every_call, exchange, keyed_workspace, room_problem, size_class
 from ..triton_support import interpreting
 from ._calls import STATE_WORDS, begin_call, end_call
 from .collectives import _cdiv, _check_tensor, _next_power_of_2, _pieces, _source, _team
@@ -382,33 +382,21 @@ def _tile() -> int:
     return 4096 * (16 if interpreting() else 1)
 
 
-def _checks_every_call(rt) -> bool:
-    """The host backend compares every call's arguments across PEs (a host collective); GPU backends,
-    and a capture (unishmem.testing), only a workspace's first call."""
-    return rt.backend == "host" and not _workspaces._capturing
-
-
-def _workspace(rt, team, key, dtype, H, K, n_experts, cap):
-    ws = rt._workspaces.get(key)
-    if ws is None:
-        n = team.n_pes
-        buffers = {
-            "stage": ((cap * K, H), dtype),
-            "my_counts": ((n_experts + 1,), torch.int64),  # the last: copies routed nowhere (never sent)
-            "cnt": ((2, n, n_experts), torch.int64),
-            "cnt_sig": ((2, n), torch.uint64),
-            "recv": ((n * cap * K, H), dtype),
-            "recv_sig": ((n,), torch.uint64),  # a word per source PE (NOTE in _dispatch)
-            "src": ((n * cap * K, H), dtype),  # combine's staged expert_out
-            "ret": ((2, cap * K, H), dtype),
-            "ret_sig": ((2, n), torch.uint64),
-            "state": ((STATE_WORDS,), torch.int64),  # dispatch's call counter (NOTE [call counter])
-            "cstate": ((STATE_WORDS,), torch.int64),  # combine's
-        }
-        # the programs per peer: by the most bytes one PE can send another (all of its copies)
-        pieces = _pieces(cap * K * H, torch.empty((), dtype=dtype).element_size())[0]
-        ws = rt._workspaces[key] = new_workspace(rt, team, "dispatch", buffers, pieces=pieces)
-    return ws
+def _buffers(n, dtype, H, K, n_experts, rows):
+    """A workspace for `rows` tokens a PE (a size class), name -> (shape, dtype)."""
+    return {
+        "stage": ((rows * K, H), dtype),
+        "my_counts": ((n_experts + 1,), torch.int64),  # the last: copies routed nowhere (never sent)
+        "cnt": ((2, n, n_experts), torch.int64),
+        "cnt_sig": ((2, n), torch.uint64),
+        "recv": ((n * rows * K, H), dtype),
+        "recv_sig": ((n,), torch.uint64),  # a word per source PE (NOTE in _dispatch)
+        "src": ((n * rows * K, H), dtype),  # combine's staged expert_out
+        "ret": ((2, rows * K, H), dtype),
+        "ret_sig": ((2, n), torch.uint64),
+        "state": ((STATE_WORDS,), torch.int64),  # dispatch's call counter (NOTE [call counter])
+        "cstate": ((STATE_WORDS,), torch.int64),  # combine's
+    }
 
 
 def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | None = None, team=None):
@@ -426,18 +414,28 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     problem = _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n)
     padded = max_tokens is not None
     T, H, K = (tokens.shape[0], tokens.shape[1], topk_ids.shape[1]) if problem is None else (0, 0, 0)
-    key = ("moe", getattr(tokens, "dtype", None), H, K, n_experts, max_tokens, team._id)
+    # NOTE [workspaces]: one workspace per size class of the capacity (a power of two of tokens a PE)
+    key = ("moe", getattr(tokens, "dtype", None), H, K, n_experts, size_class(max_tokens or 1), team._id)
+    agreed = (H, K, n_experts, max_tokens)  # what every PE must pass alike (T may differ)
+    ws = rt._workspaces.get(key) if padded and problem is None else None
     cap = max_tokens
-    if not padded or problem or key not in rt._workspaces or _checks_every_call(rt):
+    if not padded or problem or ws is None or agreed not in ws.agreed or checks_every_call(rt):
+        if padded and problem is None and ws is None:
+            problem = room_problem(rt, team, "dispatch", _buffers(n, tokens.dtype, H, K, n_experts, key[5]))
         desc = [-1] * 7 if problem else [0, DTYPE_CODES[tokens.dtype], H, K, n_experts, max_tokens or 0, T]
         rows = exchange(rt, team, "dispatch", desc, problem)
         mismatch = _disagreement("dispatch", rows, range(1, 6), FIELDS)
         if mismatch:
             raise mismatch
         cap = max_tokens or _blocks(max(row[6] for row in rows))
-        key = key[:5] + (cap, team._id)
+        key = key[:5] + (size_class(cap), team._id)
+        cls = key[5]
+        # the programs per peer: by the most bytes one PE can send another (all of its copies)
+        pieces = _pieces(cls * K * H, tokens.element_size())[0]
+        buffers = lambda: _buffers(n, tokens.dtype, H, K, n_experts, cls)  # noqa: E731
+        ws = keyed_workspace(rt, team, "dispatch", key, buffers, pieces=pieces, slot=cls * K)
+        ws.agreed.add(agreed)
     L = n_experts // n
-    ws = _workspace(rt, team, key, tokens.dtype, H, K, n_experts, cap)
     ws.epoch += 1  # the host's count of calls: only compared across PEs (combine's handle check)
     b = ws.buffers
     ids = topk_ids.reshape(-1).to(torch.int64)
@@ -510,7 +508,7 @@ def combine(expert_out, handle, *, team=None):
             f"(expert_tokens' dtype and shape); got {expert_out.dtype} of shape "
             f"{list(expert_out.shape)}"
         )
-    if problem or not handle.padded or _checks_every_call(rt):
+    if problem or not handle.padded or checks_every_call(rt):
         # every PE must pass the handle of the same dispatch call (workspace and its call number)
         desc = [-1] * 5 if problem else [0, handle.call, handle.capacity, DTYPE_CODES[handle.dtype], handle.H]
         agreed = exchange(rt, team, "combine", desc, problem)
@@ -541,7 +539,7 @@ def combine(expert_out, handle, *, team=None):
         n,
         T,
         H,
-        handle.capacity * K,
+        ws.extra["slot"],
         pieces,
         L=L,
         K=K,

@@ -1,0 +1,233 @@
+"""The kernels as torch.library custom ops (`torch.ops.unishmem.<name>`), with fake implementations and
+autograd formulas, for the calls that need them: under torch.compile (Dynamo sees one opaque op and its
+output's shape; the runtime's allocation and bookkeeping stay inside the op, untraced) and on inputs that
+require grad. Eager calls without autograd skip the op's dispatch (several microseconds a call).
+
+A team crosses the op boundary as its number (`Team._id`): custom ops take tensors, numbers and strings
+only. `team_number` registers the team it numbers; the ops look it up in `_TEAMS`.
+
+Gradients (docs/kernels.md, "Gradients"):
+- all_reduce(x) (sum): all_reduce(grad) on every PE; other ops are not differentiable;
+- all_gather(x): reduce_scatter(grad) (sum), and reduce_scatter(x) (sum): all_gather(grad);
+- ag_gemm(a_shard, b) = all_gather(a_shard) @ b (b: this PE's): grad a_shard = gemm_rs(grad, b^T),
+  grad b = all_gather(a_shard)^T @ grad;
+- gemm_rs(a, b_shard) = block my_pe of sum_p a_p @ b_shard_p: grad a = ag_gemm(grad, b_shard^T),
+  grad b_shard = a^T @ all_gather(grad).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch._dynamo
+
+_TEAMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # Team._id -> Team
+
+
+def team_number(team) -> int:
+    """The number a custom op takes for `team` (a Team of the current runtime, already checked)."""
+    _TEAMS[team._id] = team
+    return team._id
+
+
+def _team(number: int):
+    team = _TEAMS.get(number)
+    if team is None:
+        raise ValueError(f"unishmem: team number {number} names no live team of this process")
+    return team
+
+
+def team_of(rt, team, group):
+    """The Team a kernel runs on: `team`, or the team of this runtime whose members are the ranks of
+    the torch.distributed ProcessGroup `group` in its order (the world, the node team or a team made
+    by a split), or None for the world."""
+    if group is None:
+        return team
+    if team is not None:
+        raise ValueError("unishmem.kernels: pass team= or group=, not both")
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_rank() != rt.my_pe:
+        raise ValueError(
+            "unishmem.kernels: group= needs torch.distributed initialised with this runtime's PE numbers "
+            "as its ranks (unishmem.init(group=...) or a launcher that sets both)"
+        )
+    ranks = dist.get_process_group_ranks(group)
+    for candidate in rt._live_teams():
+        if [candidate.translate_pe(i, rt.team_world) for i in range(candidate.n_pes)] == ranks:
+            return candidate
+    raise ValueError(
+        f"unishmem.kernels: no team of this runtime has the ranks {ranks} of group {group!r}: make one "
+        "with rt.team_world.split_strided(...) (collective over the world) first"
+    )
+
+
+@torch._dynamo.assume_constant_result  # read at trace time: Dynamo sees a number, not the runtime
+def number(team, group=None) -> int:
+    """The number a custom op takes for the team of team=/group= (default: the world)."""
+    from .. import runtime
+
+    rt = runtime()
+    return team_number(rt._team(team_of(rt, team, group)))
+
+
+def into(out, result):
+    """result, or result copied into out (the op has no out=: out's checks are the kernel's own)."""
+    if out is None:
+        return result
+    out.copy_(result)
+    return out
+
+
+def needs_op(*tensors) -> bool:
+    """Whether a kernel call must go through its custom op: under torch.compile, or when autograd
+    must record it."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+# ---- the collectives -------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("unishmem::all_reduce", mutates_args=())
+def all_reduce(x: torch.Tensor, op: str, algorithm: str, team: int) -> torch.Tensor:
+    from . import collectives
+
+    return collectives.all_reduce(x.detach(), op=op, algorithm=algorithm, team=_team(team))
+
+
+@all_reduce.register_fake
+def _(x, op, algorithm, team):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _all_reduce_backward(ctx, grad):
+    if ctx.op != "sum":
+        raise RuntimeError(f"unishmem.kernels.all_reduce: op={ctx.op!r} has no gradient here; only 'sum' does")
+    return all_reduce(grad.contiguous(), "sum", ctx.algorithm, ctx.team), None, None, None
+
+
+def _all_reduce_context(ctx, inputs, output):
+    _, ctx.op, ctx.algorithm, ctx.team = inputs
+
+
+all_reduce.register_autograd(_all_reduce_backward, setup_context=_all_reduce_context)
+
+
+@torch.library.custom_op("unishmem::all_gather", mutates_args=())
+def all_gather(x: torch.Tensor, team: int) -> torch.Tensor:
+    from . import collectives
+
+    return collectives.all_gather(x.detach(), team=_team(team))
+
+
+@all_gather.register_fake
+def _(x, team):
+    n = _team(team).n_pes
+    return x.new_empty((n * x.shape[0], *x.shape[1:]) if x.dim() else (n,))
+
+
+def _all_gather_backward(ctx, grad):
+    grad = reduce_scatter(grad.contiguous(), "sum", ctx.team)
+    return grad.reshape(ctx.shape), None
+
+
+def _all_gather_context(ctx, inputs, output):
+    x, ctx.team = inputs
+    ctx.shape = x.shape
+
+
+all_gather.register_autograd(_all_gather_backward, setup_context=_all_gather_context)
+
+
+@torch.library.custom_op("unishmem::reduce_scatter", mutates_args=())
+def reduce_scatter(x: torch.Tensor, op: str, team: int) -> torch.Tensor:
+    from . import collectives
+
+    return collectives.reduce_scatter(x.detach(), op=op, team=_team(team))
+
+
+@reduce_scatter.register_fake
+def _(x, op, team):
+    n = _team(team).n_pes
+    return x.new_empty((x.shape[0] // n, *x.shape[1:]))
+
+
+def _reduce_scatter_backward(ctx, grad):
+    if ctx.op != "sum":
+        raise RuntimeError(f"unishmem.kernels.reduce_scatter: op={ctx.op!r} has no gradient here; only 'sum' does")
+    return all_gather(grad.contiguous(), ctx.team), None, None
+
+
+def _reduce_scatter_context(ctx, inputs, output):
+    _, ctx.op, ctx.team = inputs
+
+
+reduce_scatter.register_autograd(_reduce_scatter_backward, setup_context=_reduce_scatter_context)
+
+
+# ---- the GEMMs ---------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("unishmem::ag_gemm", mutates_args=())
+def ag_gemm(a_shard: torch.Tensor, b: torch.Tensor, overlap: bool, blocks: list[int], team: int) -> torch.Tensor:
+    from . import gemm
+
+    block_m, block_n, block_k = (v or None for v in blocks)
+    return gemm.ag_gemm(
+        a_shard.detach(), b.detach(), overlap, block_m=block_m, block_n=block_n, block_k=block_k, team=_team(team)
+    )
+
+
+@ag_gemm.register_fake
+def _(a_shard, b, overlap, blocks, team):
+    return a_shard.new_empty((_team(team).n_pes * a_shard.shape[0], b.shape[1]))
+
+
+def _ag_gemm_backward(ctx, grad):
+    a_shard, b = ctx.saved_tensors
+    grad = grad.contiguous()
+    grad_a = gemm_rs(grad, b.t().contiguous(), [0, 0, 0], ctx.team) if ctx.needs_input_grad[0] else None
+    grad_b = all_gather(a_shard, ctx.team).t() @ grad if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b, None, None, None
+
+
+def _ag_gemm_context(ctx, inputs, output):
+    a_shard, b, _, _, ctx.team = inputs  # the backward's GEMMs have other shapes: default tiles
+    ctx.save_for_backward(a_shard, b)
+
+
+ag_gemm.register_autograd(_ag_gemm_backward, setup_context=_ag_gemm_context)
+
+
+@torch.library.custom_op("unishmem::gemm_rs", mutates_args=())
+def gemm_rs(a: torch.Tensor, b_shard: torch.Tensor, blocks: list[int], team: int) -> torch.Tensor:
+    from . import gemm
+
+    block_m, block_n, block_k = (v or None for v in blocks)
+    return gemm.gemm_rs(
+        a.detach(), b_shard.detach(), block_m=block_m, block_n=block_n, block_k=block_k, team=_team(team)
+    )
+
+
+@gemm_rs.register_fake
+def _(a, b_shard, blocks, team):
+    return a.new_empty((a.shape[0] // _team(team).n_pes, b_shard.shape[1]))
+
+
+def _gemm_rs_backward(ctx, grad):
+    a, b_shard = ctx.saved_tensors
+    grad = grad.contiguous()
+    grad_a = ag_gemm(grad, b_shard.t().contiguous(), True, [0, 0, 0], ctx.team) if ctx.needs_input_grad[0] else None
+    grad_b = a.t() @ all_gather(grad, ctx.team) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b, None, None
+
+
+def _gemm_rs_context(ctx, inputs, output):
+    a, b_shard, _, ctx.team = inputs
+    ctx.save_for_backward(a, b_shard)
+
+
+gemm_rs.register_autograd(_gemm_rs_backward, setup_context=_gemm_rs_context)
