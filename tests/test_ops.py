@@ -43,8 +43,10 @@ def test_collectives_have_the_gradients_of_their_single_process_references(rt):
             grad, ref_grad, y, ref_y = distributed_and_reference(rt, shape, 1, kernel, reference, dtype)
             assert torch.allclose(y, ref_y), (name, dtype)
             assert torch.allclose(grad, ref_grad), (name, dtype, grad, ref_grad)
+    # gradcheck perturbs the same element on every PE at once, so its numerical Jacobian is the job's
+    # only where every PE computes the same function of the reduction
     x = seeded(me, (3,), 2).requires_grad_()
-    assert torch.autograd.gradcheck(lambda t: K.all_reduce(t) * (me + 1), (x,))
+    assert torch.autograd.gradcheck(lambda t: K.all_reduce(t).sin(), (x,))
 
 
 @spmd(sizes=(2, 4))
@@ -101,7 +103,7 @@ def test_torch_compile_traces_the_kernels_without_a_graph_break(rt):
     torch._dynamo.reset()
     explained = torch._dynamo.explain(block)(x, w)
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained
-    for backend in ("eager", "aot_eager"):
+    for backend in ("eager", "aot_eager", "inductor"):
         torch._dynamo.reset()
         compiled = torch.compile(block, backend=backend, fullgraph=True)
         for _ in range(3):  # no recompile across calls of the same shapes (fullgraph would fail on a break)

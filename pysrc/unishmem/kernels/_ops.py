@@ -72,10 +72,13 @@ def number(team, group=None) -> int:
     return team_number(rt._team(team_of(rt, team, group)))
 
 
-def into(out, result):
-    """result, or result copied into out (the op has no out=: out's checks are the kernel's own)."""
+def into(out, result, what: str):
+    """result, or result copied into out (the ops take no out=), checked as the kernels check it."""
     if out is None:
         return result
+    if not isinstance(out, torch.Tensor) or out.shape != result.shape or out.dtype != result.dtype:
+        got = f"{out.dtype} of shape {list(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"{what}: out must be {result.dtype} of shape {list(result.shape)}, got {got}")
     out.copy_(result)
     return out
 
@@ -92,25 +95,25 @@ def needs_op(*tensors) -> bool:
 
 
 @torch.library.custom_op("unishmem::all_reduce", mutates_args=())
-def all_reduce(x: torch.Tensor, op: str, algorithm: str, team: int) -> torch.Tensor:
+def all_reduce(x: torch.Tensor, op: str, algorithm: str, pull: bool | None, team: int) -> torch.Tensor:
     from . import collectives
 
-    return collectives.all_reduce(x.detach(), op=op, algorithm=algorithm, team=_team(team))
+    return collectives.all_reduce(x.detach(), op=op, algorithm=algorithm, team=_team(team), pull=pull)
 
 
 @all_reduce.register_fake
-def _(x, op, algorithm, team):
+def _(x, op, algorithm, pull, team):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 def _all_reduce_backward(ctx, grad):
     if ctx.op != "sum":
         raise RuntimeError(f"unishmem.kernels.all_reduce: op={ctx.op!r} has no gradient here; only 'sum' does")
-    return all_reduce(grad.contiguous(), "sum", ctx.algorithm, ctx.team), None, None, None
+    return all_reduce(grad.contiguous(), "sum", ctx.algorithm, ctx.pull, ctx.team), None, None, None, None
 
 
 def _all_reduce_context(ctx, inputs, output):
-    _, ctx.op, ctx.algorithm, ctx.team = inputs
+    _, ctx.op, ctx.algorithm, ctx.pull, ctx.team = inputs
 
 
 all_reduce.register_autograd(_all_reduce_backward, setup_context=_all_reduce_context)

@@ -50,6 +50,7 @@ from .. import language as shl
 from .._workspaces import Workspace, size_class, workspace
 from ..enums import REDUCE_OPS
 from ..triton_support import interpreting
+from . import _ops
 from ._calls import STATE_WORDS, begin_call, end_call
 
 OPS = {"sum": 0, "min": 1, "max": 2, "prod": 3}
@@ -440,13 +441,17 @@ def _source(rt, ws: Workspace, x, readable: int):
     return src
 
 
-def all_gather(x, out=None, team=None):
+def all_gather(x, out=None, team=None, group=None):
     """Every member's x, concatenated along dim 0 in team order (all_gather_into_tensor). Runs on
-    torch's current stream; safe to capture in a CUDA graph once a call of the same shape has run."""
+    torch's current stream; safe to capture in a CUDA graph once a call of the same shape has run.
+    group: a torch.distributed ProcessGroup naming the team instead. Differentiable (the gradient is
+    the reduce_scatter of the output's) and traceable by torch.compile (torch.ops.unishmem.all_gather)."""
+    if _ops.needs_op(x):
+        return _ops.into(out, _ops.all_gather(x, _ops.number(team, group)), "all_gather")
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, team)
+    team = _team(rt, _ops.team_of(rt, team, group))
     n = team.n_pes
     problem = _check_tensor(rt, x, "x", "all_gather")
     shape = (n * x.shape[0], *x.shape[1:]) if problem is None and x.dim() else (n,)
@@ -508,13 +513,18 @@ def _reduction_args(rt, x, op, out, team, what: str, out_shape):
     return team, problem or _check_out(out, shape, x.dtype, what), shape
 
 
-def reduce_scatter(x, op: str = "sum", out=None, team=None):
+def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
     """Member i gets block i (along dim 0) of the elementwise reduction of every member's x
     (reduce_scatter_tensor); x.shape[0] must split into team.n_pes equal blocks. Runs on torch's
-    current stream; safe to capture in a CUDA graph once a call of the same shape has run."""
+    current stream; safe to capture in a CUDA graph once a call of the same shape has run. group: a
+    torch.distributed ProcessGroup naming the team instead. Differentiable for op="sum" (the
+    gradient is the all_gather of the output's); traceable by torch.compile."""
+    if _ops.needs_op(x):
+        return _ops.into(out, _ops.reduce_scatter(x, op, _ops.number(team, group)), "reduce_scatter")
     from .. import runtime
 
     rt = runtime()
+    team = _ops.team_of(rt, team, group)
 
     def out_shape(n):
         if x.dim() == 0 or x.shape[0] % n:
@@ -539,15 +549,22 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None):
     return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=True, gather=False)
 
 
-def all_reduce(x, op: str = "sum", algorithm: str = "auto", out=None, team=None, pull: bool | None = None):
+def all_reduce(
+    x, op: str = "sum", algorithm: str = "auto", out=None, team=None, group=None, *, pull: bool | None = None
+):
     """The elementwise reduction of every member's x, on every member. "one_shot": each PE reads
     all n copies, in place where every member is reachable by load/store (pull; pull=False pushes
     them instead, into receive slots); "two_shot": reduce-scatter then all-gather in one launch;
     "auto": one-shot up to 256 KiB. Runs on torch's current stream; safe to capture in a CUDA graph
-    once a call of the same shape has run."""
+    once a call of the same shape has run. group: a torch.distributed ProcessGroup naming the team
+    instead. Differentiable for op="sum" (its own gradient); traceable by torch.compile."""
+    if _ops.needs_op(x):
+        result = _ops.all_reduce(x, op, algorithm, pull, _ops.number(team, group))
+        return _ops.into(out, result, "all_reduce")
     from .. import runtime
 
     rt = runtime()
+    team = _ops.team_of(rt, team, group)
     team, problem, shape = _reduction_args(rt, x, op, out, team, "all_reduce", lambda n: tuple(x.shape))
     if problem is None and algorithm not in ALGORITHMS:
         problem = ValueError(f"all_reduce: algorithm={algorithm!r} is not one of {', '.join(ALGORITHMS)}")

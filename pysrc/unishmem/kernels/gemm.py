@@ -36,6 +36,7 @@ from .. import jit
 from .. import language as shl
 from .._workspaces import size_class, workspace
 from ..triton_support import interpreting
+from . import _ops
 from ._calls import STATE_WORDS, begin_call, end_call
 from .collectives import _cdiv, _check_tensor, _next_power_of_2, _source, _team, all_gather
 
@@ -296,7 +297,7 @@ def _dummy():
     return torch.empty(0)
 
 
-def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, block_k=None, team=None):
+def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, block_k=None, team=None, group=None):
     """all_gather(a_shard) @ b on every PE.
 
     a_shard: [M / n, K], this PE's rows of A (PE p holds rows p * M / n ...; every PE the same shape);
@@ -305,11 +306,16 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     only for its own rows; False gathers all of A first (unishmem.kernels.all_gather), then runs
     a plain GEMM. block_m, block_n, block_k: tile sizes (powers of two >= 16); every PE must pass
     the same. Runs on torch's current stream; safe to capture in a CUDA graph once a call of the same
-    shapes has run."""
+    shapes has run. group: a torch.distributed ProcessGroup naming the team instead. Differentiable
+    (grad a_shard = gemm_rs(grad, b^T), grad b = all_gather(a_shard)^T @ grad) and traceable by
+    torch.compile (torch.ops.unishmem.ag_gemm)."""
+    if _ops.needs_op(a_shard, b):
+        blocks = [block_m or 0, block_n or 0, block_k or 0]
+        return _ops.ag_gemm(a_shard, b, overlap, blocks, _ops.number(team, group))
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, team)
+    team = _team(rt, _ops.team_of(rt, team, group))
     n = team.n_pes
     problem = _operands(rt, a_shard, b, "ag_gemm", "a_shard", "b")
     if problem is None and not isinstance(overlap, bool):
@@ -375,7 +381,7 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     return c
 
 
-def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None):
+def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, group=None):
     """Rows block my_pe of the sum over PEs of a @ b_shard (matmul + reduce_scatter_tensor).
 
     The tensor-parallel layout of a row-parallel linear layer: K is split over the PEs, PE p holding
@@ -383,11 +389,16 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None):
     K_p may differ between PEs, M and N may not, and M must split into n equal blocks. Returns
     c_shard: [M / n, N] in a's dtype (float16 or float32). Partial tiles travel in that dtype and
     are summed in float32 by their owner. block_m, block_n, block_k: as for ag_gemm. Runs on torch's
-    current stream; safe to capture in a CUDA graph once a call of the same shapes has run."""
+    current stream; safe to capture in a CUDA graph once a call of the same shapes has run. group: a
+    torch.distributed ProcessGroup naming the team instead. Differentiable (grad a =
+    ag_gemm(grad, b_shard^T), grad b_shard = a^T @ all_gather(grad)); traceable by torch.compile."""
+    if _ops.needs_op(a, b_shard):
+        blocks = [block_m or 0, block_n or 0, block_k or 0]
+        return _ops.gemm_rs(a, b_shard, blocks, _ops.number(team, group))
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, team)
+    team = _team(rt, _ops.team_of(rt, team, group))
     n = team.n_pes
     problem = _operands(rt, a, b_shard, "gemm_rs", "a", "b_shard")
     M, K = a.shape if problem is None else (0, 0)

@@ -65,6 +65,7 @@ from .. import language as shl
 from .._dtypes import DTYPE_CODES
 from .._workspaces import Workspace, checks_every_call, exchange, keyed_workspace, room_problem, size_class
 from ..triton_support import interpreting
+from . import _ops
 from ._calls import STATE_WORDS, begin_call, end_call
 from .collectives import _cdiv, _check_tensor, _next_power_of_2, _pieces, _source, _team
 
@@ -399,7 +400,7 @@ def _buffers(n, dtype, H, K, n_experts, rows):
     }
 
 
-def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | None = None, team=None):
+def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | None = None, team=None, group=None):
     """Send each copy (t, k) of this PE's token rows to the PE owning expert topk_ids[t, k] (-1: to
     none). Returns (expert_tokens, counts [L, n_pes] int64, handle); see the module's docstring for
     the packed layout. With max_tokens (the capacity, the same on every PE) the call has no host sync
@@ -409,7 +410,7 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, team)
+    team = _team(rt, _ops.team_of(rt, team, group))
     n = team.n_pes
     problem = _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n)
     padded = max_tokens is not None
@@ -482,7 +483,7 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     return out, counts, handle
 
 
-def combine(expert_out, handle, *, team=None):
+def combine(expert_out, handle, *, team=None, group=None):
     """Send each row of expert_out (expert_tokens' layout and shape) back to its (t, k) and return
     this PE's tokens [T, H]: out[t] = sum_k topk_weights[t, k] * row of (t, k), in float32, in k order
     (a copy routed nowhere adds nothing). team: the team the handle's dispatch ran on (default: the
@@ -491,7 +492,7 @@ def combine(expert_out, handle, *, team=None):
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, team)
+    team = _team(rt, _ops.team_of(rt, team, group))
     n = team.n_pes
     problem = _check_tensor(rt, expert_out, "expert_out", "combine")
     if problem is None and not isinstance(handle, MoEHandle):
