@@ -4,7 +4,7 @@ PE's inputs and weights from seeds, computes the job's total loss (the sum of ev
 plain torch ops, and compares its autograd gradient for its own inputs with the distributed one."""
 
 import torch
-from spmd import spmd
+from spmd import raises, spmd
 
 import unishmem.kernels as K
 
@@ -83,6 +83,8 @@ def test_modes_leave_later_calls_and_the_heap_working(rt):
         K.all_gather(x)
     y = K.all_reduce(x.clone().requires_grad_())
     assert y.requires_grad and torch.equal(K.all_reduce(x), first)
+    raises(lambda: K.all_reduce(x, group=object()), "group= needs torch.distributed initialised")
+    raises(lambda: K.all_gather(x, team=rt.team_world, group=object()), "pass team= or group=, not both")
     z = rt.zeros(3)
     assert not z.requires_grad and z.grad_fn is None and not z.is_inference()
     rt.free(z)
