@@ -138,4 +138,4 @@ def forget_team(rt, team) -> None:
     allocation waits for reclaim_arenas)."""
     if team._arena is not None:
         for key in [k for k, ws in rt._workspaces.items() if ws.arena is team._arena]:
-            del rt._workspaces[key]
+            rt._workspaces.pop(key).freed = True  # (NOTE [call plans] in kernels/collectives.py)

@@ -96,6 +96,7 @@ class Workspace:
     extra: dict = field(default_factory=dict)
     nbytes: int = 0  # the buffers' bytes, each rounded up as the allocator aligns it
     agreed: set = field(default_factory=set)  # the descs of the calls compared across PEs on it
+    freed: bool = False  # by rt.free_workspaces(): plans that hold it must not launch (NOTE [call plans])
 
     def next_epoch(self) -> tuple[int, int]:
         """(epoch, parity) for a new call."""
@@ -302,6 +303,7 @@ def free_workspaces(rt) -> None:
     """Collective over the world: frees every kernel workspace of this runtime, empties every team
     arena and frees the world allocations of arenas whose teams were all destroyed."""
     for ws in rt._workspaces.values():
+        ws.freed = True
         if ws.arena is None:
             for t in ws.buffers.values():
                 rt.free(t)

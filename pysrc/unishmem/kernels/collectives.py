@@ -40,6 +40,8 @@ this PE's done for e.
 from __future__ import annotations
 
 import functools
+import weakref
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -47,7 +49,7 @@ import triton.language as tl
 
 from .. import jit
 from .. import language as shl
-from .._workspaces import Workspace, size_class, workspace
+from .._workspaces import Workspace, checks_every_call, size_class, workspace
 from ..enums import REDUCE_OPS
 from ..triton_support import interpreting
 from . import _ops
@@ -407,6 +409,54 @@ def _pieces(numel: int, itemsize: int) -> tuple[int, int]:
     return _cdiv(max(numel, 1), piece), piece
 
 
+# NOTE [call plans]: a warm call skips what its first call of the same shape worked out. After a
+# call's full checks, its kernel records a plan under (kernel, x's dtype, shape and device, the call's
+# other arguments): its workspace, its output's shape, the elements the kernel reads from x, and a
+# launch of every argument but the source and out, grid included. Where arguments are compared across
+# PEs only on a shape's first call (GPU backends, a capture: workspace()), a call that finds a plan
+# whose workspace is still live checks only out, picks its source (x in place or staged) and
+# launches: a few microseconds of host work instead of tens. Settings that shape a launch
+# (UNISHMEM_COMM_BLOCK_BYTES, UNISHMEM_MAX_PROGRAMS) are read when a shape is planned: after changing
+# them, rt.free_workspaces() (which ends every plan) makes the next call plan anew.
+@dataclass
+class _Plan:
+    ws: Workspace
+    shape: tuple  # out's
+    stage: torch.Tensor  # the workspace's staging buffer, as x's shape
+    launch: object  # launch(src, out)
+
+
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Runtime -> {key: _Plan}
+
+
+def _planned(rt, key):
+    """The plan recorded under key, where a call may use it (NOTE [call plans]), or None."""
+    plans = _PLANS.get(rt)
+    plan = plans.get(key) if plans is not None else None
+    if plan is None or plan.ws.freed or checks_every_call(rt):
+        return None
+    return plan
+
+
+def _plan(rt, key, ws: Workspace, x, shape, launch):
+    """Record the plan of a call of x (NOTE [call plans]); its kernel reads all of x."""
+    if key is not None:
+        stage = ws.buffers["src"].view(-1)[: x.numel()].view(x.shape)
+        _PLANS.setdefault(rt, {})[key] = _Plan(ws, tuple(shape), stage, launch)
+
+
+def _run_plan(rt, plan: _Plan, x, out, what: str):
+    if out is None:
+        out = torch.empty(plan.shape, dtype=x.dtype, device=rt.device)
+    else:
+        problem = _check_out(out, plan.shape, x.dtype, what)
+        if problem:
+            raise problem
+    contiguous_symmetric = x.is_contiguous() and rt.is_symmetric(x)
+    plan.launch(x if contiguous_symmetric else plan.stage.copy_(x), out)
+    return out
+
+
 def _check_tensor(rt, x, name: str, what: str):
     if not isinstance(x, torch.Tensor):
         return TypeError(f"{what}: {name} must be a torch.Tensor, got {type(x).__name__}")
@@ -451,6 +501,10 @@ def all_gather(x, out=None, team=None, group=None):
     from .. import runtime
 
     rt = runtime()
+    key = ("all_gather", x.dtype, x.shape, x.device, team) if group is None and type(x) is torch.Tensor else None
+    plan = _planned(rt, key)
+    if plan is not None:
+        return _run_plan(rt, plan, x, out, "all_gather")
     team = _team(rt, _ops.team_of(rt, team, group))
     n = team.n_pes
     problem = _check_tensor(rt, x, "x", "all_gather")
@@ -473,26 +527,31 @@ def all_gather(x, out=None, team=None, group=None):
         problem,
         key=(cap,),
     )
-    src = _source(rt, ws, x, numel)
-    out = _output(rt, out, shape, x.dtype)
     b = ws.buffers
     pieces, piece = _pieces(numel, itemsize)
-    _all_gather[_grid(_all_gather, n * pieces)](
-        src,
-        b["dst"],
-        b["sig"],
-        out,
-        b["state"],
-        ws.members,
-        ws.my_index,
-        n,
-        numel,
-        cap,
-        pieces,
-        piece,
-        BLOCK=BLOCK,
-        ITEMSIZE=itemsize,
-    )
+    kernel = _all_gather[_grid(_all_gather, n * pieces)]
+
+    def launch(src, out):
+        kernel(
+            src,
+            b["dst"],
+            b["sig"],
+            out,
+            b["state"],
+            ws.members,
+            ws.my_index,
+            n,
+            numel,
+            cap,
+            pieces,
+            piece,
+            BLOCK=BLOCK,
+            ITEMSIZE=itemsize,
+        )
+
+    _plan(rt, key, ws, x, shape, launch)
+    out = _output(rt, out, shape, x.dtype)
+    launch(_source(rt, ws, x, numel), out)
     return out
 
 
@@ -524,6 +583,12 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
     from .. import runtime
 
     rt = runtime()
+    key = (
+        ("reduce_scatter", x.dtype, x.shape, x.device, op, team) if group is None and type(x) is torch.Tensor else None
+    )
+    plan = _planned(rt, key)
+    if plan is not None:
+        return _run_plan(rt, plan, x, out, "reduce_scatter")
     team = _ops.team_of(rt, team, group)
 
     def out_shape(n):
@@ -546,7 +611,7 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
         problem,
         key=(cap,),
     )
-    return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=True, gather=False)
+    return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=True, gather=False, key=key)
 
 
 def all_reduce(
@@ -564,6 +629,11 @@ def all_reduce(
     from .. import runtime
 
     rt = runtime()
+    plain = group is None and type(x) is torch.Tensor
+    key = ("all_reduce", x.dtype, x.shape, x.device, op, algorithm, pull, team) if plain else None
+    plan = _planned(rt, key)
+    if plan is not None:
+        return _run_plan(rt, plan, x, out, "all_reduce")
     team = _ops.team_of(rt, team, group)
     team, problem, shape = _reduction_args(rt, x, op, out, team, "all_reduce", lambda n: tuple(x.shape))
     if problem is None and algorithm not in ALGORITHMS:
@@ -598,8 +668,8 @@ def all_reduce(
         variants=VARIANTS,
     )
     if pulls:
-        return _run_pull(rt, ws, x, op, out, shape, n)
-    return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=two_shot, gather=two_shot)
+        return _run_pull(rt, ws, x, op, out, shape, n, key)
+    return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=two_shot, gather=two_shot, key=key)
 
 
 def _reachable(rt, team) -> bool:
@@ -625,26 +695,32 @@ def _pull_buffers(x, n: int, cap: int) -> dict:
     }
 
 
-def _run_pull(rt, ws: Workspace, x, op, out, shape, n):
-    src = _source(rt, ws, x, x.numel())
-    out = _output(rt, out, shape, x.dtype)
+def _run_pull(rt, ws: Workspace, x, op, out, shape, n, key):
     b = ws.buffers
-    _pull_reduce[_grid(_pull_reduce, _cdiv(x.numel(), BLOCK))](
-        src,
-        b["ready"],
-        b["done"],
-        b["count"],
-        out,
-        b["state"],
-        ws.members,
-        ws.my_index,
-        n,
-        x.numel(),
-        OP=OPS[op],
-        WIDEN=x.dtype in (torch.float16, torch.bfloat16),
-        BLOCK=BLOCK,
-        ALIGNED=src.data_ptr() % 16 == 0,
-    )
+    numel = x.numel()
+    kernel = _pull_reduce[_grid(_pull_reduce, _cdiv(numel, BLOCK))]
+
+    def launch(src, out):
+        kernel(
+            src,
+            b["ready"],
+            b["done"],
+            b["count"],
+            out,
+            b["state"],
+            ws.members,
+            ws.my_index,
+            n,
+            numel,
+            OP=OPS[op],
+            WIDEN=x.dtype in (torch.float16, torch.bfloat16),
+            BLOCK=BLOCK,
+            ALIGNED=src.data_ptr() % 16 == 0,
+        )
+
+    _plan(rt, key, ws, x, shape, launch)
+    out = _output(rt, out, shape, x.dtype)
+    launch(_source(rt, ws, x, numel), out)
     return out
 
 
@@ -667,40 +743,46 @@ def _reduce_buffers(x, n: int, cap: int, scatter: bool, gather: bool) -> dict:
     return buffers
 
 
-def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, gather: bool):
+def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, gather: bool, key=None):
     from .. import runtime
 
     rt = runtime()
-    src = _source(rt, ws, x, x.numel())
-    out = _output(rt, out, shape, x.dtype)
     b = ws.buffers
+    numel, itemsize = x.numel(), x.element_size()
     # one-shot and reduce-scatter have no second exchange: those arguments are never read
-    red, gathered, sig2 = (b["red"], b["gathered"], b["sig2"]) if gather else (out, out, b["sig"])
-    pieces, piece = _pieces(chunk, x.element_size())
-    _reduce[_grid(_reduce, max(n * pieces, _cdiv(chunk, BLOCK)))](
-        src,
-        b["recv"],
-        b["sig"],
-        red,
-        gathered,
-        sig2,
-        out,
-        b["state"],
-        ws.members,
-        ws.my_index,
-        n,
-        chunk,
-        x.numel(),
-        cap,
-        pieces,
-        piece,
-        SCATTER=scatter,
-        GATHER=gather,
-        OP=OPS[op],
-        WIDEN=x.dtype in (torch.float16, torch.bfloat16),
-        BLOCK=BLOCK,
-        ITEMSIZE=x.element_size(),
-    )
+    red, gathered, sig2 = (b["red"], b["gathered"], b["sig2"]) if gather else (b["recv"], b["recv"], b["sig"])
+    pieces, piece = _pieces(chunk, itemsize)
+    kernel = _reduce[_grid(_reduce, max(n * pieces, _cdiv(chunk, BLOCK)))]
+
+    def launch(src, out):
+        kernel(
+            src,
+            b["recv"],
+            b["sig"],
+            red,
+            gathered,
+            sig2,
+            out,
+            b["state"],
+            ws.members,
+            ws.my_index,
+            n,
+            chunk,
+            numel,
+            cap,
+            pieces,
+            piece,
+            SCATTER=scatter,
+            GATHER=gather,
+            OP=OPS[op],
+            WIDEN=x.dtype in (torch.float16, torch.bfloat16),
+            BLOCK=BLOCK,
+            ITEMSIZE=itemsize,
+        )
+
+    _plan(rt, key, ws, x, shape, launch)
+    out = _output(rt, out, shape, x.dtype)
+    launch(_source(rt, ws, x, numel), out)
     return out
 
 
