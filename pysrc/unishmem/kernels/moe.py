@@ -73,11 +73,15 @@ FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 @triton.jit
-def _piece(nbytes, q, P):
-    """(first byte, bytes) of piece q of nbytes split over P programs, pieces of 16-byte multiples."""
+def _put_piece(dest, source, rows, H, q, P, sig, pe, ITEMSIZE: tl.constexpr):
+    """Piece q of `rows` rows from source to dest at PE pe, split over P programs in 16-byte multiples
+    (the last shorter, some empty), adding 1 to sig there."""
+    nbytes = rows * H * ITEMSIZE
     piece = tl.cdiv(tl.cdiv(nbytes, P), 16) * 16
     first = q * piece
-    return first, tl.maximum(tl.minimum(piece, nbytes - first), 0)
+    size = tl.maximum(tl.minimum(piece, nbytes - first), 0)
+    offset = first // ITEMSIZE
+    shl.putmem_signal_block(dest + offset, source + offset, size, sig, 1, shl.SIGNAL_ADD, pe)
 
 
 @jit(do_not_specialize=["me", "rows"])  # one binary for every PE and capacity
@@ -134,16 +138,7 @@ def _dispatch(
         src = tl.sum(tl.sum(tl.where((s == me) & (e < ex), C, 0), 1), 0)
         # at PE p: after every source's rows for its lower experts, then lower sources' for ex
         dst = tl.sum(tl.sum(tl.where(((e >= p * L) & (e < ex)) | ((e == ex) & (s < me)), C, 0), 1), 0)
-        first, size = _piece(sent * H * ITEMSIZE, q, P)
-        shl.putmem_signal_block(
-            recv + dst * H + first // ITEMSIZE,
-            stage + src * H + first // ITEMSIZE,
-            size,
-            recv_sig + me,
-            1,
-            shl.SIGNAL_ADD,
-            pe,
-        )
+        _put_piece(recv + dst * H, stage + src * H, sent, H, q, P, recv_sig + me, pe, ITEMSIZE)
     mine = (e >= me * L) & (e < me * L + L)
     if g == 0:
         tl.store(C_out + s * E + e, C, mask=in_C)
@@ -211,16 +206,7 @@ def _combine(
             sent = tl.sum(tl.sum(tl.where((s == p) & (e == ex), Cm, 0), 1), 0)
             src = tl.sum(tl.sum(tl.where(((e >= me * L) & (e < ex)) | ((e == ex) & (s < p)), Cm, 0), 1), 0)
             dst = tl.sum(tl.sum(tl.where((s == p) & (e < ex), Cm, 0), 1), 0)
-            first, size = _piece(sent * H * ITEMSIZE, q, pieces)
-            shl.putmem_signal_block(
-                ret + dst * H + first // ITEMSIZE,
-                stage + src * H + first // ITEMSIZE,
-                size,
-                ret_sig + me,
-                1,
-                shl.SIGNAL_ADD,
-                pe,
-            )
+            _put_piece(ret + dst * H, stage + src * H, sent, H, q, pieces, ret_sig + me, pe, ITEMSIZE)
     t0 = g * BLOCK_T
     if t0 < T or g == 0:
         # program 0 waits even with no tokens: a PE leaves combine k only once every PE has started
