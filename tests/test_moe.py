@@ -193,7 +193,7 @@ def test_capacities_of_one_size_class_share_a_workspace_and_a_capture_never_allo
     rt.free_workspaces()
 
 
-@spmd(sizes=(2,))
+@spmd(sizes=(2, 4))
 def test_forty_steps_compile_one_binary_per_kernel_and_dtype(rt):
     import unishmem.testing
 
