@@ -82,9 +82,24 @@ def patch_interpreter() -> None:
     if getattr(original, "_unishmem_index", False):
         return
 
+    def index(self):
+        return int(self.handle.data.squeeze())
+
+    class IndexFixed:
+        """The patch scope, installing our __index__ in place of 3.6's: never theirs, even for a moment
+        (other programs of the launch run while a program's patch is applied)."""
+
+        def __init__(self, scope):
+            self.scope = scope
+
+        def set_attr(self, obj, name, value):
+            self.scope.set_attr(obj, name, index if name == "__index__" else value)
+
+        def __getattr__(self, name):
+            return getattr(self.scope, name)
+
     def patch_lang_tensor(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+        original(tensor, IndexFixed(scope))
 
     patch_lang_tensor._unishmem_index = True
     interpreter._patch_lang_tensor = patch_lang_tensor
