@@ -83,6 +83,11 @@ def test_modes_leave_later_calls_and_the_heap_working(rt):
         K.all_gather(x)
     y = K.all_reduce(x.clone().requires_grad_())
     assert y.requires_grad and torch.equal(K.all_reduce(x), first)
+    out = torch.empty(4)  # out= through the op: filled, and checked with the kernels' own message
+    assert K.all_reduce(x.clone().requires_grad_(), out=out) is out and torch.equal(out.detach(), first)
+    raises(
+        lambda: K.all_reduce(x.clone().requires_grad_(), out=torch.empty(5)), "out must be torch.float32 of shape [4]"
+    )
     raises(lambda: K.all_reduce(x, group=object()), "group= needs torch.distributed initialised")
     raises(lambda: K.all_gather(x, team=rt.team_world, group=object()), "pass team= or group=, not both")
     z = rt.zeros(3)

@@ -22,9 +22,9 @@ the same workspaces of world-sized teams, so the check is the same everywhere, a
 the exchange, so a PE whose setting differs makes the others raise too). Nothing is evicted: a
 workspace may be held by a captured graph. A team arena bounds its team's workspaces itself.
 
-Each call numbers itself (`epoch`, from 1; the collectives count on the device, NOTE [call counter]
-in kernels/_calls.py, the others with Workspace.next_epoch): signals are SET to the epoch and waited
-for with >=, so nothing is ever reset between calls. Receive buffers come in two parities, alternating by
+Each call numbers itself on the device (`epoch`, from 1; NOTE [call counter] in kernels/_calls.py):
+signals are SET to the epoch (or ADDed to, a known count per call) and waited for with >=, so nothing is
+ever reset between calls. Receive buffers come in two parities, alternating by
 epoch: a peer may start call k+1 while this PE still reads call k's data, but not call k+2 (that
 needs this PE's data of call k+1, sent after it finished reading call k).
 
@@ -92,16 +92,11 @@ class Workspace:
     members: torch.Tensor  # the team's world PE numbers, int32 on the runtime's device
     my_index: int
     arena: Arena | None = None  # where the buffers lie; None: world allocations (rt.zeros)
-    epoch: int = 0
+    epoch: int = 0  # the host's count of calls, compared across PEs only (never a kernel argument)
     extra: dict = field(default_factory=dict)
     nbytes: int = 0  # the buffers' bytes, each rounded up as the allocator aligns it
     agreed: set = field(default_factory=set)  # the descs of the calls compared across PEs on it
     freed: bool = False  # by rt.free_workspaces(): plans that hold it must not launch (NOTE [call plans])
-
-    def next_epoch(self) -> tuple[int, int]:
-        """(epoch, parity) for a new call."""
-        self.epoch += 1
-        return self.epoch, self.epoch % 2
 
 
 def _members(rt, team) -> list[int]:

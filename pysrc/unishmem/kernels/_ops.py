@@ -74,11 +74,13 @@ def number(team, group=None) -> int:
 
 def into(out, result, what: str):
     """result, or result copied into out (the ops take no out=), checked as the kernels check it."""
+    from .collectives import _check_out
+
     if out is None:
         return result
-    if not isinstance(out, torch.Tensor) or out.shape != result.shape or out.dtype != result.dtype:
-        got = f"{out.dtype} of shape {list(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(f"{what}: out must be {result.dtype} of shape {list(result.shape)}, got {got}")
+    problem = _check_out(out, result.shape, result.dtype, what)
+    if problem:
+        raise problem
     out.copy_(result)
     return out
 
