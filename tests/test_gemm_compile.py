@@ -87,12 +87,14 @@ def test_ag_gemm_a_loads_stay_after_their_wait(builds):
         for i, line in enumerate(ttgir)
         if re.match(r"%\S+ = (tt\.load|ttg\.async_copy_global_to_local) %\S+.*: tensor<64x32x!tt\.ptr<f16>", line)
     ]
-    assert len(wait) == 1 and len(token) == 1, (wait, token)
+    # one token ties the pushes' source to the copy-in (NOTE [copy-in]), one the A rows to their wait
+    assert len(wait) == 1 and len(token) == 2, (wait, token)
     # the prologue's two A tiles and the loop's: every one after the wait and the token that ties them to it
-    assert len(a_loads) >= 3 and wait[0] < token[0] < min(a_loads), (wait, token, a_loads)
-    # and the chunk push comes first, before any wait
+    assert len(a_loads) >= 3 and wait[0] < token[1] < min(a_loads), (wait, token, a_loads)
+    # and the chunk push comes first, after the copy-in and before any wait
     push = next(i for i, line in enumerate(ttgir) if 'symbol = "nvshmemx_putmem_signal_nbi_block"' in line)
-    assert push < wait[0]
+    copied = next(i for i, line in enumerate(ttgir) if 'symbol = "nvshmem_int64_wait_until"' in line)
+    assert copied < token[0] < push < wait[0], (copied, token, push, wait)
 
 
 def test_gemm_rs_peer_tiles_are_loaded_after_their_waits(builds):

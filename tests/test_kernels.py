@@ -50,6 +50,24 @@ def test_all_gather_sizes_dtypes_and_teams(rt):
 
 
 @spmd
+def test_all_to_all_sizes_dtypes_and_teams(rt):
+    # torch.distributed's all_to_all_single with equal splits: block i of the output is member i's block
+    # my_index of its x
+    n = rt.n_pes
+    for team, dtype, shape in (
+        (rt.team_world, torch.float16, (n, 7)),
+        (rt.team_world, torch.int64, (3 * n,)),
+        (rt.team_node, torch.float32, (100 * n, 3)),
+    ):
+        x = data(rt.my_pe, shape, dtype, seed=4)
+        me = team.my_pe
+        ref = torch.cat([data(pe, shape, dtype, seed=4).chunk(team.n_pes)[me] for pe in members(team)])
+        assert torch.equal(K.all_to_all(x, team=team), ref), (dtype, shape)
+    if n > 1:
+        raises(lambda: K.all_to_all(torch.zeros(n + 1)), f"all_to_all: x of shape [{n + 1}] does not split into {n}")
+
+
+@spmd
 def test_all_reduce_both_algorithms_every_op(rt):
     cases = [(op, torch.float32, (1001,)) for op in ("sum", "prod", "min", "max")]
     cases += [("sum", torch.float32, (1,)), ("sum", torch.float16, (3, 5)), ("max", torch.int32, (64,))]
@@ -139,7 +157,9 @@ def test_captured_calls_replay_right_after_the_inputs_change(rt):
         "one_shot": (lambda x: K.all_reduce(x, algorithm="one_shot"), lambda xs: xs.sum(0)),
         "one_shot_push": (lambda x: K.all_reduce(x, algorithm="one_shot", pull=False), lambda xs: xs.sum(0)),
         "two_shot": (lambda x: K.all_reduce(x, algorithm="two_shot"), lambda xs: xs.sum(0)),
+        "all_to_all": (lambda x: K.all_to_all(x), lambda xs: torch.cat([t.chunk(n)[me] for t in xs])),
     }
+    collectives = list(calls)
     w = data(0, (3, 5), torch.float32, seed=99)  # the GEMMs' other operand, the same on every PE
     calls |= {
         "ag_gemm": (lambda x: K.ag_gemm(x, w), lambda xs: torch.cat(list(xs)) @ w),
@@ -153,6 +173,7 @@ def test_captured_calls_replay_right_after_the_inputs_change(rt):
         with unishmem.testing.capture() as graph:
             out = call(x)
         assert len(graph.launches) == launches.get(name, 1), (name, graph.launches)
+        assert not graph.ops, (name, graph.ops)  # x, a plain tensor, is copied in by the kernel (NOTE [copy-in])
         for seed in range(1, 11):
             x.copy_(data(me, x.shape, x.dtype, seed))
             if seed == 5 and me == n - 1:
@@ -160,9 +181,17 @@ def test_captured_calls_replay_right_after_the_inputs_change(rt):
             graph.replay()
             xs = torch.stack([data(pe, x.shape, x.dtype, seed) for pe in range(n)])
             assert torch.equal(out, reference(xs)), (name, seed, out, reference(xs))
-    # a contiguous symmetric input is read in place: the capture holds the launch and nothing else
-    for name in ("all_gather", "reduce_scatter", "one_shot", "one_shot_push", "two_shot", "ag_gemm"):
-        call, reference = calls[name]
+    # a contiguous symmetric input is read in place: the capture holds the launch and nothing else; a
+    # call whose out is its x copies x in (programs and peers would read what others already wrote)
+    in_place = {
+        "one_shot, out=x": lambda x: K.all_reduce(x, algorithm="one_shot", out=x),
+        "one_shot_push, out=x": lambda x: K.all_reduce(x, algorithm="one_shot", pull=False, out=x),
+        "two_shot, out=x": lambda x: K.all_reduce(x, algorithm="two_shot", out=x),
+        "all_to_all, out=x": lambda x: K.all_to_all(x, out=x),
+    }
+    for name in [*collectives, "ag_gemm", *in_place]:
+        call, reference = in_place.get(name), calls[name.split(",")[0]][1]
+        call = call or calls[name][0]
         x = rt.zeros((4 * n, 3))
         call(x)
         with unishmem.testing.capture() as graph:
@@ -187,6 +216,7 @@ def test_forty_calls_compile_one_binary_per_kernel_and_dtype(rt):
     n, me = rt.n_pes, rt.my_pe
     collectives = {
         "all_gather": lambda x: K.all_gather(x),
+        "all_to_all": lambda x: K.all_to_all(x),
         "one_shot": lambda x: K.all_reduce(x, algorithm="one_shot"),
         "two_shot": lambda x: K.all_reduce(x, algorithm="two_shot"),
         "reduce_scatter": lambda x: K.reduce_scatter(x),
@@ -205,9 +235,9 @@ def test_forty_calls_compile_one_binary_per_kernel_and_dtype(rt):
             for call in gemms.values():
                 call(data(me, (2 * n, 3), dtype, seed=i))
     assert len(graph.launches) == 40 * (len(collectives) + len(gemms)), len(graph.launches)
-    # _reduce: reduce-scatter and two-shot are its two forms (constexprs), for two dtypes; the
-    # one-shot pulls (every PE reaches every other here)
-    expected = {"_all_gather": 2, "_reduce": 4, "_pull_reduce": 2, "_ag_gemm": 2, "_gemm_rs": 2}
+    # _reduce: reduce-scatter and two-shot are its two forms (constexprs), for two dtypes, as all_gather
+    # and all_to_all are _all_gather's; the one-shot pulls (every PE reaches every other here)
+    expected = {"_all_gather": 4, "_reduce": 4, "_pull_reduce": 2, "_ag_gemm": 2, "_gemm_rs": 2}
     assert graph.compiled_variants("sm_90") == expected, graph.compiled_variants("sm_90")
     rt.free_workspaces()
 
@@ -240,6 +270,13 @@ def test_a_capped_grid_takes_many_blocks_per_program(rt):
             lambda x: K.all_reduce(x.half(), op="max", algorithm="two_shot"),
             lambda xs: xs.half().max(0).values,
         ),
+    }
+    # the GEMMs' pushes and tiles go round the grid too: 2 chunks of 16 rows, 3 tiles across N
+    w = data(0, (3, 40), torch.float32, seed=99)
+    tiles = {"block_m": 16, "block_n": 16}
+    calls |= {
+        "ag_gemm": ((20, 3), lambda x: K.ag_gemm(x, w, **tiles), lambda xs: torch.cat(list(xs)) @ w),
+        "gemm_rs": ((n * 20, 3), lambda x: K.gemm_rs(x, w, **tiles), lambda xs: (xs @ w).sum(0).chunk(n)[me]),
     }
     try:
         for name, (shape, call, reference) in calls.items():

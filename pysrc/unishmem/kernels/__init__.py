@@ -1,8 +1,8 @@
 """unishmem.kernels: distributed kernels written once in unishmem.language, called on torch
 tensors on the runtime's device. Each call is collective over its team (default: the world)."""
 
-from .collectives import all_gather, all_reduce, reduce_scatter
+from .collectives import all_gather, all_reduce, all_to_all, reduce_scatter
 from .gemm import ag_gemm, gemm_rs
 from .moe import combine, dispatch
 
-__all__ = ["ag_gemm", "all_gather", "all_reduce", "combine", "dispatch", "gemm_rs", "reduce_scatter"]
+__all__ = ["ag_gemm", "all_gather", "all_reduce", "all_to_all", "combine", "dispatch", "gemm_rs", "reduce_scatter"]

@@ -53,7 +53,7 @@ from .._workspaces import Workspace, checks_every_call, size_class, workspace
 from ..enums import REDUCE_OPS
 from ..triton_support import interpreting
 from . import _ops
-from ._calls import STATE_WORDS, begin_call, end_call
+from ._calls import STATE_WORDS, begin_call, copied, copy_in, end_call, wait_copied
 
 OPS = {"sum": 0, "min": 1, "max": 2, "prod": 3}
 ALGORITHMS = ("auto", "one_shot", "two_shot")
@@ -91,9 +91,11 @@ def _clamp(value, most):
     return tl.minimum(tl.maximum(value, 0), most)
 
 
-@jit(do_not_specialize=("numel", "pieces", "piece"))
+@jit(do_not_specialize=("stage", "numel", "pieces", "piece"))
 def _all_gather(
+    x,
     src,
+    stage,
     dst,
     sig,
     out,
@@ -105,22 +107,29 @@ def _all_gather(
     cap,
     pieces,
     piece,
+    ALL_TO_ALL: tl.constexpr,
     BLOCK: tl.constexpr,
     ITEMSIZE: tl.constexpr,
 ):
     """Task t < n * pieces (NOTE [persistent grid]) sends piece t % pieces of this PE's numel
-    elements to member t // pieces, then waits for that member's piece and copies it into out."""
+    elements (ALL_TO_ALL: of its block t // pieces of numel elements) to member t // pieces, then
+    waits for that member's piece and copies it into out. stage: x is copied into src first (NOTE
+    [copy-in]), else src is x."""
     p = tl.program_id(0)
     grid = tl.num_programs(0)
     epoch = begin_call(state)
     parity = epoch % 2
     dst += parity * n * cap
     sig += parity * n * _MAX_PIECES
+    if stage:
+        if copy_in(x, src, n * numel if ALL_TO_ALL else numel, state, BLOCK):
+            copied(state, epoch)
+        src = wait_copied(src, state, epoch)
     for t in range(p, n * pieces, grid):
         first = t % pieces * piece
         shl.putmem_signal_nbi_block(
             dst + my_index * cap + first,
-            src + first,
+            src + (t // pieces * numel if ALL_TO_ALL else 0) + first,
             _clamp(numel - first, piece) * ITEMSIZE,
             sig + my_index * pieces + t % pieces,
             epoch,
@@ -176,9 +185,11 @@ def _reduce_block(recv, cap, dest, start, valid, n, OP: tl.constexpr, WIDEN: tl.
         tl.store(dest + offs, acc.to(dest.dtype.element_ty), mask=mask)
 
 
-@jit(do_not_specialize=("chunk", "numel", "pieces", "piece"))
+@jit(do_not_specialize=("stage", "chunk", "numel", "pieces", "piece"))
 def _reduce(
+    x,
     src,
+    stage,
     recv,
     sig,
     red,
@@ -205,13 +216,17 @@ def _reduce(
     `pieces` pieces; reduce this PE's n slots block by block into out (with GATHER into red, then
     push each reduced block to every member, whose blocks go into out). numel: src's elements (with
     SCATTER the last chunks may hold fewer than chunk, or none). Tasks go round the grid (NOTE
-    [persistent grid])."""
+    [persistent grid]). stage: x is copied into src first (NOTE [copy-in]), else src is x."""
     p = tl.program_id(0)
     grid = tl.num_programs(0)
     epoch = begin_call(state)
     parity = epoch % 2
     recv += parity * n * cap
     sig += parity * n * _MAX_PIECES
+    if stage:
+        if copy_in(x, src, numel, state, BLOCK):
+            copied(state, epoch)
+        src = wait_copied(src, state, epoch)
     for t in range(p, n * pieces, grid):
         q = t // pieces
         first = t % pieces * piece
@@ -304,9 +319,11 @@ def _pull_block(
         tl.store(out + offs, acc.to(out.dtype.element_ty), mask=offs < valid)
 
 
-@jit(do_not_specialize=("numel",))
+@jit(do_not_specialize=("stage", "numel"))
 def _pull_reduce(
+    x,
     src,
+    stage,
     ready,
     done,
     count,
@@ -321,13 +338,20 @@ def _pull_reduce(
     BLOCK: tl.constexpr,
     ALIGNED: tl.constexpr,
 ):
-    """One-shot all_reduce by pulling (NOTE [pull one-shot]): src (x in place, or its staged copy) is
-    symmetric and read by every member; ready and done: a word per member; count: this PE's count of
-    programs that have finished reading."""
+    """One-shot all_reduce by pulling (NOTE [pull one-shot]): src (x in place, or with stage x's copy,
+    NOTE [copy-in]) is symmetric and read by every member; ready and done: a word per member; count:
+    this PE's count of programs that have finished reading."""
     p = tl.program_id(0)
     grid = tl.num_programs(0)
     epoch = begin_call(state)
-    if p == 0:  # src holds this call's data (the launch is stream-ordered after what wrote it)
+    # src holds this call's data: x in place (the launch is stream-ordered after what wrote it), or
+    # x's copy once every program's share is in
+    publish = p == 0
+    if stage:
+        publish = copy_in(x, src, numel, state, BLOCK)
+    if publish:
+        if stage:
+            shl.fence()  # the copies, made by every program, reach the peers before the signals
         for j in range(n):
             shl.signal_op(ready + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
     blocks = tl.cdiv(numel, BLOCK)
@@ -414,7 +438,7 @@ def _pieces(numel: int, itemsize: int) -> tuple[int, int]:
 # other arguments): its workspace, its output's shape, the elements the kernel reads from x, and a
 # launch of every argument but the source and out, grid included. Where arguments are compared across
 # PEs only on a shape's first call (GPU backends, a capture: workspace()), a call that finds a plan
-# whose workspace is still live checks only out, picks its source (x in place or staged) and
+# whose workspace is still live checks only out, picks its source (x in place or copied in) and
 # launches: a few microseconds of host work instead of tens. Settings that shape a launch
 # (UNISHMEM_COMM_BLOCK_BYTES, UNISHMEM_MAX_PROGRAMS) are read when a shape is planned: after changing
 # them, rt.free_workspaces() (which ends every plan) makes the next call plan anew.
@@ -422,8 +446,7 @@ def _pieces(numel: int, itemsize: int) -> tuple[int, int]:
 class _Plan:
     ws: Workspace
     shape: tuple  # out's
-    stage: torch.Tensor  # the workspace's staging buffer, as x's shape
-    launch: object  # launch(src, out)
+    launch: object  # launch(x, src, stage, out)
 
 
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Runtime -> {key: _Plan}
@@ -438,11 +461,10 @@ def _planned(rt, key):
     return plan
 
 
-def _plan(rt, key, ws: Workspace, x, shape, launch):
-    """Record the plan of a call of x (NOTE [call plans]); its kernel reads all of x."""
+def _plan(rt, key, ws: Workspace, shape, launch):
+    """Record the plan of a call (NOTE [call plans]); its kernel reads all of x."""
     if key is not None:
-        stage = ws.buffers["src"].view(-1)[: x.numel()].view(x.shape)
-        _PLANS.setdefault(rt, {})[key] = _Plan(ws, tuple(shape), stage, launch)
+        _PLANS.setdefault(rt, {})[key] = _Plan(ws, tuple(shape), launch)
 
 
 def _run_plan(rt, plan: _Plan, x, out, what: str):
@@ -452,8 +474,7 @@ def _run_plan(rt, plan: _Plan, x, out, what: str):
         problem = _check_out(out, plan.shape, x.dtype, what)
         if problem:
             raise problem
-    contiguous_symmetric = x.is_contiguous() and rt.is_symmetric(x)
-    plan.launch(x if contiguous_symmetric else plan.stage.copy_(x), out)
+    plan.launch(*_inputs(rt, plan.ws, x, out), out)
     return out
 
 
@@ -480,6 +501,25 @@ def _output(rt, out, shape, dtype):
     return torch.empty(shape, dtype=dtype, device=rt.device) if out is None else out
 
 
+def _inputs(rt, ws: Workspace, x, out):
+    """(x, src, stage) for a collective that reads all of x: a contiguous symmetric x is read in place
+    (src is x) unless out overlaps it (programs write out while others, and peers, still read src);
+    any other contiguous x the kernel copies into the workspace's src itself (stage=1, NOTE
+    [copy-in]); a strided x is copied there by torch first (one more launch)."""
+    if x.is_contiguous():
+        in_place = rt.is_symmetric(x) and not _overlap(x, out)
+        return (x, x, 0) if in_place else (x, ws.buffers["src"], 1)
+    src = ws.buffers["src"]
+    src.view(-1)[: x.numel()].view(x.shape).copy_(x)
+    return src, src, 0
+
+
+def _overlap(a, b) -> bool:
+    """Whether contiguous tensors a and b share a byte."""
+    start, end = a.data_ptr(), a.data_ptr() + a.nbytes
+    return b.data_ptr() < end and start < b.data_ptr() + b.nbytes
+
+
 def _source(rt, ws: Workspace, x, readable: int):
     """What the kernel sends from: x itself where it is a contiguous symmetric tensor and the kernel
     reads no more than its `readable` elements, else x staged into the workspace (a copy on torch's
@@ -498,28 +538,50 @@ def all_gather(x, out=None, team=None, group=None):
     the reduce_scatter of the output's) and traceable by torch.compile (torch.ops.unishmem.all_gather)."""
     if _ops.needs_op(x):
         return _ops.into(out, _ops.all_gather(x, _ops.number(team, group)), "all_gather")
+    return _gather(x, out, team, group, "all_gather")
+
+
+def all_to_all(x, out=None, team=None, group=None):
+    """x's dim 0 in team.n_pes equal blocks: block j goes to member j, and block i of the result
+    came from member i (all_to_all_single with equal splits). Runs on torch's current stream; safe to
+    capture in a CUDA graph once a call of the same shape has run. group: a torch.distributed
+    ProcessGroup naming the team instead. Differentiable (the gradient is the all_to_all of the
+    output's) and traceable by torch.compile (torch.ops.unishmem.all_to_all)."""
+    if _ops.needs_op(x):
+        return _ops.into(out, _ops.all_to_all(x, _ops.number(team, group)), "all_to_all")
+    return _gather(x, out, team, group, "all_to_all")
+
+
+def _gather(x, out, team, group, what: str):
+    """all_gather, or with what="all_to_all" the exchange of x's blocks: one kernel for both."""
     from .. import runtime
 
     rt = runtime()
-    key = ("all_gather", x.dtype, x.shape, x.device, team) if group is None and type(x) is torch.Tensor else None
+    key = (what, x.dtype, x.shape, x.device, team) if group is None and type(x) is torch.Tensor else None
     plan = _planned(rt, key)
     if plan is not None:
-        return _run_plan(rt, plan, x, out, "all_gather")
+        return _run_plan(rt, plan, x, out, what)
     team = _team(rt, _ops.team_of(rt, team, group))
     n = team.n_pes
-    problem = _check_tensor(rt, x, "x", "all_gather")
-    shape = (n * x.shape[0], *x.shape[1:]) if problem is None and x.dim() else (n,)
-    problem = problem or _check_out(out, shape, x.dtype, "all_gather")
-    numel = x.numel() if problem is None else 0
+    to_all = what == "all_to_all"
+    problem = _check_tensor(rt, x, "x", what)
+    if problem is None and to_all and (x.dim() == 0 or x.shape[0] % n):
+        problem = ValueError(f"all_to_all: x of shape {list(x.shape)} does not split into {n} equal blocks along dim 0")
+    if problem is None and x.dim():
+        shape = tuple(x.shape) if to_all else (n * x.shape[0], *x.shape[1:])
+    else:
+        shape = (n,)
+    problem = problem or _check_out(out, shape, x.dtype, what)
+    numel = 0 if problem else x.numel() // n if to_all else x.numel()  # what goes to one member
     itemsize = x.element_size() if problem is None else 1
     cap = _class(numel, itemsize)
     ws = workspace(
         rt,
         team,
-        "all_gather",
+        what,
         x,
         lambda: {
-            "src": ((cap,), x.dtype),
+            "src": ((n * cap if to_all else cap,), x.dtype),
             "dst": ((2, n * cap), x.dtype),
             "sig": ((2, n * MAX_PIECES), torch.uint64),
             "state": ((STATE_WORDS,), torch.int64),
@@ -531,9 +593,11 @@ def all_gather(x, out=None, team=None, group=None):
     pieces, piece = _pieces(numel, itemsize)
     kernel = _all_gather[_grid(_all_gather, n * pieces)]
 
-    def launch(src, out):
+    def launch(x, src, stage, out):
         kernel(
+            x,
             src,
+            stage,
             b["dst"],
             b["sig"],
             out,
@@ -545,13 +609,14 @@ def all_gather(x, out=None, team=None, group=None):
             cap,
             pieces,
             piece,
+            ALL_TO_ALL=to_all,
             BLOCK=BLOCK,
             ITEMSIZE=itemsize,
         )
 
-    _plan(rt, key, ws, x, shape, launch)
+    _plan(rt, key, ws, shape, launch)
     out = _output(rt, out, shape, x.dtype)
-    launch(_source(rt, ws, x, numel), out)
+    launch(*_inputs(rt, ws, x, out), out)
     return out
 
 
@@ -700,9 +765,11 @@ def _run_pull(rt, ws: Workspace, x, op, out, shape, n, key):
     numel = x.numel()
     kernel = _pull_reduce[_grid(_pull_reduce, _cdiv(numel, BLOCK))]
 
-    def launch(src, out):
+    def launch(x, src, stage, out):
         kernel(
+            x,
             src,
+            stage,
             b["ready"],
             b["done"],
             b["count"],
@@ -718,9 +785,9 @@ def _run_pull(rt, ws: Workspace, x, op, out, shape, n, key):
             ALIGNED=src.data_ptr() % 16 == 0,
         )
 
-    _plan(rt, key, ws, x, shape, launch)
+    _plan(rt, key, ws, shape, launch)
     out = _output(rt, out, shape, x.dtype)
-    launch(_source(rt, ws, x, numel), out)
+    launch(*_inputs(rt, ws, x, out), out)
     return out
 
 
@@ -754,9 +821,11 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, 
     pieces, piece = _pieces(chunk, itemsize)
     kernel = _reduce[_grid(_reduce, max(n * pieces, _cdiv(chunk, BLOCK)))]
 
-    def launch(src, out):
+    def launch(x, src, stage, out):
         kernel(
+            x,
             src,
+            stage,
             b["recv"],
             b["sig"],
             red,
@@ -780,9 +849,9 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, 
             ITEMSIZE=itemsize,
         )
 
-    _plan(rt, key, ws, x, shape, launch)
+    _plan(rt, key, ws, shape, launch)
     out = _output(rt, out, shape, x.dtype)
-    launch(_source(rt, ws, x, numel), out)
+    launch(*_inputs(rt, ws, x, out), out)
     return out
 
 
@@ -797,9 +866,11 @@ def _aligned(signature: dict) -> list[str]:
     return [name for name, ty in signature.items() if ty.startswith("*")] + ["cap"]
 
 
-_GATHER_SIG = {"src": "*fp32", "dst": "*fp32", **_SIG, **_SIZES}
+_GATHER_SIG = {"x": "*fp32", "src": "*fp32", "stage": "i32", "dst": "*fp32", **_SIG, **_SIZES}
 _REDUCE_SIG = {
+    "x": "*fp32",
     "src": "*fp32",
+    "stage": "i32",
     "recv": "*fp32",
     "red": "*fp32",
     "gathered": "*fp32",
@@ -809,7 +880,9 @@ _REDUCE_SIG = {
     **_SIZES,
 }
 _PULL_SIG = {
+    "x": "*fp32",
     "src": "*fp32",
+    "stage": "i32",
     "ready": "*u64",
     "done": "*u64",
     "count": "*i64",
@@ -823,7 +896,7 @@ _PULL_SIG = {
 COMPILE = {
     _all_gather: {
         "signature": _GATHER_SIG,
-        "constexprs": {"BLOCK": BLOCK, "ITEMSIZE": 4},
+        "constexprs": {"ALL_TO_ALL": False, "BLOCK": BLOCK, "ITEMSIZE": 4},
         "aligned": _aligned(_GATHER_SIG),
     },
     _reduce: [

@@ -1,21 +1,21 @@
 """GEMMs with their tensor-parallel communication, written once in unishmem.language.
 
 ag_gemm (A sharded by rows, B replicated): c = all_gather(a_shard) @ b on every PE.
-  overlap=True: one launch. The A shard (read in place if it is a contiguous symmetric tensor, else
-  staged into the workspace) is cut into chunks of BLOCK_M rows; program q (the lowest ids, which
-  start first) pushes chunk q % chunks to one peer with putmem_signal, the signal SET to the call's
-  epoch. Every program then computes one C tile from one chunk: the local shard first (no wait), then the shard of member my-1, my-2, ... (the order in which they send to us); a tile of
-  a remote shard waits for that chunk's signal, and its A loads depend on the wait through
-  consume_token, so that Triton's pipeliner cannot issue them earlier. Pushes never wait, so no
-  program waits for one that cannot start: it works at any occupancy.
+  overlap=True: one launch from a capped grid (NOTE [persistent grid]). A contiguous a_shard that is
+  not a symmetric tensor is first copied into the workspace by the launch itself (NOTE [copy-in]), what
+  the pushes send from; the shard is cut into chunks of BLOCK_M rows, and the push tasks (chunk, peer)
+  go round the grid, each a putmem_signal with the signal SET to the call's epoch. Then the C tiles go
+  round the grid, the local shard's first (read from a_shard, no wait), then the shard of member
+  my-1, my-2, ... (the order in which they send to us); a tile of a remote shard waits for that chunk's
+  signal, and its A loads depend on the wait through consume_token, so that Triton's pipeliner cannot
+  issue them earlier. Every program issues its pushes before it waits.
   overlap=False: all_gather (unishmem.kernels) of A, then a plain GEMM launch.
 
 gemm_rs (K split over PEs): a [M, K_local] and b_shard [K_local, N] on each PE give a partial C of
-  [M, N]; PE p gets rows block p of the sum of every PE's partial C, [M / n, N]. Each program computes
-  one partial tile; a tile of another PE's block is stored into a staging tile and pushed whole to
-  its owner with putmem_signal; the owner's program of that tile adds the peers' tiles to its own as
-  their signals arrive. Tiles for other PEs come first in program order, so pushes never wait behind
-  waits.
+  [M, N]; PE p gets rows block p of the sum of every PE's partial C, [M / n, N]. The tiles go round a
+  capped grid: first the tiles other PEs own, each stored into a staging tile and pushed whole to its
+  owner with putmem_signal, then this PE's own, each adding the peers' tiles to its own as their
+  signals arrive: every program pushes before it waits.
 
 Tiles need not divide M, N or K (masked loads and stores). float16 and float32; tl.dot accumulates
 in float32 (float32 operands use tl.dot's default precision: TF32 on NVIDIA tensor cores). Blocks
@@ -37,8 +37,8 @@ from .. import language as shl
 from .._workspaces import size_class, workspace
 from ..triton_support import interpreting
 from . import _ops
-from ._calls import STATE_WORDS, begin_call, end_call
-from .collectives import _cdiv, _check_tensor, _next_power_of_2, _source, _team, all_gather
+from ._calls import STATE_WORDS, begin_call, copied, copy_in, end_call, wait_copied
+from .collectives import BLOCK, _cdiv, _check_tensor, _grid, _inputs, _next_power_of_2, _team, all_gather
 
 DTYPES = (torch.float16, torch.float32)
 MAX_BLOCK = {"block_m": 64, "block_n": 64, "block_k": 32}
@@ -48,6 +48,7 @@ MAX_BLOCK = {"block_m": 64, "block_n": 64, "block_k": 32}
 INTERPRETER_BLOCK_SCALE = 2
 NUM_STAGES = 3  # software pipelining of the K loop on a GPU (the interpreter ignores it)
 MIN_CLASS_ROWS = 16  # the smallest size class of a workspace (rows of a shard; NOTE [workspaces])
+_COPY_BLOCK = tl.constexpr(BLOCK)  # elements a program copies in at a time (NOTE [copy-in])
 
 
 @triton.jit
@@ -80,10 +81,12 @@ def _store_tile(c, acc, rows, pn, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
     )
 
 
-@jit
+@jit(do_not_specialize=("stage",))
 def _ag_gemm(
-    a,
+    x,
     src,
+    stage,
+    a,
     b,
     c,
     sig,
@@ -100,44 +103,49 @@ def _ag_gemm(
     BLOCK_K: tl.constexpr,
     ITEMSIZE: tl.constexpr,
 ):
-    """a: [2, n * cap, K] symmetric (cap >= m: the size class), the peers' shards in rows shard * m...
-    of the call's parity; src: this PE's shard (the first m rows, of K); sig: [2, n * cdiv(cap,
-    BLOCK_M)], a word per (shard, chunk); c: [n * m, N]."""
-    pid = tl.program_id(0)
+    """x: this PE's shard [m, K]; src: x (stage=0) or the workspace's copy of it (stage=1, NOTE
+    [copy-in]), what the pushes send from; a: [2, n * cap, K] symmetric (cap >= m: the size class),
+    the peers' shards in rows shard * m... of the call's parity; sig: [2, n * cdiv(cap, BLOCK_M)], a
+    word per (shard, chunk); c: [n * m, N]. Tasks go round the grid (NOTE [persistent grid]): first
+    the pushes, then the tiles."""
+    p = tl.program_id(0)
+    grid = tl.num_programs(0)
     epoch = begin_call(state)
     chunks = tl.cdiv(m, BLOCK_M)
     a += epoch % 2 * n * cap * K
     sig += epoch % 2 * n * tl.cdiv(cap, BLOCK_M)
-    if pid < chunks * (n - 1):  # push chunk pid % chunks of the local shard to member my_index + 1 + pid // chunks
-        chunk = pid % chunks
-        first = my_index * m + chunk * BLOCK_M
-        nbytes = tl.minimum(BLOCK_M, m - chunk * BLOCK_M) * K * ITEMSIZE
-        peer = tl.load(members + (my_index + 1 + pid // chunks) % n)
+    if stage:
+        if copy_in(x, src, m * K, state, _COPY_BLOCK):
+            copied(state, epoch)
+        src = wait_copied(src, state, epoch)
+    for t in range(p, chunks * (n - 1), grid):  # chunk t % chunks of the shard to member my_index + 1 + t // chunks
+        chunk = t % chunks
         shl.putmem_signal_nbi_block(
-            a + first * K,
+            a + (my_index * m + chunk * BLOCK_M) * K,
             src + chunk * BLOCK_M * K,
-            nbytes,
+            tl.minimum(BLOCK_M, m - chunk * BLOCK_M) * K * ITEMSIZE,
             sig + my_index * chunks + chunk,
             epoch,
             shl.SIGNAL_SET,
-            peer,
+            tl.load(members + (my_index + 1 + t // chunks) % n),
         )
-        shl.quiet()  # src (a_shard or its staged copy) may change after the call: the put must have read it
+    shl.quiet()  # src may change after the call: the puts must have read it
     tiles_n = tl.cdiv(N, BLOCK_N)
-    shard = (my_index - pid // (chunks * tiles_n) + n) % n  # local shard first, then my-1, my-2, ...
-    chunk = pid % (chunks * tiles_n) // tiles_n
-    pn = pid % tiles_n
-    first = shard * m + chunk * BLOCK_M
-    if shard != my_index:
-        token = shl.signal_wait_until(sig + shard * chunks + chunk, shl.CMP_GE, epoch)
-        # the A rows' offset depends on the wait (NOTE: consume_token on the scalar offset keeps the
-        # alignment Triton knows of K, so the tile loads stay vectorised where K allows)
-        a_rows = a + shl.consume_token(first, token) * K
-    else:
-        a_rows = src + chunk * BLOCK_M * K  # staged before the launch: nothing to wait for
-    rows = m - chunk * BLOCK_M
-    acc = _tile(a_rows, rows, b, pn, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
-    _store_tile(c + first * N, acc, rows, pn, N, BLOCK_M, BLOCK_N)
+    for t in range(p, n * chunks * tiles_n, grid):
+        shard = (my_index - t // (chunks * tiles_n) + n) % n  # local shard first, then my-1, my-2, ...
+        chunk = t % (chunks * tiles_n) // tiles_n
+        pn = t % tiles_n
+        first = shard * m + chunk * BLOCK_M
+        if shard != my_index:
+            token = shl.signal_wait_until(sig + shard * chunks + chunk, shl.CMP_GE, epoch)
+            # the A rows' offset depends on the wait (NOTE: consume_token on the scalar offset keeps the
+            # alignment Triton knows of K, so the tile loads stay vectorised where K allows)
+            a_rows = a + shl.consume_token(first, token) * K
+        else:
+            a_rows = x + chunk * BLOCK_M * K  # this PE's own rows: nothing to wait for
+        rows = m - chunk * BLOCK_M
+        acc = _tile(a_rows, rows, b, pn, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+        _store_tile(c + first * N, acc, rows, pn, N, BLOCK_M, BLOCK_N)
     end_call(state, epoch)
 
 
@@ -175,8 +183,11 @@ def _gemm_rs(
 ):
     """a: [n * m, K], b: [K, N], c: [m, N]. stage and recv: [2, n, tiles of cap rows, BLOCK_M * BLOCK_N]
     (cap >= m: the size class; the call uses the first n * tiles; recv's first index after the parity
-    the sender, stage's the owner); sig: [2, tiles of cap rows * n], a word per (tile, sender)."""
-    pid = tl.program_id(0)
+    the sender, stage's the owner); sig: [2, tiles of cap rows * n], a word per (tile, sender). Tasks
+    go round the grid (NOTE [persistent grid]): the other members' tiles first (computed and pushed,
+    never waiting), this PE's last (each waits for the peers' partial tiles)."""
+    p = tl.program_id(0)
+    grid = tl.num_programs(0)
     epoch = begin_call(state)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tl.cdiv(m, BLOCK_M) * tiles_n  # per owner
@@ -185,32 +196,33 @@ def _gemm_rs(
     stage += epoch % 2 * n * room * TILE
     recv += epoch % 2 * n * room * TILE
     sig += epoch % 2 * room * n
-    owner = (my_index + 1 + pid // tiles) % n  # the other members' tiles first, this PE's last
-    t = pid % tiles
-    chunk = t // tiles_n
-    pn = t % tiles_n
-    rows = m - chunk * BLOCK_M
-    acc = _tile(a + (owner * m + chunk * BLOCK_M) * K, rows, b, pn, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    if owner != my_index:  # the whole tile (zeros outside the matrix), contiguous, with its signal
-        staged = stage + (owner * tiles + t) * TILE
-        tl.store(staged + offs, acc.to(stage.dtype.element_ty))
-        shl.putmem_signal_nbi_block(
-            recv + (my_index * tiles + t) * TILE,
-            staged,
-            TILE * ITEMSIZE,
-            sig + t * n + my_index,
-            epoch,
-            shl.SIGNAL_SET,
-            tl.load(members + owner),
-        )
-    else:
-        for s in range(0, n):
-            if s != my_index:
-                token = shl.signal_wait_until(sig + t * n + s, shl.CMP_GE, epoch)
-                slot = shl.consume_token((s * tiles + t) * TILE, token)  # the loads come after the wait
-                acc += tl.load(recv + slot + offs).to(tl.float32)
-        _store_tile(c + chunk * BLOCK_M * N, acc, rows, pn, N, BLOCK_M, BLOCK_N)
+    for task in range(p, n * tiles, grid):
+        owner = (my_index + 1 + task // tiles) % n
+        t = task % tiles
+        chunk = t // tiles_n
+        pn = t % tiles_n
+        rows = m - chunk * BLOCK_M
+        acc = _tile(a + (owner * m + chunk * BLOCK_M) * K, rows, b, pn, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
+        if owner != my_index:  # the whole tile (zeros outside the matrix), contiguous, with its signal
+            staged = stage + (owner * tiles + t) * TILE
+            tl.store(staged + offs, acc.to(stage.dtype.element_ty))
+            shl.putmem_signal_nbi_block(
+                recv + (my_index * tiles + t) * TILE,
+                staged,
+                TILE * ITEMSIZE,
+                sig + t * n + my_index,
+                epoch,
+                shl.SIGNAL_SET,
+                tl.load(members + owner),
+            )
+        else:
+            for s in range(0, n):
+                if s != my_index:
+                    token = shl.signal_wait_until(sig + t * n + s, shl.CMP_GE, epoch)
+                    slot = shl.consume_token((s * tiles + t) * TILE, token)  # the loads come after the wait
+                    acc += tl.load(recv + slot + offs).to(tl.float32)
+            _store_tile(c + chunk * BLOCK_M * N, acc, rows, pn, N, BLOCK_M, BLOCK_N)
     end_call(state, epoch)
 
 
@@ -224,18 +236,34 @@ _OPTIONS = {"num_stages": NUM_STAGES}
 
 
 def _spec(pointers: dict, ints, constexprs: dict) -> dict:
+    """pointers: the arguments before the integers (stage, an i32 among them, is not aligned)."""
     signature = {**pointers, **{k: "i32" for k in ints}}
     return {
         "signature": signature,
         "constexprs": constexprs,
         "options": _OPTIONS,
-        "aligned": [*pointers, "N", "K", *(("cap",) if "cap" in ints else ())],
+        "aligned": [
+            *(k for k, ty in pointers.items() if ty.startswith("*")),
+            "N",
+            "K",
+            *(("cap",) if "cap" in ints else ()),
+        ],
     }
 
 
 COMPILE = {
     _ag_gemm: _spec(
-        {"a": "*fp16", "src": "*fp16", "b": "*fp16", "c": "*fp16", "sig": "*u64", "state": "*i64", "members": "*i32"},
+        {
+            "x": "*fp16",
+            "src": "*fp16",
+            "stage": "i32",
+            "a": "*fp16",
+            "b": "*fp16",
+            "c": "*fp16",
+            "sig": "*u64",
+            "state": "*i64",
+            "members": "*i32",
+        },
         _INTS,
         {**_BLOCKS, "ITEMSIZE": 2},
     ),
@@ -358,9 +386,10 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
         )
         return c
     buf = ws.buffers
-    _ag_gemm[(n * _cdiv(m, bm) * _cdiv(N, bn),)](
+    chunks = _cdiv(m, bm)
+    _ag_gemm[_grid(_ag_gemm, max(chunks * (n - 1), n * chunks * _cdiv(N, bn)))](
+        *_inputs(rt, ws, a_shard, c),
         buf["a"],
-        _source(rt, ws, a_shard, m * K),
         b,
         c,
         buf["sig"],
@@ -431,7 +460,7 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, 
     )
     c = torch.empty((m, N), dtype=a.dtype, device=rt.device)
     buf = ws.buffers
-    _gemm_rs[(n * _cdiv(m, bm) * _cdiv(N, bn),)](
+    _gemm_rs[_grid(_gemm_rs, n * _cdiv(m, bm) * _cdiv(N, bn))](
         a.contiguous(),
         b_shard.contiguous(),
         c,
