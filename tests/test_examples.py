@@ -25,6 +25,7 @@ def test_demo_runs_at_four_pes():
         ("tutorials/03_gemm_reduce_scatter.py", r"GEMM reduce-scatter: correct on 4 PEs \(backend host\)"),
         ("tutorials/04_moe_all_to_all.py", r"moe all-to-all \(interpreter, backend host\) correct on 4 PEs"),
         ("tutorials/05_one_shot_all_reduce.py", r"one-shot all-reduce: correct on 4 PEs \(backend host\)"),
+        ("tutorials/06_tensor_parallel_block.py", r"tensor-parallel block: 3 steps equal to one process on 4 PEs"),
     ],
 )
 def test_device_library_examples(example, expected):

@@ -9,6 +9,7 @@ only. `team_number` registers the team it numbers; the ops look it up in `_TEAMS
 Gradients (docs/kernels.md, "Gradients"):
 - all_reduce(x) (sum): all_reduce(grad) on every PE; other ops are not differentiable;
 - all_gather(x): reduce_scatter(grad) (sum), and reduce_scatter(x) (sum): all_gather(grad);
+- all_to_all(x): all_to_all(grad) (block j of x became block my_pe of member j's output);
 - ag_gemm(a_shard, b) = all_gather(a_shard) @ b (b: this PE's): grad a_shard = gemm_rs(grad, b^T),
   grad b = all_gather(a_shard)^T @ grad;
 - gemm_rs(a, b_shard) = block my_pe of sum_p a_p @ b_shard_p: grad a = ag_gemm(grad, b_shard^T),
@@ -173,6 +174,29 @@ def _reduce_scatter_context(ctx, inputs, output):
 reduce_scatter.register_autograd(_reduce_scatter_backward, setup_context=_reduce_scatter_context)
 
 
+@torch.library.custom_op("unishmem::all_to_all", mutates_args=())
+def all_to_all(x: torch.Tensor, team: int) -> torch.Tensor:
+    from . import collectives
+
+    return collectives.all_to_all(x.detach(), team=_team(team))
+
+
+@all_to_all.register_fake
+def _(x, team):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _all_to_all_backward(ctx, grad):
+    return all_to_all(grad.contiguous(), ctx.team), None
+
+
+def _all_to_all_context(ctx, inputs, output):
+    ctx.team = inputs[1]
+
+
+all_to_all.register_autograd(_all_to_all_backward, setup_context=_all_to_all_context)
+
+
 # ---- the GEMMs ---------------------------------------------------------------------------------------
 
 
@@ -236,3 +260,78 @@ def _gemm_rs_context(ctx, inputs, output):
 
 
 gemm_rs.register_autograd(_gemm_rs_backward, setup_context=_gemm_rs_context)
+
+
+# ---- MoE dispatch and combine --------------------------------------------------------------------
+# torch.autograd.Functions, not custom ops: dispatch returns a handle (workspace, routing), which is no
+# tensor, and without max_tokens its output's rows are known only after the call; under torch.compile
+# both run eagerly (moe.py: a graph break). The backward passes are public calls (formulas in moe.py's
+# docstring, "Gradients"); every PE runs them in the same order, as it runs the forward calls.
+
+
+def _wide(*dtypes) -> torch.dtype:
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+class _Dispatch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tokens, topk_ids, weights, n_experts, max_tokens, team, group):
+        from . import moe
+
+        out, counts, handle = moe._run_dispatch(tokens.detach(), topk_ids, weights, n_experts, max_tokens, team, group)
+        ctx.handle, ctx.per_copy = handle, tokens.dim() == 3
+        ctx.mark_non_differentiable(counts)
+        return out, counts, handle
+
+    @staticmethod
+    def backward(ctx, grad, _counts, _handle):
+        from . import moe
+
+        h = ctx.handle
+        if ctx.per_copy:  # copy (t, k) carried tokens[t, k]
+            grad_tokens = moe.combine(grad.contiguous(), h, per_copy=True, team=h.team)
+        else:  # copy (t, k) carried tokens[t]: the sum of its copies' gradients
+            ones = torch.ones(h.pos.shape, dtype=_wide(grad.dtype), device=grad.device)
+            grad_tokens = moe.combine(grad.contiguous(), h, weights=ones, team=h.team)
+        return grad_tokens, None, None, None, None, None, None
+
+
+def dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group):
+    """moe.dispatch with the gradient of tokens; weights: the handle's copy of topk_weights."""
+    return _Dispatch.apply(tokens, topk_ids, weights, n_experts, max_tokens, team, group)
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, expert_out, weights, handle, per_copy, team, group):
+        from . import moe
+
+        out = moe._run_combine(expert_out.detach(), handle, weights, per_copy, team, group)
+        ctx.handle, ctx.per_copy = handle, per_copy
+        ctx.save_for_backward(expert_out, weights)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        from . import moe
+
+        expert_out, weights = ctx.saved_tensors
+        h, grad = ctx.handle, grad.contiguous()
+        grad_rows = grad_weights = None
+        if ctx.needs_input_grad[0]:  # row (t, k) of expert_out: w[t, k] * grad[t] (per_copy: grad[t, k])
+            if ctx.per_copy:
+                rows = grad
+            else:
+                wide = _wide(weights.dtype, grad.dtype)
+                rows = (weights.to(wide)[:, :, None] * grad.to(wide)[:, None, :]).to(expert_out.dtype)
+            grad_rows = h.dispatch(rows)
+        if ctx.needs_input_grad[1]:  # w[t, k]: <grad[t], row (t, k) back on this PE>
+            copies = moe.combine(expert_out.detach(), h, per_copy=True, team=h.team)
+            wide = _wide(weights.dtype, grad.dtype)
+            grad_weights = (copies.to(wide) * grad.to(wide)[:, None, :]).sum(-1).to(weights.dtype)
+        return grad_rows, grad_weights, None, None, None, None
+
+
+def combine(expert_out, weights, handle, per_copy, team, group):
+    """moe.combine with the gradients of expert_out and weights (None with per_copy)."""
+    return _Combine.apply(expert_out, weights, handle, per_copy, team, group)

@@ -23,7 +23,24 @@ member d and n its size):
   (t, k) it came from, and out[t] = sum over k of topk_weights[t, k] * that row, computed in
   float32 as w0*x0 + w1*x1 + ... added left to right in k order (no fused multiply-add), then
   cast to the tokens' dtype (round to nearest even). expert_out must have expert_tokens' dtype and
-  shape (with a capacity, its rows past R are never read).
+  shape (with a capacity, its rows past R are never read). float64 rows are summed in float64.
+- Variants the gradients use, public: dispatch's tokens may be [T, K, H], a row per copy (copy
+  (t, k) carries tokens[t, k]); `handle.dispatch(rows)` sends rows along a handle's routing (a new
+  dispatch call with the same ids, hence the same layout); `combine(..., weights=w)` applies w
+  [T, K] instead of topk_weights; `combine(..., per_copy=True)` returns [T, K, H], each copy's row
+  as it came back, unweighted.
+
+Gradients (dispatch and combine are torch.autograd.Functions in _ops.py where autograd must record
+them, the plain calls otherwise): with row(t, k) the copy's row in the packed layout,
+- dispatch: grad tokens[t] = sum_k grad expert_tokens row(t, k) = combine(grad, handle, weights=ones)
+  (per copy: grad tokens[t, k] = combine(grad, handle, per_copy=True)[t, k]);
+- combine: grad expert_out row(t, k) = w[t, k] * grad out[t] = handle.dispatch(w[:, :, None] *
+  grad[:, None, :]); grad w[t, k] = <grad out[t], combine(expert_out, handle, per_copy=True)[t, k]>,
+  the weights being the handle's copy of topk_weights (which carries their autograd history) or
+  combine's weights=.
+A copy routed nowhere and a padding row of the capacity layout get zero gradient (neither is sent).
+Both modes keep their host syncs: none with a capacity. Every PE must run the backward calls, in
+the same order (as for the collectives): each is a dispatch or combine call on the handle's team.
 
 Counts are exchanged in the dispatch kernel: every PE puts its per-expert count row (n_experts int64
 words, counted on the device) into every PE's slot for it, with a signal; after waiting for all n
@@ -69,7 +86,7 @@ from . import _ops
 from ._calls import STATE_WORDS, begin_call, end_call
 from .collectives import _cdiv, _check_tensor, _next_power_of_2, _pieces, _source, _team
 
-FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # routing weights' dtypes
 
 
 @triton.jit
@@ -183,11 +200,14 @@ def _combine(
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     ITEMSIZE: tl.constexpr,
+    WIDE: tl.constexpr,
+    PER_COPY: tl.constexpr,
 ):
     """Programs g < n * pieces: piece g // n of the rows PE p = g % n sent here, back to where PE p
     staged them (its rows sorted by expert), adding 1 to PE p's return word of this PE. Then program
-    g sums the weighted returned copies of tokens g*BLOCK_T.. of this PE; a copy whose pos is -1 was
-    routed nowhere and adds nothing."""
+    g sums the weighted returned copies of tokens g*BLOCK_T.. of this PE (in float64 with WIDE, else
+    float32), or with PER_COPY stores each copy's row as it came back (out [T, K, H]); a copy whose pos
+    is -1 was routed nowhere: it adds nothing (PER_COPY: its row is zero)."""
     g = tl.program_id(0)
     E = n * L
     epoch = begin_call(state)
@@ -224,13 +244,17 @@ def _combine(
             for k in tl.static_range(K):
                 row = tl.load(pos + t * K + k, mask=tmask, other=-1)
                 routed = row >= 0
-                w = tl.load(weights + t * K + k, mask=routed, other=0).to(tl.float32)
                 x = tl.load(back + row[:, None] * H + h[None, :], mask=mask & routed[:, None], other=0)
-                if k == 0:
-                    acc = w[:, None] * x.to(tl.float32)
+                if PER_COPY:
+                    tl.store(out + (t[:, None] * K + k) * H + h[None, :], x, mask=mask)
                 else:
-                    acc = acc + w[:, None] * x.to(tl.float32)
-            tl.store(out + t[:, None] * H + h[None, :], acc.to(out.dtype.element_ty), mask=mask)
+                    w = tl.load(weights + t * K + k, mask=routed, other=0).to(tl.float64 if WIDE else tl.float32)
+                    if k == 0:
+                        acc = w[:, None] * x.to(tl.float64 if WIDE else tl.float32)
+                    else:
+                        acc = acc + w[:, None] * x.to(tl.float64 if WIDE else tl.float32)
+            if not PER_COPY:
+                tl.store(out + t[:, None] * H + h[None, :], acc.to(out.dtype.element_ty), mask=mask)
     end_call(state, epoch)
 
 
@@ -275,7 +299,17 @@ COMPILE = {
             "slot": "i64",
             "pieces": "i32",
         },
-        "constexprs": {"L": 2, "K": 2, "N_BLOCK": 8, "E_BLOCK": 16, "BLOCK_T": 4, "BLOCK_H": 128, "ITEMSIZE": 2},
+        "constexprs": {
+            "L": 2,
+            "K": 2,
+            "N_BLOCK": 8,
+            "E_BLOCK": 16,
+            "BLOCK_T": 4,
+            "BLOCK_H": 128,
+            "ITEMSIZE": 2,
+            "WIDE": False,
+            "PER_COPY": False,
+        },
         "options": {"enable_fp_fusion": False},
     },  # as launched: w*x then +, never an fma
 }
@@ -290,7 +324,8 @@ class MoEHandle:
     call: int  # the dispatch call's number on the host: every PE must combine the same call (checked)
     C: torch.Tensor  # [n, n_experts] int64: rows PE s sent to expert e, this call (written by the kernel)
     pos: torch.Tensor  # [T, K] int64: where copy (t, k) sits among this PE's rows sorted by expert; -1: nowhere
-    weights: torch.Tensor  # [T, K] topk_weights as passed to dispatch
+    weights: torch.Tensor  # [T, K] a copy of topk_weights as passed to dispatch (with their autograd history)
+    ids: torch.Tensor  # [T, K] int64: the expert of copy (t, k), -1 where it went nowhere (for `dispatch`)
     rows: int  # expert_tokens' rows: R, or the capacity's n * max_tokens * K when padded
     dtype: torch.dtype
     H: int
@@ -298,16 +333,25 @@ class MoEHandle:
     capacity: int  # max_tokens of the workspace
     padded: bool  # dispatch was given max_tokens: no host sync, expert_tokens padded to the capacity
 
+    def dispatch(self, rows):
+        """Send `rows` of this PE along this handle's routing: rows [T, H] (copy (t, k) carries rows[t])
+        or [T, K, H] (copy (t, k) carries rows[t, k]), in expert_tokens' dtype; returns them in the
+        layout and shape of this handle's expert_tokens. A dispatch call on the handle's team (every PE
+        calls it), differentiable as dispatch is; the gradient of combine's expert_out is one."""
+        max_tokens = self.capacity if self.padded else None
+        n_experts = self.L * self.team.n_pes
+        return dispatch(rows, self.ids, self.weights.detach(), n_experts, max_tokens=max_tokens, team=self.team)[0]
+
 
 def _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n):
     for name, x in (("tokens", tokens), ("topk_ids", topk_ids), ("topk_weights", topk_weights)):
         problem = _check_tensor(rt, x, name, "dispatch")
         if problem:
             return problem
-    if tokens.dim() != 2 or tokens.shape[1] < 1 or tokens.dtype not in DTYPE_CODES:
+    if tokens.dim() not in (2, 3) or tokens.shape[-1] < 1 or tokens.dtype not in DTYPE_CODES:
         return ValueError(
-            f"dispatch: tokens must be [T, H] with H >= 1 and a dtype of the symmetric heap; got "
-            f"{tokens.dtype} of shape {list(tokens.shape)}"
+            f"dispatch: tokens must be [T, H] (or [T, K, H]: a row per copy) with H >= 1 and a dtype of "
+            f"the symmetric heap; got {tokens.dtype} of shape {list(tokens.shape)}"
         )
     if topk_ids.dim() != 2 or topk_ids.shape[0] != tokens.shape[0] or topk_ids.shape[1] < 1:
         return ValueError(
@@ -316,10 +360,15 @@ def _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens,
         )
     if topk_ids.dtype not in (torch.int32, torch.int64):
         return TypeError(f"dispatch: topk_ids must be int32 or int64, not {topk_ids.dtype}")
+    if tokens.dim() == 3 and tokens.shape[1] != topk_ids.shape[1]:
+        return ValueError(
+            f"dispatch: tokens with a row per copy must be [T, K, H] with K = {topk_ids.shape[1]} "
+            f"(topk_ids' columns); got shape {list(tokens.shape)}"
+        )
     if tuple(topk_weights.shape) != tuple(topk_ids.shape) or topk_weights.dtype not in FLOATS:
         return ValueError(
             f"dispatch: topk_weights must be float32, float16 or bfloat16 of shape "
-            f"{list(topk_ids.shape)} (topk_ids' shape); got {topk_weights.dtype} of shape "
+            f"{list(topk_ids.shape)} (topk_ids' shape), or float64; got {topk_weights.dtype} of shape "
             f"{list(topk_weights.shape)}"
         )
     if not isinstance(n_experts, int) or isinstance(n_experts, bool) or n_experts < 1 or n_experts % n:
@@ -392,15 +441,29 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     the packed layout. With max_tokens (the capacity, the same on every PE) the call has no host sync
     and expert_tokens is [n_pes * max_tokens * K, H], zero past the received rows: safe to capture in
     a CUDA graph once a call of the same shapes has run. Without it expert_tokens is [R, H], sized on
-    the host. Runs on torch's current stream."""
+    the host. tokens may also be [T, K, H], a row per copy. Runs on torch's current stream.
+    Differentiable in tokens (and, through combine, in topk_weights); under torch.compile a graph break."""
+    if torch.compiler.is_compiling():
+        return _eager_dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens=max_tokens, team=team, group=group)
+    # the handle's own copy (combine uses the weights as they are now), made here so that it records
+    # the weights' autograd history for combine's gradient
+    if isinstance(topk_weights, torch.Tensor):
+        topk_weights = topk_weights.clone(memory_format=torch.contiguous_format)
+    if _ops.needs_op(tokens):
+        return _ops.dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group)
+    return _run_dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group)
+
+
+def _run_dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group):
+    """dispatch's kernel call; weights: the handle's copy of topk_weights."""
     from .. import runtime
 
     rt = runtime()
     team = _team(rt, _ops.team_of(rt, team, group))
     n = team.n_pes
-    problem = _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n)
+    problem = _dispatch_problem(rt, tokens, topk_ids, weights, n_experts, max_tokens, n)
     padded = max_tokens is not None
-    T, H, K = (tokens.shape[0], tokens.shape[1], topk_ids.shape[1]) if problem is None else (0, 0, 0)
+    T, H, K = (tokens.shape[0], tokens.shape[-1], topk_ids.shape[1]) if problem is None else (0, 0, 0)
     # NOTE [workspaces]: one workspace per size class of the capacity (a power of two of tokens a PE)
     key = ("moe", getattr(tokens, "dtype", None), H, K, n_experts, size_class(max_tokens or 1), team._id)
     agreed = (H, K, n_experts, max_tokens)  # what every PE must pass alike (T may differ)
@@ -429,7 +492,10 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     routed = (ids >= 0) & (ids < n_experts)
     expert = torch.where(routed, ids, n_experts)  # copies routed nowhere sort last and are never sent
     order = torch.argsort(expert, stable=True)  # copies sorted by expert, (t, k) order within one
-    torch.index_select(tokens, 0, order // K, out=b["stage"][: T * K])
+    if tokens.dim() == 3:  # a row per copy
+        torch.index_select(tokens.reshape(T * K, H), 0, order, out=b["stage"][: T * K])
+    else:
+        torch.index_select(tokens, 0, order // K, out=b["stage"][: T * K])
     b["my_counts"].zero_().index_add_(0, expert, torch.ones_like(expert))
     C = torch.empty((n, n_experts), dtype=torch.int64, device=rt.device)
     counts = torch.empty((L, n), dtype=torch.int64, device=rt.device)
@@ -464,17 +530,49 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     pos = torch.empty_like(order)
     pos[order] = torch.arange(T * K, device=rt.device)
     pos = torch.where(routed, pos, -1).view(T, K)
-    weights = topk_weights.contiguous().clone()
-    handle = MoEHandle(ws, team, ws.epoch, C, pos, weights, rows, tokens.dtype, H, L, cap, padded)
+    ids = torch.where(routed, ids, -1).view(T, K)
+    handle = MoEHandle(ws, team, ws.epoch, C, pos, weights, ids, rows, tokens.dtype, H, L, cap, padded)
     return out, counts, handle
 
 
-def combine(expert_out, handle, *, team=None, group=None):
+def combine(expert_out, handle, *, weights=None, per_copy: bool = False, team=None, group=None):
     """Send each row of expert_out (expert_tokens' layout and shape) back to its (t, k) and return
-    this PE's tokens [T, H]: out[t] = sum_k topk_weights[t, k] * row of (t, k), in float32, in k order
-    (a copy routed nowhere adds nothing). team: the team the handle's dispatch ran on (default: the
-    world). Runs on torch's current stream; after a dispatch given max_tokens, it has no host sync and
-    is safe to capture in a CUDA graph."""
+    this PE's tokens [T, H]: out[t] = sum_k topk_weights[t, k] * row of (t, k), in float32 (float64
+    for float64 rows), in k order (a copy routed nowhere adds nothing). weights: [T, K] used instead
+    of dispatch's topk_weights (e.g. ones: the sum of each token's copies). per_copy: return
+    [T, K, H] instead, each copy's row as it came back, unweighted (zero where routed nowhere).
+    team: the team the handle's dispatch ran on (default: the world). Runs on torch's current stream;
+    after a dispatch given max_tokens, it has no host sync and is safe to capture in a CUDA graph.
+    Differentiable in expert_out and the weights (dispatch's or these); under torch.compile a graph
+    break."""
+    if torch.compiler.is_compiling():
+        return _eager_combine(expert_out, handle, weights=weights, per_copy=per_copy, team=team, group=group)
+    if weights is None and not per_copy and isinstance(handle, MoEHandle):
+        weights = handle.weights
+    if _ops.needs_op(expert_out, weights):
+        return _ops.combine(expert_out, weights, handle, per_copy, team, group)
+    return _run_combine(expert_out, handle, weights, per_copy, team, group)
+
+
+def _weights_problem(weights, handle, per_copy, rt):
+    if weights is None:
+        return None
+    if per_copy:
+        return ValueError("combine: per_copy=True returns each copy's row unweighted: pass no weights= with it")
+    T, K = handle.pos.shape
+    if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (T, K) or weights.dtype not in FLOATS:
+        got = f"{weights.dtype} of shape {list(weights.shape)}" if isinstance(weights, torch.Tensor) else type(weights)
+        return ValueError(
+            f"combine: weights must be float32, float16, bfloat16 or float64 of shape [{T}, {K}] (the "
+            f"dispatch's topk_weights' shape); got {got}"
+        )
+    if weights.device != rt.device:
+        return ValueError(f"combine: weights is on {weights.device}, not the runtime's device {rt.device}")
+    return None
+
+
+def _run_combine(expert_out, handle, weights, per_copy, team, group):
+    """combine's kernel call; weights: those to apply (None with per_copy)."""
     from .. import runtime
 
     rt = runtime()
@@ -495,6 +593,7 @@ def combine(expert_out, handle, *, team=None, group=None):
             f"(expert_tokens' dtype and shape); got {expert_out.dtype} of shape "
             f"{list(expert_out.shape)}"
         )
+    problem = problem or _weights_problem(weights, handle, per_copy, rt)
     if problem or not handle.padded or checks_every_call(rt):
         # every PE must pass the handle of the same dispatch call (workspace and its call number)
         desc = [-1] * 5 if problem else [0, handle.call, handle.capacity, DTYPE_CODES[handle.dtype], handle.H]
@@ -506,9 +605,10 @@ def combine(expert_out, handle, *, team=None, group=None):
             raise mismatch
     ws, H, L = handle.ws, handle.H, handle.L
     T, K = handle.pos.shape
+    weights = (handle.weights if weights is None else weights).detach().contiguous()  # per_copy: never read
     b = ws.buffers
-    src = _source(rt, ws, expert_out, expert_out.numel())
-    out = torch.empty((T, H), dtype=handle.dtype, device=rt.device)
+    src = _source(rt, ws, expert_out.detach(), expert_out.numel())
+    out = torch.empty((T, K, H) if per_copy else (T, H), dtype=handle.dtype, device=rt.device)
     block_h = min(_blocks(H), 1024)
     block_t = max(1, min(64, _tile() // block_h))  # by H alone: one binary for every T and capacity
     pieces = ws.extra["pieces"]
@@ -520,7 +620,7 @@ def combine(expert_out, handle, *, team=None, group=None):
         b["cstate"],
         ws.members,
         handle.pos,
-        handle.weights,
+        weights,
         out,
         ws.my_index,
         n,
@@ -535,6 +635,13 @@ def combine(expert_out, handle, *, team=None, group=None):
         BLOCK_T=block_t,
         BLOCK_H=block_h,
         ITEMSIZE=expert_out.element_size(),
+        WIDE=expert_out.dtype == torch.float64,
+        PER_COPY=per_copy,
         enable_fp_fusion=False,
     )
     return out
+
+
+# Under torch.compile: run eagerly (a graph break), since the handle is not a tensor
+_eager_dispatch = torch.compiler.disable(dispatch)
+_eager_combine = torch.compiler.disable(combine)
