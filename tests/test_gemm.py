@@ -12,6 +12,9 @@ SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "5"}
 # float16 results: each output rounded once to float16 (relative 2**-11) after a float32 sum of
 # float16 products; gemm_rs also rounds each PE's partial tile to float16 before the sum
 F16_TOL = {"rtol": 2e-3, "atol": 2e-2}
+# bfloat16 the same with 8 bits of significand (relative 2**-8; the interpreter truncates where a GPU
+# rounds to nearest, up to 2**-7)
+BF16_TOL = {"rtol": 2e-2, "atol": 1e-1}
 
 
 def ints(pe: int, shape, dtype, seed: int = 0):
@@ -20,9 +23,9 @@ def ints(pe: int, shape, dtype, seed: int = 0):
     return torch.randint(-3, 4, shape, generator=g).to(dtype)
 
 
-def normal(pe: int, shape, seed: int = 0):
+def normal(pe: int, shape, seed: int = 0, dtype=torch.float16):
     g = torch.Generator().manual_seed(1000 * seed + pe)
-    return torch.randn(shape, generator=g).to(torch.float16)
+    return torch.randn(shape, generator=g).to(dtype)
 
 
 @spmd
@@ -49,6 +52,15 @@ def test_ag_gemm_both_forms_odd_sizes_repeated(rt):
     c = K.ag_gemm(normal(rt.my_pe, (9, 40), 8), b, block_m=16, block_n=32, block_k=16)
     ref = torch.cat([normal(pe, (9, 40), 8) for pe in range(n)]).double() @ b.double()
     torch.testing.assert_close(c.double(), ref, **F16_TOL)
+    # bfloat16, accumulated in float32: exact on integers, within BF16_TOL on random values
+    bf = torch.bfloat16
+    c = K.ag_gemm(ints(rt.my_pe, (5, 24), bf, 9), ints(98, (24, 33), bf, 9), overlap=False)
+    ref = torch.cat([ints(pe, (5, 24), bf, 9) for pe in range(n)]).float() @ ints(98, (24, 33), bf, 9).float()
+    assert c.dtype == bf and torch.equal(c.float(), ref)
+    b = normal(97, (40, 20), 10, bf)
+    c = K.ag_gemm(normal(rt.my_pe, (9, 40), 10, bf), b, block_m=16, block_n=32, block_k=16)
+    ref = torch.cat([normal(pe, (9, 40), 10, bf) for pe in range(n)]).double() @ b.double()
+    torch.testing.assert_close(c.double(), ref, **BF16_TOL)
 
 
 @spmd
@@ -73,6 +85,12 @@ def test_gemm_rs_odd_sizes_uneven_k_repeated(rt):
     full = sum(x.double() @ y.double() for x, y in zip(a, bs))
     assert c.dtype == torch.float16
     torch.testing.assert_close(c.double(), shard_of(full, 6), **F16_TOL)
+    a = [normal(pe, (n * 6, 24), 5, torch.bfloat16) for pe in range(n)]
+    bs = [normal(pe, (24, 19), 6, torch.bfloat16) for pe in range(n)]
+    c = K.gemm_rs(a[me], bs[me])
+    full = sum(x.double() @ y.double() for x, y in zip(a, bs))
+    assert c.dtype == torch.bfloat16
+    torch.testing.assert_close(c.double(), shard_of(full, 6), **BF16_TOL)
 
 
 @spmd(sizes=(2, 4))
@@ -106,7 +124,7 @@ def test_mismatches_raise_on_every_pe_and_the_job_goes_on(rt):
     )
     raises(
         lambda: K.gemm_rs(torch.ones(4, 8, dtype=torch.float16 if me == 1 else torch.float32), torch.ones(8, 4)),
-        "a and b_shard must both be float16 or both float32, got torch.float16 and torch.float32"
+        "a and b_shard must both be float16, bfloat16 or float32 (one dtype), got torch.float16 and torch.float32"
         if me == 1
         else "gemm_rs: member(s) [1] of world rejected their arguments",
     )

@@ -184,7 +184,8 @@ def test_pyproject_declares_the_support_matrix():
 
     (lo_major, lo_minor), (hi_major, hi_minor) = _triton_compat.SUPPORTED
     spec = f"triton>={lo_major}.{lo_minor},<{hi_major}.{hi_minor + 1}"
-    assert spec in extras["triton"] and spec in extras["test"]
+    # a plain `pip install unishmem` brings Triton (where Triton publishes wheels), and the tests pin it alike
+    assert f"{spec}; sys_platform == 'linux'" in project["dependencies"] and spec in extras["test"]
     assert _triton_compat.in_matrix(), triton.__version__  # what this test run uses is in it
 
 

@@ -17,7 +17,7 @@ gemm_rs (K split over PEs): a [M, K_local] and b_shard [K_local, N] on each PE g
   owner with putmem_signal, then this PE's own, each adding the peers' tiles to its own as their
   signals arrive: every program pushes before it waits.
 
-Tiles need not divide M, N or K (masked loads and stores). float16 and float32; tl.dot accumulates
+Tiles need not divide M, N or K (masked loads and stores). float16, bfloat16 and float32; tl.dot accumulates
 in float32 (float32 operands use tl.dot's default precision: TF32 on NVIDIA tensor cores). Blocks
 are powers of two from 16 (tl.dot's minimum) to 64 by default, smaller for small matrices.
 Workspaces, epochs and parities follow NOTE [workspaces]; their size class is the shard's rows m
@@ -40,7 +40,7 @@ from . import _ops
 from ._calls import STATE_WORDS, begin_call, copied, copy_in, end_call, wait_copied
 from .collectives import BLOCK, _cdiv, _check_tensor, _grid, _inputs, _next_power_of_2, _team, all_gather
 
-DTYPES = (torch.float16, torch.float32)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_BLOCK = {"block_m": 64, "block_n": 64, "block_k": 32}
 # Under TRITON_INTERPRET=1 one tile operation is one numpy call whatever the tile's size, so default
 # tiles twice as wide each way cut the calls eightfold (a 1-PE 512x512x512 ag_gemm: 0.57 s against
@@ -49,6 +49,10 @@ INTERPRETER_BLOCK_SCALE = 2
 NUM_STAGES = 3  # software pipelining of the K loop on a GPU (the interpreter ignores it)
 MIN_CLASS_ROWS = 16  # the smallest size class of a workspace (rows of a shard; NOTE [workspaces])
 _COPY_BLOCK = tl.constexpr(BLOCK)  # elements a program copies in at a time (NOTE [copy-in])
+# Triton's interpreter cannot multiply bfloat16 tiles (numpy has no bfloat16): there they are widened
+# to float32 first, which gives what a GPU's bfloat16 dot with float32 accumulation gives (the
+# product of two bfloat16 values is exact in float32). Triton too picks the interpreter at import.
+_DOT_BF16 = tl.constexpr(not interpreting())
 
 
 @triton.jit
@@ -65,6 +69,8 @@ def _tile(a, rows, b, pn, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BL
         k_in = (k0 + rk) < K
         a_t = tl.load(a_ptrs, mask=m_in & k_in[None, :], other=0.0)
         b_t = tl.load(b_ptrs, mask=k_in[:, None] & n_in, other=0.0)
+        if not _DOT_BF16 and a_t.dtype == tl.bfloat16:
+            a_t, b_t = a_t.to(tl.float32), b_t.to(tl.float32)
         acc = tl.dot(a_t, b_t, acc)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K * N
@@ -309,7 +315,8 @@ def _operands(rt, a, b, what: str, a_name: str, b_name: str):
         return ValueError(f"{what}: {a_name} and {b_name} must be 2-D, got shapes {list(a.shape)} and {list(b.shape)}")
     if a.dtype not in DTYPES or b.dtype != a.dtype:
         return TypeError(
-            f"{what}: {a_name} and {b_name} must both be float16 or both float32, got {a.dtype} and {b.dtype}"
+            f"{what}: {a_name} and {b_name} must both be float16, bfloat16 or float32 (one dtype), got {a.dtype} "
+            f"and {b.dtype}"
         )
     if a.shape[1] != b.shape[0]:
         return ValueError(
@@ -329,7 +336,7 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     """all_gather(a_shard) @ b on every PE.
 
     a_shard: [M / n, K], this PE's rows of A (PE p holds rows p * M / n ...; every PE the same shape);
-    b: [K, N], the same on every PE; returns c: [M, N] in a_shard's dtype (float16 or float32).
+    b: [K, N], the same on every PE; returns c: [M, N] in a_shard's dtype (float16, bfloat16 or float32).
     overlap: True (default) gathers A chunk by chunk inside the GEMM launch, each GEMM tile waiting
     only for its own rows; False gathers all of A first (unishmem.kernels.all_gather), then runs
     a plain GEMM. block_m, block_n, block_k: tile sizes (powers of two >= 16); every PE must pass
@@ -416,7 +423,7 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, 
     The tensor-parallel layout of a row-parallel linear layer: K is split over the PEs, PE p holding
     a: [M, K_p] (its columns of the activations) and b_shard: [K_p, N] (its rows of the weight);
     K_p may differ between PEs, M and N may not, and M must split into n equal blocks. Returns
-    c_shard: [M / n, N] in a's dtype (float16 or float32). Partial tiles travel in that dtype and
+    c_shard: [M / n, N] in a's dtype (float16, bfloat16 or float32). Partial tiles travel in that dtype and
     are summed in float32 by their owner. block_m, block_n, block_k: as for ag_gemm. Runs on torch's
     current stream; safe to capture in a CUDA graph once a call of the same shapes has run. group: a
     torch.distributed ProcessGroup naming the team instead. Differentiable (grad a =
