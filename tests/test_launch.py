@@ -417,7 +417,7 @@ def test_torchrun():
     ok_lines(proc.stdout, 2, "torchrun")
 
 
-def test_existing_process_group():
+def test_existing_process_group_and_kernels_called_with_it():
     proc = subprocess.run(
         [
             sys.executable,
@@ -433,6 +433,7 @@ def test_existing_process_group():
         capture_output=True,
         text=True,
         timeout=180,
+        env={**os.environ, "TRITON_INTERPRET": "1"},  # (the kernels it calls with group=)
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ok_lines(proc.stdout, 2, "torch.distributed group")

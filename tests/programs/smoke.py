@@ -32,6 +32,15 @@ with unishmem.init(heap_size="16M", group=group) as rt:
     assert (x == n * (n - 1) // 2).all(), x
     for t in (x, everyone):
         rt.free(t)
+    if group is not None:  # the kernels take the torch.distributed group for their team (TRITON_INTERPRET=1)
+        import unishmem.kernels as K
+        from unishmem.kernels import functional
+
+        y = K.all_reduce(torch.full((3,), float(me + 1)), group=group)
+        assert y.tolist() == [n * (n + 1) / 2] * 3, y
+        out = torch.empty(n, 2)
+        functional.all_gather_into_tensor(out, torch.full((2,), float(me)), group=group)
+        assert out[:, 0].tolist() == list(range(n)), out
     say(f"OK pe={me} n={n} launcher={rt.launcher}")
 if group is not None:
     dist.destroy_process_group()
