@@ -194,23 +194,47 @@ def test_the_expert_parallel_layer_equals_its_single_process_reference(rt):
 
 
 @spmd(sizes=(2,))
-def test_torch_compile_runs_dispatch_and_combine_eagerly_at_a_graph_break(rt):
+def test_torch_compile_traces_dispatch_and_combine_with_a_capacity_whole(rt):
+    # with max_tokens both are custom ops (torch.ops.unishmem.dispatch/combine): fullgraph=True, no
+    # graph break, one graph for two calls, the eager forward and gradients; the exact layout breaks
     import torch._dynamo
+    from torch._dynamo.utils import counters
 
     n, me = rt.n_pes, rt.my_pe
     x, ids, w, c = inputs(me, n, 9, torch.float32)
 
-    def step(tokens, weights):
-        expert_tokens, counts, handle = K.dispatch(tokens, ids, weights, n_experts(n), max_tokens=CAPACITY)
+    def step(tokens, weights, max_tokens=CAPACITY):
+        expert_tokens, counts, handle = K.dispatch(tokens, ids, weights, n_experts(n), max_tokens=max_tokens)
         return K.combine(expert(expert_tokens, row_experts(counts, me, len(expert_tokens))), handle)
 
-    leaves = [(x.clone().requires_grad_(), w.clone().requires_grad_()) for _ in range(2)]
+    leaves = [(x.clone().requires_grad_(), w.clone().requires_grad_()) for _ in range(3)]
     expected = step(*leaves[0])
     (expected * c).sum().backward()
     torch._dynamo.reset()
-    compiled = torch.compile(step, backend="aot_eager")  # dispatch and combine: graph breaks (no custom op)
-    out = compiled(*leaves[1])
-    assert torch.allclose(out, expected, atol=1e-6), (out, expected)
-    (out * c).sum().backward()
-    for eager, traced in zip(*leaves):
-        assert torch.allclose(eager.grad, traced.grad, atol=1e-6), (eager.grad, traced.grad)
+    counters.clear()
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    for traced in leaves[1:]:
+        out = compiled(*traced)
+        assert torch.allclose(out, expected, atol=1e-6), (out, expected)
+        (out * c).sum().backward()
+        for eager, grad in zip(leaves[0], traced):
+            assert torch.allclose(eager.grad, grad.grad, atol=1e-6), (eager.grad, grad.grad)
+    assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1, dict(counters["graph_break"])
+    exact = torch.compile(lambda t, v: step(t, v, None), backend="aot_eager")  # rows known after the call
+    assert torch.allclose(exact(x, w), step(x, w, None), atol=1e-6)
+    assert counters["graph_break"], "the exact layout should break the graph"
+    # and the layer with a capacity: one graph, the eager gradients
+    from unishmem.nn import ExpertParallelMoE
+
+    torch.manual_seed(0)
+    layer = ExpertParallelMoE(4, 6, n_experts(n), max_tokens=CAPACITY)
+    grads = []
+    for run in (
+        lambda t: (layer(t) ** 2).sum(),
+        torch.compile(lambda t: (layer(t) ** 2).sum(), fullgraph=True, backend="aot_eager"),
+    ):
+        layer.zero_grad()
+        t = x.clone().requires_grad_()
+        run(t).backward()
+        grads.append([t.grad, *(p.grad.clone() for p in layer.parameters())])
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))

@@ -263,9 +263,9 @@ gemm_rs.register_autograd(_gemm_rs_backward, setup_context=_gemm_rs_context)
 
 
 # ---- MoE dispatch and combine --------------------------------------------------------------------
-# torch.autograd.Functions, not custom ops: dispatch returns a handle (workspace, routing), which is no
-# tensor, and without max_tokens its output's rows are known only after the call; under torch.compile
-# both run eagerly (moe.py: a graph break). The backward passes are public calls (formulas in moe.py's
+# Eager: torch.autograd.Functions, not custom ops: dispatch returns a handle (workspace, routing), which is
+# no tensor, and without max_tokens its output's rows are known only after the call (under torch.compile
+# that layout is a graph break; with max_tokens the custom ops below are traced instead). The backward passes are public calls (formulas in moe.py's
 # docstring, "Gradients"); every PE runs them in the same order, as it runs the forward calls.
 
 
@@ -335,3 +335,107 @@ class _Combine(torch.autograd.Function):
 def combine(expert_out, weights, handle, per_copy, team, group):
     """moe.combine with the gradients of expert_out and weights (None with per_copy)."""
     return _Combine.apply(expert_out, weights, handle, per_copy, team, group)
+
+
+# ---- dispatch and combine with a capacity, as custom ops (torch.compile) ------------------------------
+# With max_tokens every shape is known before the call, so under torch.compile dispatch and combine are
+# ops Dynamo traces (moe.MoERouting carries the handle's tensors and numbers between them; the op finds
+# the workspace again by its key). Their gradients are the same public calls as _Dispatch's and _Combine's.
+
+
+@torch.library.custom_op("unishmem::dispatch", mutates_args=())
+def dispatch_padded(
+    tokens: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_experts: int, max_tokens: int, team: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    from . import moe
+
+    weights = topk_weights.detach().clone(memory_format=torch.contiguous_format)
+    out, counts, h = moe._run_dispatch(tokens.detach(), topk_ids, weights, n_experts, max_tokens, _team(team), None)
+    return out, counts, h.C, h.pos, h.ids
+
+
+@dispatch_padded.register_fake
+def _(tokens, topk_ids, topk_weights, n_experts, max_tokens, team):
+    n = _team(team).n_pes
+    T, K = topk_ids.shape
+    index = {"dtype": torch.int64}
+    return (
+        tokens.new_empty((n * max_tokens * K, tokens.shape[-1])),
+        tokens.new_empty((n_experts // n, n), **index),
+        tokens.new_empty((n, n_experts), **index),
+        tokens.new_empty((T, K), **index),
+        tokens.new_empty((T, K), **index),
+    )
+
+
+def _dispatch_padded_context(ctx, inputs, output):
+    tokens, _, topk_weights, ctx.n_experts, ctx.max_tokens, ctx.team = inputs
+    ctx.per_copy, ctx.weights_dtype = tokens.dim() == 3, topk_weights.dtype
+    ctx.save_for_backward(*output[2:])
+
+
+def _dispatch_padded_backward(ctx, grad, *_):
+    C, pos, ids = ctx.saved_tensors
+    routing = (ctx.n_experts, ctx.max_tokens)
+    if ctx.per_copy:  # copy (t, k) carried tokens[t, k]
+        grad_tokens = combine_padded(grad.contiguous(), C, pos, ids, None, *routing, True, ctx.team)
+    else:  # copy (t, k) carried tokens[t]: the sum of its copies' gradients
+        ones = torch.ones(pos.shape, dtype=_wide(grad.dtype, ctx.weights_dtype), device=grad.device)
+        grad_tokens = combine_padded(grad.contiguous(), C, pos, ids, ones, *routing, False, ctx.team)
+    return grad_tokens, None, None, None, None, None
+
+
+dispatch_padded.register_autograd(_dispatch_padded_backward, setup_context=_dispatch_padded_context)
+
+
+@torch.library.custom_op("unishmem::combine", mutates_args=())
+def combine_padded(
+    expert_out: torch.Tensor,
+    C: torch.Tensor,
+    pos: torch.Tensor,
+    ids: torch.Tensor,
+    weights: torch.Tensor | None,
+    n_experts: int,
+    max_tokens: int,
+    per_copy: bool,
+    team: int,
+) -> torch.Tensor:
+    from . import moe
+
+    handle = moe._handle_of(expert_out, C, pos, ids, weights, n_experts, max_tokens, _team(team))
+    w = None if weights is None else weights.detach()
+    return moe._run_combine(expert_out.detach(), handle, w, per_copy, handle.team, None)
+
+
+@combine_padded.register_fake
+def _(expert_out, C, pos, ids, weights, n_experts, max_tokens, per_copy, team):
+    T, K = pos.shape
+    return expert_out.new_empty((T, K, expert_out.shape[1]) if per_copy else (T, expert_out.shape[1]))
+
+
+def _combine_padded_context(ctx, inputs, output):
+    expert_out, C, pos, ids, weights, ctx.n_experts, ctx.max_tokens, ctx.per_copy, ctx.team = inputs
+    ctx.save_for_backward(expert_out, C, pos, ids, weights)
+
+
+def _combine_padded_backward(ctx, grad):
+    expert_out, C, pos, ids, weights = ctx.saved_tensors
+    routing = (ctx.n_experts, ctx.max_tokens, ctx.team)
+    grad = grad.contiguous()
+    grad_rows = grad_weights = None
+    if ctx.needs_input_grad[0]:  # row (t, k) of expert_out: w[t, k] * grad[t] (per_copy: grad[t, k])
+        if ctx.per_copy:
+            rows = grad
+        else:
+            wide = _wide(weights.dtype, grad.dtype)
+            rows = (weights.to(wide)[:, :, None] * grad.to(wide)[:, None, :]).to(expert_out.dtype)
+        unit = torch.ones(pos.shape, dtype=torch.float32, device=grad.device)  # (never read: a routing only)
+        grad_rows = dispatch_padded(rows, ids, unit, *routing)[0]
+    if ctx.needs_input_grad[4]:  # w[t, k]: <grad[t], row (t, k) back on this PE>
+        copies = combine_padded(expert_out, C, pos, ids, None, ctx.n_experts, ctx.max_tokens, True, ctx.team)
+        wide = _wide(weights.dtype, grad.dtype)
+        grad_weights = (copies.to(wide) * grad.to(wide)[:, None, :]).sum(-1).to(weights.dtype)
+    return grad_rows, None, None, None, grad_weights, None, None, None, None
+
+
+combine_padded.register_autograd(_combine_padded_backward, setup_context=_combine_padded_context)

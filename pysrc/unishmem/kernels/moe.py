@@ -72,6 +72,7 @@ combine's return buffer has two parities: its puts wait for nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
@@ -343,6 +344,37 @@ class MoEHandle:
         return dispatch(rows, self.ids, self.weights.detach(), n_experts, max_tokens=max_tokens, team=self.team)[0]
 
 
+class MoERouting(NamedTuple):
+    """dispatch's handle under torch.compile, with max_tokens: tensors and numbers, which Dynamo
+    traces; combine takes it as it takes a MoEHandle, and finds the workspace again by its key."""
+
+    C: torch.Tensor
+    pos: torch.Tensor
+    ids: torch.Tensor
+    weights: torch.Tensor  # topk_weights as passed to dispatch
+    n_experts: int
+    max_tokens: int
+    team: int  # the team's number (what custom ops take)
+
+
+def _handle_of(expert_out, C, pos, ids, weights, n_experts: int, max_tokens: int, team) -> MoEHandle:
+    """The MoEHandle of a dispatch with max_tokens, from what a MoERouting holds: the workspace is the
+    one such a dispatch uses (its key), the call the workspace's last."""
+    from .. import runtime
+
+    rt = runtime()
+    n, K, H = team.n_pes, pos.shape[1], expert_out.shape[-1]
+    ws = rt._workspaces.get(("moe", expert_out.dtype, H, K, n_experts, size_class(max_tokens), team._id))
+    if ws is None:
+        raise ValueError("combine: no dispatch with these shapes and max_tokens has run (or its workspace was freed)")
+    if weights is None:  # (per_copy: never read)
+        weights = torch.ones(pos.shape, dtype=torch.float32, device=pos.device)
+    L = n_experts // n
+    return MoEHandle(
+        ws, team, ws.epoch, C, pos, weights, ids, n * max_tokens * K, expert_out.dtype, H, L, max_tokens, True
+    )
+
+
 def _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n):
     for name, x in (("tokens", tokens), ("topk_ids", topk_ids), ("topk_weights", topk_weights)):
         problem = _check_tensor(rt, x, name, "dispatch")
@@ -442,9 +474,15 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     and expert_tokens is [n_pes * max_tokens * K, H], zero past the received rows: safe to capture in
     a CUDA graph once a call of the same shapes has run. Without it expert_tokens is [R, H], sized on
     the host. tokens may also be [T, K, H], a row per copy. Runs on torch's current stream.
-    Differentiable in tokens (and, through combine, in topk_weights); under torch.compile a graph break."""
+    Differentiable in tokens (and, through combine, in topk_weights). Under torch.compile, with
+    max_tokens a custom op (torch.ops.unishmem.dispatch) whose handle is a MoERouting; without it a
+    graph break."""
     if torch.compiler.is_compiling():
-        return _eager_dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens=max_tokens, team=team, group=group)
+        if max_tokens is None:  # the exact layout's rows are known only after the call: a graph break
+            return _eager_dispatch(tokens, topk_ids, topk_weights, n_experts, team=team, group=group)
+        number = _ops.number(team, group)
+        out, counts, C, pos, ids = _ops.dispatch_padded(tokens, topk_ids, topk_weights, n_experts, max_tokens, number)
+        return out, counts, MoERouting(C, pos, ids, topk_weights, n_experts, max_tokens, number)
     # the handle's own copy (combine uses the weights as they are now), made here so that it records
     # the weights' autograd history for combine's gradient
     if isinstance(topk_weights, torch.Tensor):
@@ -543,8 +581,12 @@ def combine(expert_out, handle, *, weights=None, per_copy: bool = False, team=No
     [T, K, H] instead, each copy's row as it came back, unweighted (zero where routed nowhere).
     team: the team the handle's dispatch ran on (default: the world). Runs on torch's current stream;
     after a dispatch given max_tokens, it has no host sync and is safe to capture in a CUDA graph.
-    Differentiable in expert_out and the weights (dispatch's or these); under torch.compile a graph
-    break."""
+    Differentiable in expert_out and the weights (dispatch's or these). Under torch.compile, after a
+    dispatch with max_tokens, a custom op (torch.ops.unishmem.combine); otherwise a graph break."""
+    if isinstance(handle, MoERouting):  # from a dispatch with max_tokens under torch.compile
+        w = None if per_copy else handle.weights if weights is None else weights
+        C, pos, ids, _, n_experts, max_tokens, number = handle
+        return _ops.combine_padded(expert_out, C, pos, ids, w, n_experts, max_tokens, per_copy, number)
     if torch.compiler.is_compiling():
         return _eager_combine(expert_out, handle, weights=weights, per_copy=per_copy, team=team, group=group)
     if weights is None and not per_copy and isinstance(handle, MoEHandle):
