@@ -273,6 +273,18 @@ def _wide(*dtypes) -> torch.dtype:
     return torch.float64 if torch.float64 in dtypes else torch.float32
 
 
+def _copy_rows(weights, grad, dtype) -> torch.Tensor:
+    """[T, K, H]: copy (t, k)'s share of the gradient of combine's out[t], w[t, k] * grad[t]."""
+    wide = _wide(weights.dtype, grad.dtype)
+    return (weights.to(wide)[:, :, None] * grad.to(wide)[:, None, :]).to(dtype)
+
+
+def _weights_grad(copies, grad, dtype) -> torch.Tensor:
+    """[T, K]: the gradient of w[t, k], <grad[t], copy (t, k)'s row as it came back>."""
+    wide = _wide(dtype, grad.dtype)
+    return (copies.to(wide) * grad.to(wide)[:, None, :]).sum(-1).to(dtype)
+
+
 class _Dispatch(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tokens, topk_ids, weights, n_experts, max_tokens, team, group):
@@ -319,16 +331,10 @@ class _Combine(torch.autograd.Function):
         h, grad = ctx.handle, grad.contiguous()
         grad_rows = grad_weights = None
         if ctx.needs_input_grad[0]:  # row (t, k) of expert_out: w[t, k] * grad[t] (per_copy: grad[t, k])
-            if ctx.per_copy:
-                rows = grad
-            else:
-                wide = _wide(weights.dtype, grad.dtype)
-                rows = (weights.to(wide)[:, :, None] * grad.to(wide)[:, None, :]).to(expert_out.dtype)
-            grad_rows = h.dispatch(rows)
+            grad_rows = h.dispatch(grad if ctx.per_copy else _copy_rows(weights, grad, expert_out.dtype))
         if ctx.needs_input_grad[1]:  # w[t, k]: <grad[t], row (t, k) back on this PE>
             copies = moe.combine(expert_out.detach(), h, per_copy=True, team=h.team)
-            wide = _wide(weights.dtype, grad.dtype)
-            grad_weights = (copies.to(wide) * grad.to(wide)[:, None, :]).sum(-1).to(weights.dtype)
+            grad_weights = _weights_grad(copies, grad, weights.dtype)
         return grad_rows, grad_weights, None, None, None, None
 
 
@@ -424,17 +430,12 @@ def _combine_padded_backward(ctx, grad):
     grad = grad.contiguous()
     grad_rows = grad_weights = None
     if ctx.needs_input_grad[0]:  # row (t, k) of expert_out: w[t, k] * grad[t] (per_copy: grad[t, k])
-        if ctx.per_copy:
-            rows = grad
-        else:
-            wide = _wide(weights.dtype, grad.dtype)
-            rows = (weights.to(wide)[:, :, None] * grad.to(wide)[:, None, :]).to(expert_out.dtype)
+        rows = grad if ctx.per_copy else _copy_rows(weights, grad, expert_out.dtype)
         unit = torch.ones(pos.shape, dtype=torch.float32, device=grad.device)  # (never read: a routing only)
         grad_rows = dispatch_padded(rows, ids, unit, *routing)[0]
     if ctx.needs_input_grad[4]:  # w[t, k]: <grad[t], row (t, k) back on this PE>
         copies = combine_padded(expert_out, C, pos, ids, None, ctx.n_experts, ctx.max_tokens, True, ctx.team)
-        wide = _wide(weights.dtype, grad.dtype)
-        grad_weights = (copies.to(wide) * grad.to(wide)[:, None, :]).sum(-1).to(weights.dtype)
+        grad_weights = _weights_grad(copies, grad, weights.dtype)
     return grad_rows, None, None, None, grad_weights, None, None, None, None
 
 
