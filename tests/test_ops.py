@@ -37,6 +37,11 @@ def test_collectives_have_the_gradients_of_their_single_process_references(rt):
         "all_reduce": (K.all_reduce, lambda xs: [torch.stack(xs).sum(0)] * n, (5, 3)),
         "all_gather": (K.all_gather, lambda xs: [torch.cat(xs)] * n, (2, 3)),
         "reduce_scatter": (K.reduce_scatter, lambda xs: list(torch.stack(xs).sum(0).chunk(n)), (2 * n, 3)),
+        "all_to_all": (
+            K.all_to_all,
+            lambda xs: [torch.cat([x.chunk(n)[pe] for x in xs]) for pe in range(n)],
+            (2 * n, 3),
+        ),
     }
     for name, (kernel, reference, shape) in cases.items():
         for dtype in (torch.float32, torch.float64):
