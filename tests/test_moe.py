@@ -128,14 +128,16 @@ def test_a_capacity_pads_the_layout_and_ids_of_minus_one_route_nowhere(rt):
 @spmd(sizes=(2,))
 def test_each_peers_rows_move_through_several_programs(rt):
     # UNISHMEM_COMM_BLOCK_BYTES=64 and a capacity of 16 tokens: each (receiver, expert) slab leaves in
-    # up to 16 pieces of 64-byte multiples, many of them empty, the last shorter; back the same way
+    # up to 16 pieces of 64-byte multiples, many of them empty, the last shorter; back the same way,
+    # combine from a grid of 1 program on PE 0 and 2 on the others (NOTE [persistent grid])
     os.environ["UNISHMEM_COMM_BLOCK_BYTES"] = "64"
+    os.environ["UNISHMEM_MAX_PROGRAMS"] = "1" if rt.my_pe == 0 else "2"
     try:
         for dtype, seed in ((torch.float32, 25), (torch.float16, 26)):
             check_round_trip(rt, dtype, seed, T=11, max_tokens=16, combines=2)
             check_round_trip(rt, dtype, seed + 2, T=16, max_tokens=16, drop=True)
     finally:
-        del os.environ["UNISHMEM_COMM_BLOCK_BYTES"]
+        del os.environ["UNISHMEM_COMM_BLOCK_BYTES"], os.environ["UNISHMEM_MAX_PROGRAMS"]
     rt.free_workspaces()
 
 
@@ -156,7 +158,9 @@ def test_a_captured_dispatch_and_combine_replay_right_after_the_inputs_change(rt
     captured_step(rt, tokens, ids, weights, E, cap)  # warm: the workspace is made outside the capture
     with unishmem.testing.capture() as graph:
         expert_tokens, counts, out = captured_step(rt, tokens, ids, weights, E, cap)
-    assert "bincount" not in graph.ops and len(graph.launches) == 2, (graph.ops, graph.launches)
+    # no host sync; combine copies its plain expert_out in itself (NOTE [copy-in]): no torch copy
+    assert "bincount" not in graph.ops and "copy_" not in graph.ops, graph.ops
+    assert len(graph.launches) == 2, graph.launches
     for seed in range(31, 41):
         everyone = [inputs(pe, n, seed, torch.float32, T=T) for pe in range(n)]
         everyone[(seed + 1) % n][1][0, 0] = -1  # a copy routed nowhere, on one PE at a time

@@ -6,9 +6,9 @@ waits for its own slots. The one-shot all_reduce pulls where every member is rea
 load/store (NOTE [pull one-shot]), else pushes too. Each kernel numbers its calls on the device
 (NOTE [call counter]) and writes the result into `out` itself, so a call's launch arguments are the
 same every time: captured in a CUDA graph, it replays correctly.
-x is read in place where it is a contiguous symmetric tensor, else staged into the workspace first
-(a copy on torch's current stream), so x and out may be any tensors on the runtime's device; out
-must be contiguous. Workspaces come in size classes (NOTE [workspaces]): a slot holds `cap`
+x is read in place where it is a contiguous symmetric tensor (and out does not overlap it), else the
+kernel copies it into its workspace first, in the same launch (NOTE [copy-in]; a strided x is copied
+there by torch), so x and out may be any tensors on the runtime's device; out must be contiguous. Workspaces come in size classes (NOTE [workspaces]): a slot holds `cap`
 elements, the class, and a call uses its first numel (or chunk) of them.
 
 NOTE [persistent grid]: a collective launches at most max_programs() programs (the GPU's
@@ -25,9 +25,9 @@ multiple of 16), so whole blocks of the receive slots load with 16-byte accesses
 IR). Sizes from 2**31 elements on are 64-bit integers to Triton, and get a second binary.
 
 NOTE [pull one-shot]: every member reads every member's x where it lies (x in place when it is a
-contiguous symmetric tensor, else its staged copy in the workspace's `src`) through its load/store
-address (remote_ptr), so nothing is copied into receive slots and the workspace holds one staging
-copy, not 1 + 2n. Per call (epoch e, NOTE [call counter]): program 0 SETs this PE's `ready` word on
+contiguous symmetric tensor, else its copy in the workspace's `src`) through its load/store
+address (remote_ptr), so nothing is copied into receive slots and the workspace holds one copy, not
+1 + 2n. Per call (epoch e, NOTE [call counter]): program 0 SETs this PE's `ready` word on
 every member to e (src holds call e's data: the launch is stream-ordered after whatever wrote it);
 programs with blocks wait for every member's ready >= e, then reduce their blocks from the n
 members' src in member order; the last program to finish reading (a local count) SETs this PE's
@@ -136,7 +136,7 @@ def _all_gather(
             shl.SIGNAL_SET,
             tl.load(members + t // pieces),
         )
-    shl.quiet()  # src (x or its staged copy) may change after the call: the puts must have read it
+    shl.quiet()  # src (x or its copy) may change after the call: the puts must have read it
     for t in range(p, n * pieces, grid):
         i = t // pieces
         first = t % pieces * piece
@@ -240,7 +240,7 @@ def _reduce(
             shl.SIGNAL_SET,
             tl.load(members + q),
         )
-    shl.quiet()  # src (x or its staged copy) may change after the call: the puts must have read it
+    shl.quiet()  # src (x or its copy) may change after the call: the puts must have read it
     mine = _clamp(numel - my_index * chunk, chunk) if SCATTER else chunk  # the elements of this PE's chunk
     blocks = tl.cdiv(chunk, BLOCK)
     if p < blocks:
@@ -518,17 +518,6 @@ def _overlap(a, b) -> bool:
     """Whether contiguous tensors a and b share a byte."""
     start, end = a.data_ptr(), a.data_ptr() + a.nbytes
     return b.data_ptr() < end and start < b.data_ptr() + b.nbytes
-
-
-def _source(rt, ws: Workspace, x, readable: int):
-    """What the kernel sends from: x itself where it is a contiguous symmetric tensor and the kernel
-    reads no more than its `readable` elements, else x staged into the workspace (a copy on torch's
-    current stream)."""
-    if x.is_contiguous() and x.numel() >= readable and rt.is_symmetric(x):
-        return x
-    src = ws.buffers["src"]
-    src.view(-1)[: x.numel()].copy_(x.reshape(-1))
-    return src
 
 
 def all_gather(x, out=None, team=None, group=None):

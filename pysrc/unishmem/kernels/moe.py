@@ -66,7 +66,9 @@ Buffer reuse: dispatch and combine number their calls on the device, each with i
 dispatch call k+1 only after it has every PE's counts of call k+1, sent when that PE has started it,
 hence finished everything before it on its stream (combine k and whatever read expert_tokens), so
 the receive buffer needs one copy; the count slots, written before that wait, have two parities.
-combine's return buffer has two parities: its puts wait for nothing.
+combine's return buffer has two parities: its puts wait for nothing. combine launches from the
+capped grid (NOTE [persistent grid]: the pieces to send, then the token blocks, round the grid) and
+copies a non-symmetric expert_out into its workspace in the same launch (NOTE [copy-in]).
 """
 
 from __future__ import annotations
@@ -84,10 +86,11 @@ from .._dtypes import DTYPE_CODES
 from .._workspaces import Workspace, checks_every_call, exchange, keyed_workspace, room_problem, size_class
 from ..triton_support import interpreting
 from . import _ops
-from ._calls import STATE_WORDS, begin_call, end_call
-from .collectives import _cdiv, _check_tensor, _next_power_of_2, _pieces, _source, _team
+from ._calls import STATE_WORDS, begin_call, copied, copy_in, end_call, wait_copied
+from .collectives import BLOCK, _cdiv, _check_tensor, _grid, _inputs, _next_power_of_2, _pieces, _team
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # routing weights' dtypes
+BLOCK_COPY = tl.constexpr(BLOCK)  # elements a program copies in at a time (NOTE [copy-in])
 
 
 @triton.jit
@@ -177,8 +180,10 @@ def _dispatch(
     end_call(state, epoch)
 
 
-@jit(do_not_specialize=["me", "T", "slot", "pieces"])  # one binary for every PE, batch and capacity
+@jit(do_not_specialize=["stage", "me", "T", "slot", "pieces", "numel"])  # one binary for every PE, batch and capacity
 def _combine(
+    x,
+    src,
     stage,
     C,
     ret,
@@ -194,6 +199,7 @@ def _combine(
     H,
     slot,
     pieces,
+    numel,
     L: tl.constexpr,
     K: tl.constexpr,
     N_BLOCK: tl.constexpr,
@@ -210,14 +216,19 @@ def _combine(
     float32), or with PER_COPY stores each copy's row as it came back (out [T, K, H]); a copy whose pos
     is -1 was routed nowhere: it adds nothing (PER_COPY: its row is zero)."""
     g = tl.program_id(0)
+    grid = tl.num_programs(0)
     E = n * L
     epoch = begin_call(state)
     parity = epoch % 2
     ret += parity * slot * H  # slot: rows of one parity, the same on every PE (T is not)
     ret_sig += parity * n
-    if g < n * pieces:
-        p = g % n
-        q = g // n
+    if stage:  # expert_out (x, numel elements) is not symmetric: copied into src first (NOTE [copy-in])
+        if copy_in(x, src, numel, state, BLOCK_COPY):
+            copied(state, epoch)
+        src = wait_copied(src, state, epoch)
+    for task in range(g, n * pieces, grid):  # tasks round the grid (NOTE [persistent grid])
+        p = task % n
+        q = task // n
         pe = tl.load(members + p)
         s = tl.arange(0, N_BLOCK)[:, None]
         e = tl.arange(0, E_BLOCK)[None, :]
@@ -225,18 +236,17 @@ def _combine(
         for j in range(L):
             ex = me * L + j
             sent = tl.sum(tl.sum(tl.where((s == p) & (e == ex), Cm, 0), 1), 0)
-            src = tl.sum(tl.sum(tl.where(((e >= me * L) & (e < ex)) | ((e == ex) & (s < p)), Cm, 0), 1), 0)
+            start = tl.sum(tl.sum(tl.where(((e >= me * L) & (e < ex)) | ((e == ex) & (s < p)), Cm, 0), 1), 0)
             dst = tl.sum(tl.sum(tl.where((s == p) & (e < ex), Cm, 0), 1), 0)
-            _put_piece(ret + dst * H, stage + src * H, sent, H, q, pieces, ret_sig + me, pe, ITEMSIZE)
-    t0 = g * BLOCK_T
-    if t0 < T or g == 0:
+            _put_piece(ret + dst * H, src + start * H, sent, H, q, pieces, ret_sig + me, pe, ITEMSIZE)
+    if g * BLOCK_T < T or g == 0:
         # program 0 waits even with no tokens: a PE leaves combine k only once every PE has started
         # it, hence finished reading its return buffer of combine k-1 (the parity NOTE [workspaces]).
         # Each PE adds L * pieces to a word per call of its parity: (epoch + 1) // 2 of them so far
         shl.wait_until_all(ret_sig, n, shl.CMP_GE, (epoch + 1) // 2 * L * pieces)
-    if t0 < T:
-        token = shl.signal_fetch(ret_sig)  # the loads below depend on it (docs/device-library.md, rule 2)
-        back = shl.consume_token(ret, token)
+    token = shl.signal_fetch(ret_sig)  # the loads below depend on it (docs/device-library.md, rule 2)
+    back = shl.consume_token(ret, token)
+    for t0 in range(g * BLOCK_T, T, grid * BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
         tmask = t < T
         for h0 in range(0, H, BLOCK_H):
@@ -245,15 +255,15 @@ def _combine(
             for k in tl.static_range(K):
                 row = tl.load(pos + t * K + k, mask=tmask, other=-1)
                 routed = row >= 0
-                x = tl.load(back + row[:, None] * H + h[None, :], mask=mask & routed[:, None], other=0)
+                back_row = tl.load(back + row[:, None] * H + h[None, :], mask=mask & routed[:, None], other=0)
                 if PER_COPY:
-                    tl.store(out + (t[:, None] * K + k) * H + h[None, :], x, mask=mask)
+                    tl.store(out + (t[:, None] * K + k) * H + h[None, :], back_row, mask=mask)
                 else:
                     w = tl.load(weights + t * K + k, mask=routed, other=0).to(tl.float64 if WIDE else tl.float32)
                     if k == 0:
-                        acc = w[:, None] * x.to(tl.float64 if WIDE else tl.float32)
+                        acc = w[:, None] * back_row.to(tl.float64 if WIDE else tl.float32)
                     else:
-                        acc = acc + w[:, None] * x.to(tl.float64 if WIDE else tl.float32)
+                        acc = acc + w[:, None] * back_row.to(tl.float64 if WIDE else tl.float32)
             if not PER_COPY:
                 tl.store(out + t[:, None] * H + h[None, :], acc.to(out.dtype.element_ty), mask=mask)
     end_call(state, epoch)
@@ -284,7 +294,9 @@ COMPILE = {
     },
     _combine: {
         "signature": {
-            "stage": "*fp16",
+            "x": "*fp16",
+            "src": "*fp16",
+            "stage": "i32",
             "C": "*i64",
             "ret": "*fp16",
             "ret_sig": "*u64",
@@ -299,6 +311,7 @@ COMPILE = {
             "H": "i32",
             "slot": "i64",
             "pieces": "i32",
+            "numel": "i32",
         },
         "constexprs": {
             "L": 2,
@@ -649,13 +662,13 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
     T, K = handle.pos.shape
     weights = (handle.weights if weights is None else weights).detach().contiguous()  # per_copy: never read
     b = ws.buffers
-    src = _source(rt, ws, expert_out.detach(), expert_out.numel())
     out = torch.empty((T, K, H) if per_copy else (T, H), dtype=handle.dtype, device=rt.device)
     block_h = min(_blocks(H), 1024)
     block_t = max(1, min(64, _tile() // block_h))  # by H alone: one binary for every T and capacity
     pieces = ws.extra["pieces"]
-    _combine[(max(n * pieces, _cdiv(T, block_t)),)](
-        src,
+    expert_out = expert_out.detach()
+    _combine[_grid(_combine, max(n * pieces, _cdiv(T, block_t)))](
+        *_inputs(rt, ws, expert_out, out),
         handle.C,
         b["ret"],
         b["ret_sig"],
@@ -670,6 +683,7 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
         H,
         ws.extra["slot"],
         pieces,
+        expert_out.numel(),
         L=L,
         K=K,
         N_BLOCK=_blocks(n),
