@@ -11,7 +11,7 @@ reduce-scatter inside theirs (gemm_rs). The LayerNorms then see only this PE's r
 
 The block is trained three SGD steps on every PE and its losses compared with the single-process
 model it was cut from; then its forward is compiled with torch.compile(fullgraph=True) (backend
-aot_eager, which also traces the backward; inductor works too but costs more compile time than the
+aot_eager, which also traces the backward; inductor compiled it in one run by hand but costs more compile time than the
 CPU run here wants) and trained again, with no graph break.
 """
 

@@ -15,8 +15,8 @@ with: the count is compared with the number of programs.
 NOTE [copy-in]: a kernel whose input is not a symmetric tensor (peers must read it, or the vendor's
 puts send from it) copies it into its workspace itself, in the same launch: every program copies
 its share of blocks (grid-stride), then counts itself in state[2]; the last to do so resets the
-count and goes on to publish the copy (`copied` SETs state[3] to the epoch for the puts of this
-PE's programs, which wait for it with `wait_copied`; the pull one-shot signals its peers instead).
+count and goes on to publish the copy (`copied_in` SETs state[3] to the epoch for this PE's
+programs, which wait for it before they read the copy; the pull one-shot signals its peers instead).
 Programs copy before they wait for anything, so with the grid resident (NOTE [persistent grid]) the
 count always completes. No program of the next call can count before this one's last reset: the
 next launch starts after this one ends.
@@ -46,15 +46,18 @@ def end_call(state, epoch):
         tl.atomic_xchg(state, epoch, sem="release", scope="gpu")
 
 
+COPY_BLOCK = tl.constexpr(4096)  # elements a program copies in at a time
+
+
 @triton.jit
-def copy_in(x, dest, numel, state, BLOCK: tl.constexpr):
+def copy_in(x, dest, numel, state):
     """Copy this program's share of x's numel elements into dest (NOTE [copy-in]); True in the last
     program of the grid to finish its share, once every program's copies are visible at gpu scope."""
     p = tl.program_id(0)
     grid = tl.num_programs(0)
-    for b in range(p, tl.cdiv(numel, BLOCK), grid):
-        offs = b * BLOCK + tl.arange(0, BLOCK)
-        if b * BLOCK + BLOCK <= numel:  # a whole block: no mask, vectorised where aligned
+    for b in range(p, tl.cdiv(numel, COPY_BLOCK), grid):
+        offs = b * COPY_BLOCK + tl.arange(0, COPY_BLOCK)
+        if b * COPY_BLOCK + COPY_BLOCK <= numel:  # a whole block: no mask, vectorised where aligned
             tl.store(dest + offs, tl.load(x + offs))
         else:
             tl.store(dest + offs, tl.load(x + offs, mask=offs < numel), mask=offs < numel)
@@ -67,15 +70,11 @@ def copy_in(x, dest, numel, state, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def copied(state, epoch):
-    """Called by copy_in's last program: the copy of this call (epoch) is complete."""
-    tl.atomic_xchg(state + 3, epoch, sem="release", scope="gpu")
-
-
-@triton.jit
-def wait_copied(dest, state, epoch):
-    """dest, once this call's copy into it is complete, as a pointer that depends on the wait (so that
-    nothing reads dest before it)."""
+def copied_in(x, dest, numel, state, epoch):
+    """dest, holding x's numel elements once every program of this call (epoch) has copied its share
+    (NOTE [copy-in]), as a pointer that depends on that wait (so that nothing reads dest before it)."""
+    if copy_in(x, dest, numel, state):
+        tl.atomic_xchg(state + 3, epoch, sem="release", scope="gpu")
     shl.wait_until(state + 3, shl.CMP_GE, epoch)
     token = tl.atomic_add(state + 3, 0, sem="acquire", scope="gpu")
     return shl.consume_token(dest, token)

@@ -53,7 +53,7 @@ from .._workspaces import Workspace, checks_every_call, size_class, workspace
 from ..enums import REDUCE_OPS
 from ..triton_support import interpreting
 from . import _ops
-from ._calls import STATE_WORDS, begin_call, copied, copy_in, end_call, wait_copied
+from ._calls import STATE_WORDS, begin_call, copied_in, copy_in, end_call
 
 OPS = {"sum": 0, "min": 1, "max": 2, "prod": 3}
 ALGORITHMS = ("auto", "one_shot", "two_shot")
@@ -122,9 +122,7 @@ def _all_gather(
     dst += parity * n * cap
     sig += parity * n * _MAX_PIECES
     if stage:
-        if copy_in(x, src, n * numel if ALL_TO_ALL else numel, state, BLOCK):
-            copied(state, epoch)
-        src = wait_copied(src, state, epoch)
+        src = copied_in(x, src, n * numel if ALL_TO_ALL else numel, state, epoch)
     for t in range(p, n * pieces, grid):
         first = t % pieces * piece
         shl.putmem_signal_nbi_block(
@@ -224,9 +222,7 @@ def _reduce(
     recv += parity * n * cap
     sig += parity * n * _MAX_PIECES
     if stage:
-        if copy_in(x, src, numel, state, BLOCK):
-            copied(state, epoch)
-        src = wait_copied(src, state, epoch)
+        src = copied_in(x, src, numel, state, epoch)
     for t in range(p, n * pieces, grid):
         q = t // pieces
         first = t % pieces * piece
@@ -348,7 +344,7 @@ def _pull_reduce(
     # x's copy once every program's share is in
     publish = p == 0
     if stage:
-        publish = copy_in(x, src, numel, state, BLOCK)
+        publish = copy_in(x, src, numel, state)
     if publish:
         if stage:
             shl.fence()  # the copies, made by every program, reach the peers before the signals

@@ -37,8 +37,8 @@ from .. import language as shl
 from .._workspaces import size_class, workspace
 from ..triton_support import interpreting
 from . import _ops
-from ._calls import STATE_WORDS, begin_call, copied, copy_in, end_call, wait_copied
-from .collectives import BLOCK, _cdiv, _check_tensor, _grid, _inputs, _next_power_of_2, _team, all_gather
+from ._calls import STATE_WORDS, begin_call, copied_in, end_call
+from .collectives import _cdiv, _check_tensor, _grid, _inputs, _next_power_of_2, _team, all_gather
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_BLOCK = {"block_m": 64, "block_n": 64, "block_k": 32}
@@ -48,7 +48,6 @@ MAX_BLOCK = {"block_m": 64, "block_n": 64, "block_k": 32}
 INTERPRETER_BLOCK_SCALE = 2
 NUM_STAGES = 3  # software pipelining of the K loop on a GPU (the interpreter ignores it)
 MIN_CLASS_ROWS = 16  # the smallest size class of a workspace (rows of a shard; NOTE [workspaces])
-_COPY_BLOCK = tl.constexpr(BLOCK)  # elements a program copies in at a time (NOTE [copy-in])
 # Triton's interpreter cannot multiply bfloat16 tiles (numpy has no bfloat16): there they are widened
 # to float32 first, which gives what a GPU's bfloat16 dot with float32 accumulation gives (the
 # product of two bfloat16 values is exact in float32). Triton too picks the interpreter at import.
@@ -121,9 +120,7 @@ def _ag_gemm(
     a += epoch % 2 * n * cap * K
     sig += epoch % 2 * n * tl.cdiv(cap, BLOCK_M)
     if stage:
-        if copy_in(x, src, m * K, state, _COPY_BLOCK):
-            copied(state, epoch)
-        src = wait_copied(src, state, epoch)
+        src = copied_in(x, src, m * K, state, epoch)
     for t in range(p, chunks * (n - 1), grid):  # chunk t % chunks of the shard to member my_index + 1 + t // chunks
         chunk = t % chunks
         shl.putmem_signal_nbi_block(

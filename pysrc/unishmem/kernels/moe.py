@@ -86,11 +86,10 @@ from .._dtypes import DTYPE_CODES
 from .._workspaces import Workspace, checks_every_call, exchange, keyed_workspace, room_problem, size_class
 from ..triton_support import interpreting
 from . import _ops
-from ._calls import STATE_WORDS, begin_call, copied, copy_in, end_call, wait_copied
-from .collectives import BLOCK, _cdiv, _check_tensor, _grid, _inputs, _next_power_of_2, _pieces, _team
+from ._calls import STATE_WORDS, begin_call, copied_in, end_call
+from .collectives import _cdiv, _check_tensor, _grid, _inputs, _next_power_of_2, _pieces, _team
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # routing weights' dtypes
-BLOCK_COPY = tl.constexpr(BLOCK)  # elements a program copies in at a time (NOTE [copy-in])
 
 
 @triton.jit
@@ -223,9 +222,7 @@ def _combine(
     ret += parity * slot * H  # slot: rows of one parity, the same on every PE (T is not)
     ret_sig += parity * n
     if stage:  # expert_out (x, numel elements) is not symmetric: copied into src first (NOTE [copy-in])
-        if copy_in(x, src, numel, state, BLOCK_COPY):
-            copied(state, epoch)
-        src = wait_copied(src, state, epoch)
+        src = copied_in(x, src, numel, state, epoch)
     for task in range(g, n * pieces, grid):  # tasks round the grid (NOTE [persistent grid])
         p = task % n
         q = task // n
