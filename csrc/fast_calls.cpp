@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <structmember.h>
 
@@ -102,19 +104,22 @@ PyObject* fast_signal_wait_until(PyObject*, PyObject* const* args, Py_ssize_t na
 // NOTE [hot calls]: even with the fast calls, the Runtime's checks of the tensors cost several
 // times the host backend's call: each torch attribute read from Python costs about 80 ns, and a
 // put_signal reads about fifteen. So the same calls also exist taking the tensors themselves,
-// trusting what the Runtime's full checks found for each tensor before: once a tensor passes
-// them, _runtime.py calls HotPath.remember(t, address, nbytes, symmetric), which keeps a HotEntry
-// for the tensor object (its version counter, the epoch, address, nbytes and dtype). A hot call
-// trusts that entry while
-//   - the tensor object is the one the entry was made for (a weak reference tells: an entry goes
-//     when its tensor does, before the tensor's memory could hold another object);
-//   - the tensor's data pointer is still `address` (`t.data = ...` moves it without a new version);
-//   - its version counter is still `version` (torch bumps it at every in-place op, resize_, set_,
-//     transpose_ and as_strided_ included), or else its nbytes, dtype and contiguity are what
-//     they were (a write into a source bumps the version too, and is the common case);
-//   - for a symmetric role, `epoch` is the HotPath's: the Runtime takes a new epoch, unique in the
-//     process, at every free, and -1 (no hot calls) at finalize and on GPU runtimes. A local role
-//     needs no epoch (-1 in entries the Runtime checked only as local).
+// checked in C++ in one of two ways:
+//   1. A tensor object seen before: once a tensor passes the Runtime's full checks, _runtime.py calls
+//      HotPath.remember(t, address, nbytes, symmetric), which keeps a HotEntry for the tensor object
+//      (its version counter, the epoch, address, nbytes and dtype). A hot call trusts that entry while
+//      - the tensor object is the one the entry was made for (a weak reference tells: an entry goes
+//        when its tensor does, before the tensor's memory could hold another object);
+//      - the tensor's data pointer is still `address` (`t.data = ...` moves it without a new version);
+//      - its version counter is still `version` (torch bumps it at every in-place op, resize_, set_,
+//        transpose_ and as_strided_ included), or else its nbytes, dtype and contiguity are what
+//        they were (a write into a source bumps the version too, and is the common case);
+//      - for a symmetric role, `epoch` is the HotPath's: the Runtime takes a new epoch, unique in the
+//        process, at every free, and -1 (no hot calls) at finalize and on GPU runtimes. A local role
+//        needs no epoch (-1 in entries the Runtime checked only as local).
+//   2. Any other tensor (a view made in the call: `buf[i * n:(i + 1) * n]`, `sig[k]`), from what it is
+//      now (NOTE [view checks]): a new view costs a few torch reads more than a tensor seen before, not
+//      the Runtime's checks in Python, and it is not remembered (most such views die with the call).
 // Anything else, and any argument that is not plainly valid, returns NotImplemented: the Runtime
 // then runs its full checks, which name what is wrong, and remembers the tensors that pass.
 // The entries live in the HotPath, not in the tensors' __dict__: a lookup there costs a fraction
@@ -123,6 +128,18 @@ PyObject* fast_signal_wait_until(PyObject*, PyObject* const* args, Py_ssize_t na
 // Only tensors of type torch.Tensor itself take hot calls (a subclass may override what the
 // checks read), and torch's own descriptors are called directly: looking a method up on the
 // instance costs as much as calling it.
+//
+// NOTE [view checks]: NOTE [allocation identity] (_runtime.py) gives every symmetric allocation a
+// storage of its own, and every view of the allocation (slices, indexing, dtype views, detach(),
+// .data) shares that storage object. The HotPath holds the live allocations by storage object
+// (AllocationTable: a reference to each storage, its first byte and size), added by rt.empty and
+// dropped by rt.free. A tensor in a symmetric role is then checked from its storage (one of the
+// live allocations'), its storage offset and nbytes (inside that allocation), its dtype and, for
+// data, its contiguity: what the Runtime's _symmetric checks, without a bisection of the heap's
+// allocations. A view of a freed allocation has a storage the table no longer holds, even once its
+// bytes belong to a new allocation (whose storage is another object), so it misses, and the
+// Runtime's checks name the use after free. A local role needs no table: CPU, contiguous, its data
+// pointer, nbytes and dtype.
 struct HotEntry {
   PyObject* ref = nullptr;  // a weak reference to the tensor (owned), whose callback forgets the entry
   long long version = 0;    // the tensor's version counter when checked
@@ -183,14 +200,54 @@ class EntryTable {
   std::unordered_map<PyObject*, HotEntry> entries_;
 };
 
+// NOTE [view checks]: the live symmetric allocations, by their storage object. Used with the GIL held.
+class AllocationTable {
+ public:
+  struct Allocation {
+    std::uint64_t addr = 0, nbytes = 0;
+  };
+  AllocationTable() = default;
+  AllocationTable(const AllocationTable&) = delete;
+  AllocationTable& operator=(const AllocationTable&) = delete;
+  ~AllocationTable() { clear(); }
+
+  const Allocation* find(PyObject* storage) const {
+    auto it = live_.find(storage);
+    return it == live_.end() ? nullptr : &it->second;
+  }
+  void add(PyObject* storage, std::uint64_t addr, std::uint64_t nbytes) {
+    drop(addr);
+    live_[Py_NewRef(storage)] = Allocation{addr, nbytes};
+  }
+  void drop(std::uint64_t addr) {  // frees are rare: a scan is fine
+    for (auto it = live_.begin(); it != live_.end(); ++it)
+      if (it->second.addr == addr) {
+        PyObject* storage = it->first;
+        live_.erase(it);
+        Py_DECREF(storage);
+        return;
+      }
+  }
+  void clear() {
+    for (auto& [storage, a] : live_) Py_DECREF(storage);
+    live_.clear();
+  }
+  std::size_t size() const { return live_.size(); }
+
+ private:
+  std::unordered_map<PyObject*, Allocation> live_;  // owns a reference to each storage
+};
+
 struct HotPath {
   Backend* backend;
   int n_pes;
   long long epoch = -1;
   py::object uint64, signal_enum, cmp_enum;  // torch.uint64, unishmem.SIGNAL, unishmem.CMP
   py::object tensor_type;                    // torch.Tensor
-  py::object data_ptr, version, nbytes, dtype, is_contiguous;  // its descriptors
+  py::object data_ptr, version, nbytes, dtype, is_contiguous, is_cpu, storage, storage_offset;  // its descriptors
+  std::vector<std::pair<PyObject*, std::uint64_t>> itemsizes;  // (torch dtype, bytes): the heap's dtypes
   EntryTable entries{};
+  AllocationTable allocations{};
 };
 
 // The weak reference callback of an entry: self is (table address, tensor address).
@@ -237,8 +294,8 @@ Found unchanged(const HotPath& h, PyObject* t, const View& v) {
   return same ? Found::hit : Found::miss;
 }
 
-Found view_of(HotPath& h, PyObject* t, bool symmetric, View& v) {
-  if (reinterpret_cast<PyObject*>(Py_TYPE(t)) != h.tensor_type.ptr()) return Found::miss;
+// The tensor's entry (NOTE [hot calls], 1.): hit, miss (none, or out of date) or error.
+Found remembered(HotPath& h, PyObject* t, bool symmetric, View& v) {
   HotEntry* e = h.entries.find(t);
   if (!e || (symmetric && e->epoch != h.epoch)) return Found::miss;
   v = View{e->addr, e->nbytes, e->dtype};
@@ -252,6 +309,77 @@ Found view_of(HotPath& h, PyObject* t, bool symmetric, View& v) {
   if (now == e->version) return Found::hit;
   const Found found = unchanged(h, t, v);
   if (found == Found::hit) e->version = now;  // the entry is current again
+  return found;
+}
+
+// An int torch returned, or nothing with the error set.
+std::optional<std::uint64_t> read_int(PyObject* x) {
+  py::object owned = py::reinterpret_steal<py::object>(x);
+  if (!x) return std::nullopt;
+  const std::uint64_t v = PyLong_AsUnsignedLong(x);
+  if (v == std::uint64_t(-1) && PyErr_Occurred()) return std::nullopt;
+  return v;
+}
+
+enum class Role { local, symmetric, word };  // word: a symmetric 1-element tensor, contiguous as such
+
+// What the tensor is now (NOTE [view checks]): its nbytes, dtype and (but for a word) contiguity,
+// then where it lies: in a live allocation's storage for a symmetric role, on the CPU for a local one.
+Found checked(HotPath& h, PyObject* t, Role role, View& v) {
+  const auto nbytes = read_int(property(h.nbytes, t));
+  py::object dtype = py::reinterpret_steal<py::object>(property(h.dtype, t));
+  if (!nbytes || !dtype) return Found::error;
+  if (*nbytes == 0) return Found::miss;  // empty tensors: the Runtime's checks (data_ptr() is 0)
+  v.nbytes = *nbytes;
+  v.dtype = dtype.ptr();  // borrowed: torch's dtypes live as long as torch
+  if (role != Role::word) {
+    py::object contiguous = py::reinterpret_steal<py::object>(method(h.is_contiguous, t));
+    if (!contiguous) return Found::error;
+    if (contiguous.ptr() != Py_True) return Found::miss;
+  }
+  if (role == Role::local) {
+    py::object cpu = py::reinterpret_steal<py::object>(property(h.is_cpu, t));
+    if (!cpu) return Found::error;
+    if (cpu.ptr() != Py_True) return Found::miss;
+    const auto addr = read_int(method(h.data_ptr, t));
+    if (!addr) return Found::error;
+    v.addr = *addr;
+    return Found::hit;
+  }
+  py::object storage = py::reinterpret_steal<py::object>(method(h.storage, t));
+  if (!storage) return Found::error;
+  const AllocationTable::Allocation* a = h.allocations.find(storage.ptr());
+  if (!a) return Found::miss;  // not the runtime's storage, or one of a freed allocation
+  std::uint64_t itemsize = 0;
+  for (auto [d, size] : h.itemsizes)
+    if (d == v.dtype) itemsize = size;
+  if (!itemsize) return Found::miss;
+  const auto elements = read_int(method(h.storage_offset, t));
+  if (!elements) return Found::error;
+  const std::uint64_t offset = *elements * itemsize;
+  if (offset > a->nbytes || v.nbytes > a->nbytes - offset) return Found::miss;
+  v.addr = a->addr + offset;
+  return Found::hit;
+}
+
+void remember(HotPath& h, py::handle tensor, std::uint64_t addr, std::uint64_t nbytes, bool symmetric);
+
+Found view_of(HotPath& h, PyObject* t, Role role, View& v) {
+  if (reinterpret_cast<PyObject*>(Py_TYPE(t)) != h.tensor_type.ptr()) return Found::miss;
+  const bool symmetric = role != Role::local;
+  Found found = remembered(h, t, symmetric, v);
+  if (found != Found::miss) return found;
+  found = checked(h, t, role, v);
+  // Remembered only if something beside the call holds it: a view made in the call (`sig[k]`) is
+  // held by the caller's stack alone, and dies with the call. A refcount says nothing of validity.
+  if (found == Found::hit && Py_REFCNT(t) > 1) {
+    try {
+      remember(h, t, v.addr, v.nbytes, symmetric);
+    } catch (py::error_already_set& e) {
+      e.restore();
+      return Found::error;
+    }
+  }
   return found;
 }
 
@@ -281,7 +409,7 @@ void remember(HotPath& h, py::handle tensor, std::uint64_t addr, std::uint64_t n
 
 // A symmetric signal word: one naturally aligned uint64.
 Found signal_of(HotPath& h, PyObject* t, View& v) {
-  const Found found = view_of(h, t, true, v);
+  const Found found = view_of(h, t, Role::word, v);
   if (found != Found::hit) return found;
   return v.dtype == h.uint64.ptr() && v.nbytes == 8 && v.addr % 8 == 0 ? Found::hit : Found::miss;
 }
@@ -317,8 +445,9 @@ PyObject* hot_copy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   View d, s;
   const auto pe = small_int(args[3], h.n_pes);
   if (!pe) return miss();
-  if (Found f = view_of(h, args[1], put, d); f != Found::hit) return result(f);
-  if (Found f = view_of(h, args[2], !put, s); f != Found::hit) return result(f);
+  constexpr Role dest_role = put ? Role::symmetric : Role::local, source_role = put ? Role::local : Role::symmetric;
+  if (Found f = view_of(h, args[1], dest_role, d); f != Found::hit) return result(f);
+  if (Found f = view_of(h, args[2], source_role, s); f != Found::hit) return result(f);
   if (d.nbytes != s.nbytes || d.dtype != s.dtype) return miss();
   return fast([&] {
     if constexpr (put) h.backend->put(d.addr, s.addr, d.nbytes, int(*pe), 0);
@@ -335,8 +464,8 @@ PyObject* hot_put_signal(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const auto pe = small_int(args[5], h.n_pes);
   const auto op = small_int(args[6], 2, h.signal_enum.ptr());
   if (!value || !pe || !op) return miss();
-  if (Found f = view_of(h, args[1], true, d); f != Found::hit) return result(f);
-  if (Found f = view_of(h, args[2], false, s); f != Found::hit) return result(f);
+  if (Found f = view_of(h, args[1], Role::symmetric, d); f != Found::hit) return result(f);
+  if (Found f = view_of(h, args[2], Role::local, s); f != Found::hit) return result(f);
   if (Found f = signal_of(h, args[3], sig); f != Found::hit) return result(f);
   if (d.nbytes != s.nbytes || d.dtype != s.dtype) return miss();
   return fast([&] {
@@ -586,26 +715,53 @@ void bind_fast_calls(py::module_& m) {
   hot_method_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&hot_method_spec));  // kept for the life of the process
   if (!hot_method_type) throw py::error_already_set();
   py::class_<HotPath>(m, "HotPath", py::module_local())
-      .def(py::init([](std::uintptr_t backend, int n_pes, py::object torch) -> HotPath* {
+      .def(py::init([](std::uintptr_t backend, int n_pes, py::object torch, py::dict itemsizes) -> HotPath* {
              py::object tensor = torch.attr("Tensor"), base = torch.attr("_C").attr("TensorBase");
              // Called as C descriptors: they must be torch's own methods and properties.
              const std::pair<const char*, PyTypeObject*> descriptors[] = {
-                 {"data_ptr", &PyMethodDescr_Type}, {"is_contiguous", &PyMethodDescr_Type},
-                 {"_version", &PyGetSetDescr_Type}, {"nbytes", &PyGetSetDescr_Type}, {"dtype", &PyGetSetDescr_Type}};
+                 {"data_ptr", &PyMethodDescr_Type},       {"is_contiguous", &PyMethodDescr_Type},
+                 {"untyped_storage", &PyMethodDescr_Type}, {"storage_offset", &PyMethodDescr_Type},
+                 {"_version", &PyGetSetDescr_Type},       {"nbytes", &PyGetSetDescr_Type},
+                 {"dtype", &PyGetSetDescr_Type},          {"is_cpu", &PyGetSetDescr_Type}};
              for (auto [name, type] : descriptors)
                if (!PyObject_TypeCheck(base.attr(name).ptr(), type))
                  throw Error(ErrorKind::generic, std::string("torch.Tensor.") + name + " is not torch's C descriptor");
-             return new HotPath{reinterpret_cast<Backend*>(backend), n_pes, -1, torch.attr("uint64"),
-                            py::module_::import("unishmem.enums").attr("SIGNAL"),
-                            py::module_::import("unishmem.enums").attr("CMP"), tensor, base.attr("data_ptr"),
-                            base.attr("_version"), base.attr("nbytes"), base.attr("dtype"),
-                            base.attr("is_contiguous")};
+             auto* h = new HotPath{reinterpret_cast<Backend*>(backend),
+                                   n_pes,
+                                   -1,
+                                   torch.attr("uint64"),
+                                   py::module_::import("unishmem.enums").attr("SIGNAL"),
+                                   py::module_::import("unishmem.enums").attr("CMP"),
+                                   tensor,
+                                   base.attr("data_ptr"),
+                                   base.attr("_version"),
+                                   base.attr("nbytes"),
+                                   base.attr("dtype"),
+                                   base.attr("is_contiguous"),
+                                   base.attr("is_cpu"),
+                                   base.attr("untyped_storage"),
+                                   base.attr("storage_offset")};
+             for (auto [dtype, size] : itemsizes)  // torch's dtypes live as long as torch: borrowed
+               h->itemsizes.emplace_back(dtype.ptr(), size.cast<std::uint64_t>());
+             return h;
            }),
-           py::arg("backend"), py::arg("n_pes"), py::arg("torch"))
+           py::arg("backend"), py::arg("n_pes"), py::arg("torch"), py::arg("itemsizes"))
       .def_readwrite("epoch", &HotPath::epoch)
       .def("remember", &remember, py::arg("tensor"), py::arg("address"), py::arg("nbytes"), py::arg("symmetric"),
            "NOTE [hot calls]: trust what the full checks found for this tensor in this role.")
+      .def(
+          "add_allocation",
+          [](HotPath& h, py::handle storage, std::uint64_t address, std::uint64_t nbytes) {
+            h.allocations.add(storage.ptr(), address, nbytes);
+          },
+          py::arg("storage"), py::arg("address"), py::arg("nbytes"),
+          "NOTE [view checks]: the storage of a new live allocation, its first byte and size.")
+      .def(
+          "drop_allocation", [](HotPath& h, std::uint64_t address) { h.allocations.drop(address); },
+          py::arg("address"), "NOTE [view checks]: the allocation at `address` was freed.")
+      .def("drop_allocations", [](HotPath& h) { h.allocations.clear(); }, "At finalize: none is live.")
       .def_property_readonly("entries", [](HotPath& h) { return h.entries.size(); })
+      .def_property_readonly("allocations", [](HotPath& h) { return h.allocations.size(); })
       .def_property_readonly("address", [](HotPath& h) { return reinterpret_cast<std::uintptr_t>(&h); });
 }
 

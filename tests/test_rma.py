@@ -291,3 +291,89 @@ def test_hot_methods_take_the_methods_arguments(rt):
     del owner
     gc.collect()
     assert gone() is None
+
+
+@spmd
+def test_views_made_in_the_call(rt):
+    """NOTE [view checks]: a view made in the call takes the hot call, checked from its storage
+    against the live allocations; what the full checks refuse, and views of freed or reallocated
+    memory, still reach them."""
+    import pytest
+
+    from unishmem import NotSymmetricError
+
+    right, left = ring(rt)
+    hot, addr = sys.modules[type(rt._native).__module__], rt._hot.address
+    n = 4
+    buf, sig = rt.zeros((2, 3 * n), dtype=torch.int32), rt.signals(3)
+    flat = buf.view(-1)
+    src = torch.arange(6 * n, dtype=torch.int32) + 100 * rt.my_pe
+    views = [  # (dest view made in the call, its elements in `flat`)
+        (lambda: flat[n : 2 * n], slice(n, 2 * n)),
+        (lambda: buf[1], slice(3 * n, 6 * n)),
+        (lambda: buf[0, 2 * n :], slice(2 * n, 3 * n)),
+        (lambda: buf.view(torch.int16)[1, : 2 * n].view(torch.int32), slice(3 * n, 4 * n)),  # dtype views
+        (lambda: buf.detach().narrow(1, 0, n)[1:], slice(3 * n, 4 * n)),
+        (lambda: buf.data[0].unsqueeze(0)[:, :n], slice(0, n)),
+        (lambda: flat.as_strided((2, n), (n, 1), 2 * n), slice(2 * n, 4 * n)),
+    ]
+    for round_, (view, where) in enumerate(views, 1):
+        count = where.stop - where.start
+        part = src[:count] + round_
+        # the hot call itself takes every view (NotImplemented would mean: the full checks)
+        assert hot.hot_put_signal(addr, view(), part, sig[0], round_, right, SIGNAL.SET, None) is None
+        assert hot.hot_signal_wait_until(addr, sig[0:1], CMP.GE, round_, None) == round_
+        assert torch.equal(flat[where], torch.arange(count, dtype=torch.int32) + 100 * left + round_), round_
+        got = torch.empty(count, dtype=torch.int32)
+        assert hot.hot_get(addr, got.view(view().shape), view(), right, None) is None
+        rt.barrier_all()  # every PE has read its dest before the next round writes it
+        assert torch.equal(got, torch.arange(count, dtype=torch.int32) + 100 * rt.my_pe + round_), round_
+        rt.put(view(), part - round_, right)  # and through the method, as a user calls it
+        rt.barrier_all()
+        assert torch.equal(flat[where], torch.arange(count, dtype=torch.int32) + 100 * left), round_
+        rt.barrier_all()
+    for k in range(3):  # every word of the signals, indexed or sliced afresh
+        rt.signal_op(sig[k], 0, right, op=SIGNAL.SET)
+        rt.barrier_all()
+        rt.signal_op(sig[k : k + 1], k + 1, right, op=SIGNAL.ADD)
+        assert rt.signal_wait_until(sig[k], CMP.EQ, k + 1) == k + 1
+        rt.barrier_all()
+    entries = rt._hot.entries
+    for k in range(50):
+        rt.put(flat[k % n : k % n + n], src[:n], right)
+    assert rt._hot.entries == entries, "views made in the call are not remembered"
+    assert rt._hot.allocations >= 2
+    rt.barrier_all()
+
+    # what the full checks refuse misses the hot call, and the checks say why
+    assert hot.hot_put(addr, buf[:, 0], src[:2], right, None) is NotImplemented
+    with pytest.raises(ValueError, match="must be contiguous"):
+        rt.put(buf[:, 0], src[:2], right)
+    with pytest.raises(TypeError, match="1-element torch.uint64"):
+        rt.signal_op(sig.view(torch.int64)[0], 1, right)
+    with pytest.raises(TypeError, match="1-element torch.uint64"):
+        rt.signal_wait_until(sig[0:2], CMP.GE, 0)
+    with pytest.raises(NotSymmetricError, match="not in the symmetric heap"):
+        rt.put(src[:n], src[n : 2 * n], right)
+    heap = rt.peer(flat, rt.my_pe)  # the heap's own storage, not the allocation's: by address
+    assert hot.hot_put(addr, heap[:n], src[:n], right, None) is NotImplemented
+    rt.barrier_all()
+
+    # freed, and its bytes reallocated: views made afterwards from the old tensor miss, and raise
+    old = flat
+    rt.free(buf)
+    again = rt.zeros(6 * n, dtype=torch.int32)
+    assert again.data_ptr() == old.data_ptr()  # same bytes, new allocation (the allocator reuses them)
+    assert hot.hot_put(addr, old[:n], src[:n], right, None) is NotImplemented
+    with pytest.raises(NotSymmetricError, match="freed"):
+        rt.put(old[:n], src[:n], right)
+    with pytest.raises(NotSymmetricError, match="freed"):
+        rt.get(src[:n], old[n : 2 * n], right)
+    assert hot.hot_put(addr, again[:n], src[:n], right, None) is None  # the new one's views are hot
+    rt.barrier_all()
+    assert torch.equal(again[:n], torch.arange(n, dtype=torch.int32) + 100 * left)
+    rt.free(sig)
+    with pytest.raises(NotSymmetricError, match="freed"):
+        rt.signal_op(sig[1], 1, right)
+    rt.barrier_all()
+    rt.free(again)

@@ -280,7 +280,7 @@ class Runtime:
         self._fast_signal_wait_until = module.fast_signal_wait_until
         # NOTE [hot calls] (fast_calls.cpp): the same calls taking tensors, for tensors checked before;
         # on CPU runtimes only (GPU calls need the current stream, which torch must be asked for).
-        self._hot = module.HotPath(native.address, native.n_pes, torch)
+        self._hot = module.HotPath(native.address, native.n_pes, torch, _ITEMSIZE)
         self._hot.epoch = next(_HOT_EPOCHS) if self._on_cpu else -1
         if self._on_cpu:
             self._install_hot_methods(module)
@@ -361,6 +361,7 @@ class Runtime:
             a.live = False
         self._finalized = True
         self._hot.epoch = -1
+        self._hot.drop_allocations()
         from . import _forget_runtime
 
         _forget_runtime(self)
@@ -404,6 +405,8 @@ class Runtime:
             storage = torch.from_dlpack(self._heap_of(self.my_pe)[offset : offset + max(nbytes, 1)]).untyped_storage()
             t = torch.empty(0, dtype=dtype, device=self.device).set_(storage, 0, shape, _contiguous_strides(shape))
         storage._unishmem_allocation = alloc
+        if self._on_cpu:
+            self._hot.add_allocation(storage, self._base + offset, nbytes)  # NOTE [view checks]
         return t
 
     def _filled(self, shape, value, dtype, check_value: bool = True) -> torch.Tensor:
@@ -449,6 +452,7 @@ class Runtime:
         alloc = self._checked(0, lambda: self._allocation_of(t))
         self._native.free(self._base + alloc.offset)
         alloc.live = False
+        self._hot.drop_allocation(self._base + alloc.offset)  # NOTE [view checks]: its views miss
         self._hot.epoch = next(_HOT_EPOCHS) if self._on_cpu else -1  # no hot call trusts a freed tensor
         del self._allocs[alloc.offset]
         self._offsets.remove(alloc.offset)
