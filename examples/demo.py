@@ -35,7 +35,7 @@ def main() -> None:
             rt.put_signal(chunk, chunk.clone(), arrived[owner : owner + 1], 1, right, SIGNAL.SET)
             incoming = (me - step - 1) % n
             rt.signal_wait_until(arrived[incoming : incoming + 1], CMP.EQ, 1)
-        expected = torch.cat([torch.arange(block) + 10 * pe for pe in range(n)]).float()
+        expected = torch.cat([torch.arange(block) + 10 * pe for pe in range(n)]).float().to(rt.device)
         assert torch.equal(gathered, expected), gathered
         log(rt, f"ring all-gather: {gathered.int().tolist()}")
 

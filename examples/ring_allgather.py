@@ -46,7 +46,7 @@ def main() -> None:
         out[rt.my_pe * block : (rt.my_pe + 1) * block] = torch.arange(block) + 100 * rt.my_pe
         rt.barrier_all()
         ring_allgather[(1,)](out, arrived, BLOCK=block)
-        expected = torch.cat([torch.arange(block) + 100 * pe for pe in range(rt.n_pes)]).float()
+        expected = torch.cat([torch.arange(block) + 100 * pe for pe in range(rt.n_pes)]).float().to(out.device)
         assert torch.equal(out, expected), out
         rt.barrier_all()
         if rt.my_pe == 0:

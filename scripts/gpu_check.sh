@@ -18,6 +18,10 @@
 # on a GPU): every kernel of unishmem.kernels from 8 KiB to 64 MiB, float16, eager and replayed from a CUDA
 # graph, timed with CUDA events beside a device-to-device copy of the same bytes (and the GEMMs' GEMM part
 # beside torch.matmul), each result checked against torch, compile time apart from run time.
+# GPU_CHECK_EXAMPLES="ring_allgather tutorials/02_all_gather_gemm" runs only those examples (a rerun of what
+# failed); GPU_CHECK_HANG=off skips the hung kernel. GPU_CHECK_MPS=1 runs the timing phase under CUDA MPS
+# (each PE on half the SMs, NVSHMEM's full multi-PE-per-GPU mode: both PEs' kernels run at once instead of
+# taking turns), where the image has nvidia-cuda-mps-control; without it the phase runs as before.
 # GPU_CHECK_TIMES=full (default) | quick (4 sizes, 10 calls a loop) | off. It gets what is left of the
 # budget, at most 240 s (480 s with --times-only), and starts no row it is unlikely to finish; its rows are
 # written as they are made.
@@ -140,8 +144,8 @@ fi
 # barrier_all; the kernels' cross-PE shape check goes through the bootstrap there: NOTE [limited-mode
 # exchange] in pysrc/unishmem/_workspaces.py). Each tutorial checks itself against torch.
 phase "device-library examples and tutorials, compiled, 2 PEs (logs: <example>.log)"
-for example in ring_allgather ping_pong tutorials/01_notify_wait tutorials/02_all_gather_gemm \
-  tutorials/03_gemm_reduce_scatter tutorials/04_moe_all_to_all tutorials/05_one_shot_all_reduce; do
+for example in ${GPU_CHECK_EXAMPLES:-ring_allgather ping_pong tutorials/01_notify_wait tutorials/02_all_gather_gemm \
+  tutorials/03_gemm_reduce_scatter tutorials/04_moe_all_to_all tutorials/05_one_shot_all_reduce}; do
   log="$OUT/$(basename "$example").log"
   t=$(limit 90) || { status=1; break; }
   timeout "$t" "$PY" -m unishmem run -n 2 "examples/$example.py" >"$log" 2>&1
@@ -154,7 +158,9 @@ done
 # PE 0 waits for a signal nobody sends, PE 1 for PE 0 in barrier_all; the watchdog must print one report
 # (PE 0's wait: signal, heap offset, == 1, it is 0) and end the job with status 124 within the timeout.
 phase "hung kernel with the watchdog, 2 PEs (log: hung_kernel.log)"
-if t=$(limit 90); then
+if [ "${GPU_CHECK_HANG:-on}" = "off" ]; then
+  echo "skipped (GPU_CHECK_HANG=off)" | tee -a "$OUT/summary.txt"
+elif t=$(limit 90); then
   UNISHMEM_DEBUG_WAITS=1 timeout "$t" "$PY" -m unishmem run -n 2 --hang-timeout 10 tests/programs/hung_kernel.py \
     >"$OUT/hung_kernel.log" 2>&1
   hrc=$?
@@ -176,6 +182,18 @@ if [ "$TIMES" = "off" ]; then
   echo "== kernel times: off (GPU_CHECK_TIMES=off)" | tee -a "$OUT/summary.txt"
 else
   phase "unishmem.kernels timed ($TIMES), 2 PEs (log: kernel_times.log, per PE: times-pe0.json, times-pe1.json)"
+  mps=0
+  if [ "${GPU_CHECK_MPS:-0}" = "1" ]; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/unishmem-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/unishmem-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d; then
+      mps=1
+      export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+      echo "MPS started: each PE on 50% of the SMs" | tee -a "$OUT/summary.txt"
+    else
+      echo "MPS could not be started (nvidia-cuda-mps-control: $(command -v nvidia-cuda-mps-control || echo none)); timing without it" | tee -a "$OUT/summary.txt"
+    fi
+  fi
   if t=$(limit "${GPU_CHECK_TIMES_LIMIT:-$([ $TIMES_ONLY -eq 1 ] && echo 480 || echo 240)}"); then
     rm -f "$OUT"/times-pe*.json  # a summary of this run only
     quick=()
@@ -189,6 +207,10 @@ else
     [ $trc -ne 0 ] && tail -n 30 "$OUT/kernel_times.log" | tee -a "$OUT/summary.txt"
   else
     status=1
+  fi
+  if [ $mps -eq 1 ]; then
+    echo quit | nvidia-cuda-mps-control
+    unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
   fi
 fi
 

@@ -236,13 +236,25 @@ def main() -> int:
 
         check(report, "triton_putmem_signal_block", triton_kernel)
 
-    # Last, since a vendor failure here could end the process: host atomics over P2P.
+    # Last, since a vendor failure here could end the process: host atomics on a P2P peer, which
+    # NVSHMEM's own host AMOs do not implement (NOTE [peer atomics]): every PE draws 50 tickets from
+    # one counter on PE 0, then a compare-swap and a swap on the peer's word.
     def atomics():
         c = rt.zeros(1, torch.int64)
-        old = rt.atomic_fetch_add(c, 3, peer)
         rt.barrier_all()
-        assert int(c.item()) == 3, int(c.item())
-        return f"atomic_fetch_add on the peer returned {old}"
+        tickets = [rt.atomic_fetch_add(c, 1, 0) for _ in range(50)]
+        rt.barrier_all()
+        total = rt.atomic_fetch(c, 0)
+        assert total == 50 * rt.n_pes and len(set(tickets)) == 50, (total, tickets)
+        rt.barrier_all()
+        assert rt.atomic_compare_swap(c, total, -5, peer) == total
+        rt.barrier_all()
+        assert int(c.item()) == -5, int(c.item())
+        assert rt.atomic_swap(c, 9, peer) == -5
+        rt.barrier_all()
+        assert int(c.item()) == 9, int(c.item())
+        rt.free(c)
+        return f"{50 * rt.n_pes} fetch_adds on PE 0's counter, distinct tickets; compare_swap and swap on the peer"
 
     check(report, "host_atomics", atomics)
 

@@ -61,6 +61,12 @@ NOTE = (
     "context switch, and each figure includes the other PE's work"
 )
 
+NOTE_MPS = (
+    "2 PEs on one GPU under MPS (NVSHMEM full multi-PE-per-GPU mode), each on "
+    f"{os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE', '?')}% of the SMs: both PEs' kernels run at once, and "
+    "the bytes a put moves stay in the one GPU's memory"
+)
+
 
 def show_size(n: int) -> str:
     for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
@@ -331,7 +337,9 @@ class Run:
             "reps": args.reps,
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "versions": {"torch": torch.__version__, **{k: str(v) for k, v in rt.version.items()}},
-            "note": NOTE if rt.device.type == "cuda" else "host backend under the interpreter: code paths, not speed",
+            "note": (NOTE_MPS if "MPS" in str(rt.version.get("nvshmem_mode")) else NOTE)
+            if rt.device.type == "cuda"
+            else "host backend under the interpreter: code paths, not speed",
         }
         import triton
 

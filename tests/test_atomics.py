@@ -10,6 +10,11 @@ DTYPES = (torch.int32, torch.int64, torch.uint32, torch.uint64)
 
 @spmd
 def test_every_atomic_op(rt):
+    check_every_atomic_op(rt)
+
+
+def check_every_atomic_op(rt):
+    """Every host atomic on the right neighbour's word, for each dtype, against the arithmetic."""
     right = (rt.my_pe + 1) % rt.n_pes
     for dtype in DTYPES:
         x = rt.zeros(1, dtype=dtype)
@@ -46,9 +51,12 @@ def test_every_atomic_op(rt):
 
 @spmd
 def test_fetch_add_under_contention_is_exact(rt):
+    check_fetch_add_under_contention(rt, 2000)
+
+
+def check_fetch_add_under_contention(rt, rounds: int):
     counter = rt.zeros(1, dtype=torch.int64)
     seen = set()
-    rounds = 2000
     for _ in range(rounds):
         seen.add(rt.atomic_fetch_add(counter, 1, 0))
     rt.barrier_all()

@@ -547,6 +547,20 @@ def collectives(dst, src, gathered, exchanged, reduced, team, root, N: tl.conste
     shl.reduce(team, reduced, src, N, OP)
 
 
+@spmd(sizes=(2,))
+def test_peer_atomics_kernel_every_op_and_exact_under_contention(rt):
+    """NOTE [peer atomics]: the one-program kernel through which a GPU runtime does host atomics on a
+    peer it reaches by load/store (NVSHMEM's own fail there), run here on the host backend's mappings:
+    the same checks as test_atomics.py makes of the native atomics."""
+    from test_atomics import check_every_atomic_op, check_fetch_add_under_contention
+
+    from unishmem import _peer_atomics
+
+    rt._atomic_call = _peer_atomics.make(rt._native, rt._heap_of, rt.device)
+    check_every_atomic_op(rt)
+    check_fetch_add_under_contention(rt, 200)
+
+
 @spmd(sizes=SIZES)
 def test_collectives_over_dtypes_and_ops(rt):
     n, size = 8, rt.n_pes

@@ -108,7 +108,25 @@ inline int n_pes() { return nvshmem_n_pes(); }
 inline void* sym_malloc(std::size_t n) { return nvshmem_malloc(n); }
 inline void sym_free(void* p) { nvshmem_free(p); }
 inline void* peer_ptr(const void* p, int pe) { return nvshmem_ptr(p, pe); }
-inline int module_init(std::uintptr_t module, Stream) { return nvshmemx_cumodule_init(reinterpret_cast<CUmodule>(module)); }
+// NOTE [module globals]: nvshmemx_cumodule_init fails (7) on a module without nvshmemi_device_state_d, and
+// a kernel that calls no NVSHMEM function links none of the bitcode, so holds none (seen on an H200: a
+// @unishmem.jit GEMM that only computes). Such a module has no NVSHMEM state to initialise. The driver's
+// cuModuleGetGlobal comes through the runtime's entry-point query: the module links no libcuda.
+inline int module_init(std::uintptr_t module, Stream) {
+  using GetGlobal = CUresult (*)(CUdeviceptr*, std::size_t*, CUmodule, const char*);
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  const cudaError_t rc = cudaGetDriverEntryPointByVersion("cuModuleGetGlobal", &entry, 12000, cudaEnableDefault, &found);
+  if (rc != cudaSuccess || found != cudaDriverEntryPointSuccess || entry == nullptr)
+    throw Error(ErrorKind::generic, std::string("the CUDA driver offers no cuModuleGetGlobal (") +
+                                        cudaGetErrorString(rc) + ", query result " + std::to_string(int(found)) + ")");
+  const auto mod = reinterpret_cast<CUmodule>(module);
+  CUdeviceptr where = 0;
+  std::size_t bytes = 0;
+  if (reinterpret_cast<GetGlobal>(entry)(&where, &bytes, mod, "nvshmemi_device_state_d") == CUDA_ERROR_NOT_FOUND)
+    return 0;
+  return nvshmemx_cumodule_init(mod);
+}
 constexpr const char* kModuleInitCall = "nvshmemx_cumodule_init";
 
 // ---- teams -----------------------------------------------------------------------------------

@@ -265,6 +265,7 @@ class Runtime:
         # Vendor device state for a freshly loaded GPU module (handle as int); None on host.
         # The device library calls it from its kernel-load hook.
         self._module_init = opened.module_init
+        self._atomic_call = opened.atomic or native.atomic
         self._hang_dir = None  # NOTE [hang report]: set by init when UNISHMEM_HANG_TIMEOUT is
         self._watchdog = None
         self._wait_table = None  # NOTE [debug waits]
@@ -782,7 +783,7 @@ class Runtime:
         self._check_active()
         addr = self._word(dest, "dest", ATOMIC_DTYPES)
         v, c = _bits(value, dest.dtype, "value"), _bits(cond, dest.dtype, "cond")
-        out = self._native.atomic(ATOMIC_OPS[op], DTYPE_CODES[dest.dtype], addr, v, c, _check_pe(pe, self.n_pes))
+        out = self._atomic_call(ATOMIC_OPS[op], DTYPE_CODES[dest.dtype], addr, v, c, _check_pe(pe, self.n_pes))
         return _from_bits(out, dest.dtype)
 
     def atomic_fetch(self, dest: torch.Tensor, pe: int) -> int:

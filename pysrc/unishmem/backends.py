@@ -76,6 +76,9 @@ class Opened:
     # handle as an int); None where kernels need none (host backend).
     module_init: Callable[[int], None] | None = None
     version: dict[str, Any] = field(default_factory=dict)
+    # Host-initiated atomics, with native.atomic's arguments; None: native.atomic itself
+    # (NOTE [peer atomics] in _peer_atomics.py says why GPU runtimes differ)
+    atomic: Callable[..., int] | None = None
 
 
 def get(name: str) -> Backend:
@@ -310,7 +313,11 @@ def open_vendor(vendor: Backend, boot: Bootstrap, heap_size: int, device: Any) -
     def module_init(module: int) -> None:
         native.module_init(int(module), stream_of(None))
 
-    return Opened(vendor, native, dev, heap_of, stream_of, module_init, version)
+    from . import _peer_atomics
+
+    return Opened(
+        vendor, native, dev, heap_of, stream_of, module_init, version, _peer_atomics.make(native, heap_of, dev)
+    )
 
 
 BACKENDS: dict[str, Backend] = {

@@ -326,12 +326,14 @@ def _jit_functions():
     from triton.runtime.jit import JITFunction
 
     from .language._debug import site_key
+    from .triton_support import Kernel
 
     found = {}
     for module in list(sys.modules.values()):
         for value in list(getattr(module, "__dict__", {}).values()):
-            fn = getattr(value, "jit_function", value)
-            if isinstance(fn, JITFunction):
+            # by type alone: some globals raise for any attribute (torch.classes, seen on a GPU) or warn
+            fn = value.jit_function if issubclass(type(value), Kernel) else value
+            if issubclass(type(fn), JITFunction):
                 found[site_key(fn.fn.__module__, fn.fn.__qualname__)] = fn.fn.__name__
     return found
 
