@@ -247,14 +247,13 @@ def main() -> int:
         total = rt.atomic_fetch(c, 0)
         assert total == 50 * rt.n_pes and len(set(tickets)) == 50, (total, tickets)
         rt.barrier_all()
-        assert rt.atomic_compare_swap(c, total, -5, peer) == total
+        won = rt.atomic_compare_swap(c, total, -5 - me, 0) == total  # one PE's swap finds `total`
         rt.barrier_all()
-        assert int(c.item()) == -5, int(c.item())
-        assert rt.atomic_swap(c, 9, peer) == -5
+        final = rt.atomic_fetch(c, 0)
+        assert final in [-5 - pe for pe in range(rt.n_pes)] and won == (final == -5 - me), (final, won)
         rt.barrier_all()
-        assert int(c.item()) == 9, int(c.item())
         rt.free(c)
-        return f"{50 * rt.n_pes} fetch_adds on PE 0's counter, distinct tickets; compare_swap and swap on the peer"
+        return f"{50 * rt.n_pes} fetch_adds on PE 0's counter, distinct tickets; one compare_swap won"
 
     check(report, "host_atomics", atomics)
 

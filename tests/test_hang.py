@@ -204,3 +204,13 @@ def test_the_report_names_kernels_past_globals_that_raise_on_any_attribute(monke
     monkeypatch.setitem(sys.modules, module.__name__, module)
     names = hang._jit_functions()
     assert "classic_hang" in names.values(), sorted(names.values())
+
+
+def test_a_device_read_that_blocks_leaves_the_report_without_values():
+    """The report goes out where reading a waited-on word from device memory blocks (hang._within)."""
+    from unishmem import hang
+
+    started = time.monotonic()
+    assert hang._within(0.2, lambda: time.sleep(30)) is None
+    assert time.monotonic() - started < 5
+    assert hang._within(5, lambda: [1, 2]) == [1, 2]

@@ -319,6 +319,7 @@ def format_report(reports: list[PeReport], headline: str, n_pes: int | None = No
 
 HANG_EXIT = 124  # the exit status of a PE that the watchdog ends (as timeout(1)'s)
 GATHER_S = 5.0  # how long rank 0 waits for the other PEs' parts
+READ_S = 2.0  # how long a PE's part waits for the words its kernel waits on (read from device memory)
 
 
 def _jit_functions():
@@ -346,6 +347,7 @@ def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
     words = table.tolist()
     names = None
     waits = []
+    stuck = False  # a device read did not finish: the report goes out without the words' values
     for s in range(_debug.SLOTS):
         slot = words[s * _debug.SLOT_WORDS : (s + 1) * _debug.SLOT_WORDS]
         if not slot[_debug.STATE]:
@@ -374,10 +376,18 @@ def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
             continue
         offset = slot[_debug.ADDR] - rt._base
         dtype = info >> 8 & 0xFF
-        words_read = [
-            _signed(_read_word(rt, offset + i * (4 if dtype in (6, 10) else 8), dtype), dtype)
-            for i in range(max(1, min(slot[_debug.NELEMS], 8)))
-        ]
+        count = max(1, min(slot[_debug.NELEMS], 8))
+        words_read = [None] * count
+        if not stuck:
+            read = _within(
+                READ_S,
+                lambda: [
+                    _signed(_read_word(rt, offset + i * (4 if dtype in (6, 10) else 8), dtype), dtype)
+                    for i in range(count)
+                ],
+            )
+            stuck = read is None
+            words_read = read or words_read
         cmp, value = info & 0xFF, _signed(slot[_debug.VALUE], dtype)
         waits.append(
             Wait(
@@ -406,6 +416,19 @@ def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
                 )
             )
     return waits, signals
+
+
+def _within(seconds: float, fn):
+    """fn()'s result, or None if it has not returned after `seconds` (it is left running on a daemon
+    thread). A report must go out even where a device read blocks: on an H200 (2 PEs, limited mode)
+    the waiting PE's part never arrived once its kernel names were found; cause not established."""
+    import threading
+
+    result = []
+    reader = threading.Thread(target=lambda: result.append(fn()), name="unishmem hang read", daemon=True)
+    reader.start()
+    reader.join(seconds)
+    return result[0] if result else None
 
 
 def _read_word(rt, offset: int, dtype: int) -> int | None:
