@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The nvshmem backend on a lent NVIDIA GPU, in one prepared command. NOT RUN YET on a GPU:
-# docs/nvidia.md says so until it has.
+# The nvshmem backend on a lent NVIDIA GPU, in one prepared command. First run on an H200 on 2026-12-04:
+# docs/nvidia.md#first-runs-on-a-gpu-2026-12-04 says what passed and what did not.
 #
 #   bash scripts/gpu_check.sh               # summary and logs under $OUT (default ./gpu-check-out)
 #   bash scripts/gpu_check.sh --times-only  # build, info, then only the timing phase (a rerun: see below)
@@ -14,9 +14,8 @@
 # on-stream put/get, put_signal and signal_wait_until, barrier_all, put bandwidth beside torch's
 # device-to-device copy, the Triton kernel check, the device-library examples (ring all-gather, signal
 # ping-pong) and the five tutorials (which call unishmem.kernels) compiled for the GPU, a deliberately
-# hung kernel under the hang watchdog, and last the timing phase (scripts/gpu_kernel_times.py, NOT RUN YET
-# on a GPU): every kernel of unishmem.kernels from 8 KiB to 64 MiB, float16, eager and replayed from a CUDA
-# graph, timed with CUDA events beside a device-to-device copy of the same bytes (and the GEMMs' GEMM part
+# hung kernel under the hang watchdog, and last the timing phase (scripts/gpu_kernel_times.py): every
+# kernel of unishmem.kernels from 8 KiB to 64 MiB, float16, eager and replayed from a CUDA graph, timed with CUDA events beside a device-to-device copy of the same bytes (and the GEMMs' GEMM part
 # beside torch.matmul), each result checked against torch, compile time apart from run time.
 # GPU_CHECK_EXAMPLES="ring_allgather tutorials/02_all_gather_gemm" runs only those examples (a rerun of what
 # failed); GPU_CHECK_HANG=off skips the hung kernel. GPU_CHECK_MPS=1 runs the timing phase under CUDA MPS
@@ -174,7 +173,7 @@ else
 fi
 fi  # TIMES_ONLY
 
-# ---- unishmem.kernels timed (scripts/gpu_kernel_times.py; NOT RUN YET on a GPU) -------------
+# ---- unishmem.kernels timed (scripts/gpu_kernel_times.py) ------------------------------------
 # Last, so that it takes no time from the checks above: what is left of the budget, at most 240 s (480 s
 # with --times-only; GPU_CHECK_TIMES_LIMIT sets it). Its deadline leaves 25 s for finalize and the
 # launcher; the summary is made from the rows written so far, also when the job was cut short.

@@ -1,6 +1,6 @@
 """Times every kernel of unishmem.kernels, eager and replayed from a CUDA graph, beside references
-measured in the same run: the timing phase of scripts/gpu_check.sh. NOT RUN YET on a GPU: this
-project has not had one; docs/benchmarks.md says so until it has.
+measured in the same run: the timing phase of scripts/gpu_check.sh. First run on an H200 on 2026-12-04
+(docs/benchmarks.md#the-first-gpu-runs-2026-12-04).
 
     unishmem run -n 2 scripts/gpu_kernel_times.py OUT [--quick] [--sizes 8K,4M] [--kernels all_gather,moe]
     unishmem run -n 2 scripts/gpu_kernel_times.py OUT --cpu [--quick]   # host backend, interpreter, tiny sizes

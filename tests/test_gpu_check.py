@@ -1,7 +1,7 @@
 """scripts/gpu_kernel_times.py, the timing phase of scripts/gpu_check.sh, without a GPU: its CPU mode runs
 every kernel eager and replayed through unishmem.testing.capture() on the host backend and checks each
 result against torch; its summary reports what failed and what the time budget left out. Speed is not
-asserted (the GPU phase itself has not run: docs/benchmarks.md)."""
+asserted (the GPU figures are in docs/benchmarks.md)."""
 
 import importlib.util
 import json

@@ -19,6 +19,17 @@
 //    every wait: each answer comes after the other's wake-up, too late to grow the budget, and
 //    every round trip costs two wake-ups (79 us against 330 ns spinning, with one busy process
 //    beside a 2-PE job on 2 cores).
+//    kSpinCeiling is longer than a scheduler tick (4 ms at HZ=250, 10 ms at HZ=100), because on a
+//    busy machine that is what a wait for a descheduled peer lasts: the peer gets its core back at
+//    a tick, and a waiter still spinning then sees the answer at once, where one that went to sleep
+//    is woken onto a core that another task holds and waits for the next tick too. With one busy
+//    process beside a 2-PE job on 2 cores, 20 x 10,000 round trips (mpi4py, which spins without
+//    end, beside it: mean 5.5-10 us, p99 5-7.5 us): a 500 us ceiling, mean 59-69 us and p99 1.1 ms;
+//    2 ms, mean 143-161 us and p99 4 ms (it spins, then sleeps all the same); 5 ms, mean 8.1-8.8 us
+//    and p99 3.8-5.0 us; 20 ms, mean 6.8-8.6 us and p99 3.8-4.3 us. Yielding during the spin was
+//    tried too (sched_yield every 256 polls): the median went from 1.4 to about 40 us, since a yield
+//    hands the core to the busy process for a whole slice. On an idle machine wake-ups are short,
+//    so the ceiling (twice them) stays near kMaxSpin and a long wait soon sleeps.
 // 2b. Where PEs outnumber cores (no spin), yield (sched_yield) between polls for up to kYieldFor:
 //    the awaited PE is often runnable on this very core, and a yield hands it the core at once,
 //    where a futex sleep and wake-up costs tens of microseconds a hand-over on a VM (a 4-PE
@@ -69,7 +80,7 @@ struct SpinState {
 
 constexpr int kMinSpinPolls = 128;                               // always, before the clock is read
 constexpr double kMaxSpin = 50e-6;                               // about what a sleep and wake-up cost here
-constexpr double kSpinCeiling = 500e-6;                          // never spin longer, however slow wake-ups get
+constexpr double kSpinCeiling = 20e-3;                           // never spin longer: over a tick at HZ >= 100
 constexpr auto kYieldFor = std::chrono::microseconds(500);       // then sleep: a long wait burns no core
 constexpr auto kMinSleep = std::chrono::microseconds(50);        // first futex timeout
 constexpr auto kMaxSleep = std::chrono::milliseconds(1);         // longest: bounds an unrung write's delay

@@ -18,7 +18,7 @@ import unishmem
 from unishmem import CMP, SIGNAL, _host
 
 from .plan import Plan, elements, ref_key
-from .timing import best_of, iterations, long_iters, long_run, measure, summary
+from .timing import best_of, iterations, long_iters, long_round_trips, long_run, measure, summary
 
 PAYLOAD = 8  # bytes carried by each signal ping-pong message
 CPP_MAX_ITERS = 10**7  # C++ loops are bounded by the time budget, not by this
@@ -69,6 +69,26 @@ class HostBench:
         self.rt.barrier_all()
         samples = long_run(step, iters)
         return summary(self.slowest(samples).tolist() if every_pe else samples, best)
+
+    def py_loop(self, step, reps: int) -> dict:
+        """A ping-pong's Python loop of `step(j)`, j counting on from 0 across runs: the best of
+        `reps` runs (as cpp_loop), then a long run of at least ROUND_TRIPS calls timed by PE 0."""
+        p, done = self.plan, [0]
+
+        def run(k: int) -> float:
+            base = done[0]
+            done[0] += k
+            self.rt.barrier_all()
+            t0 = time.perf_counter()
+            for j in range(base, base + k):
+                step(j)
+            return time.perf_counter() - t0
+
+        run(1)  # warm-up
+        iters = iterations(run, self.agree_max, p.budget_s, reps, p.py_pingpong_iters)
+        best = best_of(lambda: run(iters) / iters, self.agree_max, reps)
+        self.rt.barrier_all()
+        return summary(long_run(step, long_round_trips(best, p.long_run_s, p.long_run), done[0]), best)
 
     def cpp_loop(self, run, max_iters: int, reps: int = 0) -> float:
         """Time a C++ loop `run(iters) -> seconds` (at most `max_iters` per run), as measure()
@@ -141,45 +161,56 @@ class HostBench:
         cpp_s = self.cpp_loop(cpp, p.pingpong_iters, reps)
         cpp_s = self.cpp_latency(cpp, cpp_s, p.pingpong_iters, every_pe=False)
 
-        sig2 = rt.signals(1)
-        count = [0]
-
-        def python(k: int) -> float:
-            base = count[0]
-            count[0] += 2 * k
-            rt.barrier_all()
-            t0 = time.perf_counter()
-            if first:
-                for i in range(base + 1, base + 2 * k, 2):
-                    rt.put_signal(buf, src, sig2, i, peer)
-                    rt.signal_wait_until(sig2, CMP.GE, i + 1)
-            else:
-                for i in range(base + 1, base + 2 * k, 2):
-                    rt.signal_wait_until(sig2, CMP.GE, i)
-                    rt.put_signal(buf, src, sig2, i + 1, peer)
-            return time.perf_counter() - t0
-
-        python(1)  # warm-up
-        iters = iterations(python, self.agree_max, p.budget_s, reps, p.py_pingpong_iters)
-        py_s = best_of(lambda: python(iters) / iters, self.agree_max, reps)
-        base = count[0]
+        # The Python round trip three ways: tensors made once and reused; views made in the call, as
+        # a user's loop writes it; and reused tensors with the views' slices made and dropped where
+        # the views are made, so that torch's charge for them is timed on the same path (both PEs
+        # slice, and a round trip waits for some of those slices, not for others). Each loop has its
+        # own signal word, so each counts from 0.
+        sig2, sig3, sig4 = rt.signals(1), rt.signals(1), rt.signals(1)
         if first:
 
-            def step(j):
-                i = base + 2 * j + 1
-                rt.put_signal(buf, src, sig2, i, peer)
-                rt.signal_wait_until(sig2, CMP.GE, i + 1)
+            def reused(j):
+                rt.put_signal(buf, src, sig2, 2 * j + 1, peer)
+                rt.signal_wait_until(sig2, CMP.GE, 2 * j + 2)
+
+            def views(j):
+                rt.put_signal(buf[0:PAYLOAD], src, sig3[0:1], 2 * j + 1, peer)
+                rt.signal_wait_until(sig3[0:1], CMP.GE, 2 * j + 2)
+
+            def sliced(j):  # reused, making and dropping the same slices: what torch charges for them
+                buf[0:PAYLOAD], sig3[0:1]
+                rt.put_signal(buf, src, sig4, 2 * j + 1, peer)
+                sig3[0:1]
+                rt.signal_wait_until(sig4, CMP.GE, 2 * j + 2)
         else:
 
-            def step(j):
-                i = base + 2 * j + 1
-                rt.signal_wait_until(sig2, CMP.GE, i)
-                rt.put_signal(buf, src, sig2, i + 1, peer)
+            def reused(j):
+                rt.signal_wait_until(sig2, CMP.GE, 2 * j + 1)
+                rt.put_signal(buf, src, sig2, 2 * j + 2, peer)
 
-        py_s = self.py_latency(step, py_s, every_pe=False)
-        for t in (words, sig, buf, sig2):
+            def views(j):
+                rt.signal_wait_until(sig3[0:1], CMP.GE, 2 * j + 1)
+                rt.put_signal(buf[0:PAYLOAD], src, sig3[0:1], 2 * j + 2, peer)
+
+            def sliced(j):
+                sig3[0:1]
+                rt.signal_wait_until(sig4, CMP.GE, 2 * j + 1)
+                buf[0:PAYLOAD], sig3[0:1]
+                rt.put_signal(buf, src, sig4, 2 * j + 2, peer)
+
+        py_s = self.py_loop(reused, reps)
+        views_s = self.py_loop(views, reps)
+        sliced_s = self.py_loop(sliced, reps)
+        for t in (words, sig, buf, sig2, sig3, sig4):
             rt.free(t)
-        return {"raw_atomic": raw_s, "cpp_signal": cpp_s, "python_signal": py_s, "payload_bytes": PAYLOAD}
+        return {
+            "raw_atomic": raw_s,
+            "cpp_signal": cpp_s,
+            "python_signal": py_s,
+            "python_signal_views": views_s,
+            "python_signal_sliced": sliced_s,
+            "payload_bytes": PAYLOAD,
+        }
 
     # ---- synchronisation and collectives -------------------------------------------------------
 

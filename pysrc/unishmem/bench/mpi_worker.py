@@ -17,11 +17,11 @@ from mpi4py import MPI
 
 if __package__:
     from .plan import Plan, elements
-    from .timing import best_of, iterations, long_iters, long_run, measure, summary
+    from .timing import best_of, iterations, long_iters, long_round_trips, long_run, measure, summary
 else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from plan import Plan, elements
-    from timing import best_of, iterations, long_iters, long_run, measure, summary
+    from timing import best_of, iterations, long_iters, long_round_trips, long_run, measure, summary
 
 PAYLOAD = 8  # as the host backend's ping-pong
 
@@ -82,7 +82,7 @@ def main(plan_path: str, out_path: str) -> int:
                 comm.Send(msg, peer, 1)
 
         comm.Barrier()
-        out["pingpong"] = summary(long_run(step, long_iters(best, plan.long_run_s, plan.long_run)), best)
+        out["pingpong"] = summary(long_run(step, long_round_trips(best, plan.long_run_s, plan.long_run)), best)
     ops = plan.ops_at(n) if n in plan.all_pes() else ()  # a 2-PE job may be there for the point-to-point only
     if ops:
         best = timed(comm.Barrier)

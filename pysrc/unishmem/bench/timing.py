@@ -6,15 +6,19 @@ run's share of the time budget; then `reps` timed runs of that many calls, each 
 barrier. A run's time is the slowest rank's (a collective is done when its last member is); the
 figure is the best run, which filters out the noise of a shared machine.
 
-Latencies are also timed call by call over one long run (long_run), and reported as the median and
-the 99th percentile of those calls: what a user's loop sees, where the best run shows the quietest
-moment. Each call's time includes one clock read, in every implementation alike.
+Latencies are also timed call by call over one long run (long_run), and reported as the mean, the
+median and the 99th percentile of those calls: what a user's loop sees (a loop pays the mean), where
+the best run shows the quietest moment. Each call's time includes one clock read, in every
+implementation alike. A ping-pong's long run has at least ROUND_TRIPS round trips, so that its mean
+is taken over the same count in every implementation.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+ROUND_TRIPS = 10_000  # the fewest round trips in a ping-pong's long run (its mean is a target)
 
 
 def iterations(
@@ -60,15 +64,15 @@ def best_of(run: Callable[[], float], agree_max: Callable[[float], float], reps:
     return min(agree_max(run()) for _ in range(reps))
 
 
-def long_run(step: Callable[[int], object], iters: int) -> list[int]:
-    """Nanoseconds of each of `iters` consecutive calls step(0), step(1), ..."""
+def long_run(step: Callable[[int], object], iters: int, first: int = 0) -> list[int]:
+    """Nanoseconds of each of `iters` consecutive calls step(first), step(first + 1), ..."""
     samples = [0] * iters
     clock = time.perf_counter_ns
     last = clock()
-    for j in range(iters):
+    for j in range(first, first + iters):
         step(j)
         now = clock()
-        samples[j] = now - last
+        samples[j - first] = now - last
         last = now
     return samples
 
@@ -79,10 +83,15 @@ def long_iters(best_s: float, budget_s: float, cap: int) -> int:
     return int(max(100, min(cap, budget_s / max(best_s, 1e-9) / 4)))
 
 
+def long_round_trips(best_s: float, budget_s: float, cap: int) -> int:
+    """Round trips in a ping-pong's long run: as long_iters, but never fewer than ROUND_TRIPS."""
+    return max(ROUND_TRIPS, long_iters(best_s, budget_s, cap))
+
+
 def summary(samples_ns, best_s: float) -> dict:
-    """The figures of one latency: the best run's time per call, and the long run's median and
-    99th percentile (nearest rank), all in seconds."""
+    """The figures of one latency: the best run's time per call, and the long run's mean, median
+    and 99th percentile (nearest rank), all in seconds."""
     ordered = sorted(samples_ns)
     n = len(ordered)
     rank = lambda q: ordered[min(n - 1, max(0, -(-n * q // 100) - 1))] * 1e-9  # noqa: E731
-    return {"best": best_s, "median": rank(50), "p99": rank(99), "samples": n}
+    return {"best": best_s, "mean": sum(ordered) / n * 1e-9, "median": rank(50), "p99": rank(99), "samples": n}
