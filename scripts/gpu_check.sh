@@ -15,8 +15,9 @@
 # device-to-device copy, the Triton kernel check, the device-library examples (ring all-gather, signal
 # ping-pong) and the five tutorials (which call unishmem.kernels) compiled for the GPU, a deliberately
 # hung kernel under the hang watchdog, and last the timing phase (scripts/gpu_kernel_times.py): every
-# kernel of unishmem.kernels from 8 KiB to 64 MiB, float16, eager and replayed from a CUDA graph, timed with CUDA events beside a device-to-device copy of the same bytes (and the GEMMs' GEMM part
-# beside torch.matmul), each result checked against torch, compile time apart from run time.
+# kernel of unishmem.kernels from 8 KiB to 64 MiB, float16, eager and replayed from a CUDA graph, timed
+# with CUDA events beside a device-to-device copy of the same bytes (and the GEMMs' GEMM part beside
+# torch.matmul), each result checked against torch, compile time apart from run time.
 # GPU_CHECK_EXAMPLES="ring_allgather tutorials/02_all_gather_gemm" runs only those examples (a rerun of what
 # failed); GPU_CHECK_HANG=off skips the hung kernel. GPU_CHECK_MPS=1 runs the timing phase under CUDA MPS
 # (each PE on half the SMs, NVSHMEM's full multi-PE-per-GPU mode: both PEs' kernels run at once instead of

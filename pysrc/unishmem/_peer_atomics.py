@@ -7,7 +7,7 @@ rocSHMEM's IPC host context implements only add, fetch_add and compare-swap (VEN
 GPU runtime does an atomic on a reachable peer's word with the GPU's own system-scope atomics: one
 one-program launch on the current stream (so it follows the stream's earlier work, as the host's
 other calls do), then the old value read back. Peers reached only over a network keep the library's
-host atomics. Each op of enums.ATOMIC_OPS is one of six device atomics; signed and unsigned words of
+host atomics. The rocSHMEM side of this has not run on AMD hardware. Each op of enums.ATOMIC_OPS is one of six device atomics; signed and unsigned words of
 one size share a binary, since add, exchange, compare-swap and the bitwise ops act on bits alike.
 """
 
@@ -81,13 +81,12 @@ def make(native, heap_of: Callable[[int], torch.Tensor], device: torch.device) -
             heap = heap_of(pe)
         except ValueError:  # not reachable by load/store: over the network, the library's own
             return native.atomic(op, code, addr, value, cond, pe)
-        size = _ITEMSIZE[code]
-        kind, given = _BY_CODE[op]
-        offset = addr - base
-        word = heap[offset : offset + size].view(_WORD_DTYPES[size])
+        size, (kind, given) = _ITEMSIZE[code], _BY_CODE[op]
+        offset, word_dtype = addr - base, _WORD_DTYPES[size]
+        word = heap[offset : offset + size].view(word_dtype)
         v = _signed(value if given == "value" else given, size)
-        io = torch.tensor([v, _signed(cond, size)], dtype=_WORD_DTYPES[size], device=device)
+        io = torch.tensor([v, _signed(cond, size)], dtype=word_dtype, device=device)
         _peer_atomic[(1,)](word, io, kind)
-        return int(io[0].item()) & ((1 << (8 * size)) - 1)
+        return int(io[0].item()) & ((1 << (8 * size)) - 1)  # the old value's bits
 
     return atomic
