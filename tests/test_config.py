@@ -136,3 +136,25 @@ def test_accessors_refuse_names_outside_their_table():
         _config.seconds("UNISHMEM_TEAM_ARENA")
     with pytest.raises(KeyError, match="UNISHMEM_BACKEND is not a variable unishmem run sets"):
         _config.protocol("UNISHMEM_BACKEND")
+
+
+def test_config_is_a_leaf_that_runs_without_the_package():
+    """`unishmem settings` prints its docs with no extension built: _config imports nothing of unishmem."""
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('config_alone', {str(PYSRC / '_config.py')!r})\n"
+        "m = sys.modules['config_alone'] = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(m)\n"
+        "sys.stdout.write(m.markdown())\n"
+        "assert not [n for n in sys.modules if n.startswith(('unishmem', 'torch', 'triton'))], sorted(sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == _config.markdown()
+
+
+def test_config_constants_match_their_owners():
+    from unishmem import backends
+
+    assert _config.BACKEND_NAMES == tuple(backends.BACKENDS)
+    assert _config.MAX_RESIDENT_PROGRAMS == backends.native_module("host").max_resident_programs

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import _config
+from ._config import parse_size as parse_size
 from ._version import __version__ as __version__
 from .enums import CMP, SIGNAL
 from .errors import (
@@ -71,20 +71,6 @@ __all__ = [
 
 _lock = threading.Lock()
 _current: Runtime | None = None
-
-
-def parse_size(value: int | str) -> int:
-    """Bytes from an int or a string such as '512M', '2G', '1.5GiB', '4096'."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        n = value
-    else:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(value), re.IGNORECASE)
-        if not m:
-            raise ValueError(f"heap size {value!r} is not a byte count such as 1073741824, '512M' or '2G'")
-        n = int(float(m.group(1)) * 1024 ** "_KMGT".index(m.group(2).upper() or "_"))
-    if n <= 0:
-        raise ValueError(f"heap size {value!r} must be positive")
-    return n
 
 
 def init(

@@ -5,12 +5,17 @@ PROTOCOL lists what `unishmem run` sets for the processes it starts, which nobod
 docs/settings.md is both tables as `unishmem settings` prints them (tests/test_config.py checks
 that it matches). Each is read when it is needed, not at import: a program or a test may
 change one before the next init, split or launch. The C++ backends read no variable: they get values.
+
+A leaf: it imports nothing of the package, so `unishmem settings` and the launcher read it without
+the compiled extension or torch. The two facts it needs from elsewhere are constants here, and
+tests/test_config.py pins them to their owners (the backend registry, the host extension).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,9 +44,28 @@ def _seconds(zero_ok: bool) -> Kind:
     return Kind(lambda: "seconds >= 0; 0: off" if zero_ok else "seconds > 0", parse)
 
 
-def _bytes(name: str, text: str) -> int:
-    from . import parse_size
+# The backends `UNISHMEM_BACKEND` may name, in backends.py's order (its registry's keys).
+BACKEND_NAMES = ("host", "nvshmem", "rocshmem")
+# The most threads of one PE whose waits the host backend can judge (host_backend.hpp's kMaxWaiters,
+# exported by the extension as max_resident_programs): the cap on programs resident at once.
+MAX_RESIDENT_PROGRAMS = 256
 
+
+def parse_size(value: int | str) -> int:
+    """Bytes from an int or a string such as '512M', '2G', '1.5GiB', '4096'."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(value), re.IGNORECASE)
+        if not m:
+            raise ValueError(f"heap size {value!r} is not a byte count such as 1073741824, '512M' or '2G'")
+        n = int(float(m.group(1)) * 1024 ** "_KMGT".index(m.group(2).upper() or "_"))
+    if n <= 0:
+        raise ValueError(f"heap size {value!r} must be positive")
+    return n
+
+
+def _bytes(name: str, text: str) -> int:
     try:
         return parse_size(text)
     except ValueError as e:
@@ -49,20 +73,12 @@ def _bytes(name: str, text: str) -> int:
 
 
 def _bytes_or_0(name: str, text: str) -> int:
-    from . import parse_size
-
     if text.strip() == "0":
         return 0
     try:
         return parse_size(text)
     except ValueError:
         raise ValueError(f"{name}={text!r} is not a byte count such as 0, 16777216 or '64M'") from None
-
-
-def _max_resident() -> int:
-    from .backends import native_module
-
-    return native_module("host").max_resident_programs
 
 
 def resident(value, what: str) -> int:
@@ -74,9 +90,8 @@ def resident(value, what: str) -> int:
             number = None
     else:
         number = value if isinstance(value, int) and not isinstance(value, bool) else None
-    most = _max_resident()
-    if number is None or not 1 <= number <= most:
-        raise ValueError(f"{what}={value!r} is not a whole number of programs from 1 to {most}")
+    if number is None or not 1 <= number <= MAX_RESIDENT_PROGRAMS:
+        raise ValueError(f"{what}={value!r} is not a whole number of programs from 1 to {MAX_RESIDENT_PROGRAMS}")
     return number
 
 
@@ -106,26 +121,20 @@ def _flag(name: str, text: str) -> bool:
     return text.strip() == "1"
 
 
-def _backend_names() -> tuple[str, ...]:
-    from .backends import NAMES
-
-    return ("auto", *NAMES)
-
-
 def _backend(name: str, text: str) -> str:
-    if text not in _backend_names():
-        raise ValueError(f"{name}={text!r} is not one of {', '.join(_backend_names())}")
+    if text not in ("auto", *BACKEND_NAMES):
+        raise ValueError(f"{name}={text!r} is not one of {', '.join(('auto', *BACKEND_NAMES))}")
     return text
 
 
 SECONDS, SECONDS_OR_OFF = _seconds(zero_ok=False), _seconds(zero_ok=True)
 BYTES = Kind(lambda: "bytes: 4096, 512M, 2G, 1.5GiB", _bytes)
 BYTES_OR_0 = Kind(lambda: "bytes, or 0", _bytes_or_0)
-PROGRAMS = Kind(lambda: f"programs, 1 to {_max_resident()}", lambda name, text: resident(text, name))
+PROGRAMS = Kind(lambda: f"programs, 1 to {MAX_RESIDENT_PROGRAMS}", lambda name, text: resident(text, name))
 PES = Kind(lambda: "PEs, >= 1", _pes)
 COUNT = Kind(lambda: "a whole number >= 1", _count)
 FLAG = Kind(lambda: "0 or 1", _flag)
-BACKEND = Kind(lambda: ", ".join(_backend_names()), _backend)
+BACKEND = Kind(lambda: ", ".join(("auto", *BACKEND_NAMES)), _backend)
 TEXT = Kind(lambda: "text", lambda name, text: text or None)  # empty: as if unset
 
 

@@ -256,9 +256,7 @@ def open_vendor(vendor: Backend, boot: Bootstrap, heap_size: int, device: Any) -
     # The library's own symmetric heap must hold unishmem's heap (NOTE [vendor heap] in csrc/gpu).
     need = heap_size + _LIBRARY_HEAP_MARGIN
     if heap_env in os.environ:
-        from . import parse_size
-
-        if parse_size(os.environ[heap_env]) < need:
+        if _config.parse_size(os.environ[heap_env]) < need:
             raise BackendUnavailable(
                 f"{heap_env}={os.environ[heap_env]} is smaller than the {need} bytes a heap of "
                 f"{heap_size} bytes needs; unset it or raise it"

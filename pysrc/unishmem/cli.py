@@ -187,7 +187,7 @@ def _load(text: str) -> int:
 
 
 def _size(text: str) -> int:
-    from . import parse_size
+    from ._config import parse_size
 
     try:
         return parse_size(text)
