@@ -216,6 +216,39 @@ void warn_stall(const std::string& what, double seconds) {
     throw py::error_already_set();
 }
 
+// NOTE [enum values] (backend.hpp): the C++ numbering under the names pysrc/unishmem/enums.py gives it,
+// so that tests/test_registry.py can compare the two.
+py::dict enum_values() {
+  auto as_dict = [](std::initializer_list<std::pair<const char*, int>> entries) {
+    py::dict d;
+    for (const auto& [name, value] : entries) d[name] = value;
+    return d;
+  };
+  py::dict all;
+  all["DTYPES"] = as_dict({{"float16", int(DType::f16)}, {"bfloat16", int(DType::bf16)},
+                           {"float32", int(DType::f32)}, {"float64", int(DType::f64)},
+                           {"int8", int(DType::i8)}, {"int16", int(DType::i16)}, {"int32", int(DType::i32)},
+                           {"int64", int(DType::i64)}, {"uint8", int(DType::u8)}, {"uint16", int(DType::u16)},
+                           {"uint32", int(DType::u32)}, {"uint64", int(DType::u64)}});
+  all["SIGNAL"] = as_dict({{"SET", int(SignalOp::set)}, {"ADD", int(SignalOp::add)}});
+  all["CMP"] = as_dict({{"EQ", int(Cmp::eq)}, {"NE", int(Cmp::ne)}, {"GT", int(Cmp::gt)}, {"GE", int(Cmp::ge)},
+                        {"LT", int(Cmp::lt)}, {"LE", int(Cmp::le)}});
+  all["REDUCE_OPS"] = as_dict({{"sum", int(ReduceOp::sum)}, {"min", int(ReduceOp::min)},
+                               {"max", int(ReduceOp::max)}, {"prod", int(ReduceOp::prod)}});
+  all["ATOMIC_OPS"] = as_dict(
+      {{"fetch", int(AtomicOp::fetch)}, {"set", int(AtomicOp::set)}, {"swap", int(AtomicOp::swap)},
+       {"compare_swap", int(AtomicOp::compare_swap)}, {"fetch_add", int(AtomicOp::fetch_add)},
+       {"add", int(AtomicOp::add)}, {"fetch_inc", int(AtomicOp::fetch_inc)}, {"inc", int(AtomicOp::inc)},
+       {"fetch_and", int(AtomicOp::fetch_and)}, {"and", int(AtomicOp::and_)},
+       {"fetch_or", int(AtomicOp::fetch_or)}, {"or", int(AtomicOp::or_)},
+       {"fetch_xor", int(AtomicOp::fetch_xor)}, {"xor", int(AtomicOp::xor_)}});
+#ifdef UNISHMEM_HOST
+  all["WAIT"] = as_dict({{"TURN", host::kWaitTurn}, {"SIGNAL", host::kWaitSignal}, {"VALUE", host::kWaitValue},
+                         {"ANY", host::kWaitAny}, {"BARRIER", host::kWaitBarrier}});
+#endif
+  return all;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
@@ -223,6 +256,7 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   set_stall_reporter(warn_stall);
   bind_interface(m);
   bind_fast_calls(m);
+  m.attr("enum_values") = enum_values();
 #ifdef UNISHMEM_HOST
   using host::HostBackend;
   py::class_<HostBackend, Backend>(m, "HostBackend", py::module_local())

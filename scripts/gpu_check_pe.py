@@ -84,7 +84,7 @@ def main() -> int:
         assert int(x.sum().item()) == 0 and int(s.sum().item()) == 0
         rt.free(s)
         rt.free(x)
-        return f"zeros/signals on {x.device}, freed; {rt._native.heap_free_bytes()} heap bytes free"
+        return f"zeros/signals on {x.device}, freed; {rt.native.heap_free_bytes()} heap bytes free"
 
     check(report, "allocation", allocation)
 
@@ -152,7 +152,7 @@ def main() -> int:
     check(report, "barrier_all", barrier_all)
 
     def limited_mode_refusals():
-        if not rt._native.limited_mode:
+        if not rt.native.limited_mode:
             return "not in limited mode: nothing to refuse"
         x = rt.zeros(16)
         try:

@@ -556,7 +556,7 @@ def test_peer_atomics_kernel_every_op_and_exact_under_contention(rt):
 
     from unishmem import _peer_atomics
 
-    rt._atomic_call = _peer_atomics.make(rt._native, rt._heap_of, rt.device)
+    rt._atomic_call = _peer_atomics.make(rt.native, rt.heap_of, rt.device)
     check_every_atomic_op(rt)
     check_fetch_add_under_contention(rt, 200)
 
@@ -742,7 +742,9 @@ def test_device_errors_name_the_value(rt):
         with pytest.raises(SymmetryError, match=rf"PE {last} rejected its arguments"):
             bad_root[(1,)](sym, rt.team_world.handle, 0)
     raw = rt.zeros(16, dtype=torch.uint8)
-    with pytest.raises(ValueError, match=rf"sig at heap offset {raw.data_ptr() - rt._base + 4} is not 8-byte aligned"):
+    with pytest.raises(
+        ValueError, match=rf"sig at heap offset {raw.data_ptr() - rt.heap_base + 4} is not 8-byte aligned"
+    ):
         misaligned_signal[(1,)](raw)
     rt.barrier_all()
     rt.free(raw)

@@ -98,7 +98,7 @@ def test_argument_types_and_alignment(rt):
     assert rt.signal_wait_until(sig, np.int32(0), 2) == 2
     # A word that straddles its natural alignment: a view of the heap's bytes at an odd offset.
     raw = rt.zeros(32, dtype=torch.uint8)
-    offset = raw.data_ptr() - rt._base
+    offset = raw.data_ptr() - rt.heap_base
     word = torch.frombuffer(memoryview(raw.numpy()), dtype=torch.uint64, count=1, offset=4)
     raises(ValueError, rf"signal at heap offset {offset + 4} is not 8-byte aligned", rt.signal_op, word, 1, 0)
     raises(ValueError, rf"signal at heap offset {offset + 4} is not 8-byte aligned", rt.signal_fetch, word)
@@ -107,12 +107,12 @@ def test_argument_types_and_alignment(rt):
     raises(ValueError, rf"ivar at heap offset {offset + 6} is not 4-byte aligned", rt.test, word32, 0, 0)
     assert raw.tolist() == [0] * 32
     # Collective calls with a bad argument on every PE: each raises its own error, nothing leaks.
-    free_before = rt._native.heap_free_bytes()
+    free_before = rt.native.heap_free_bytes()
     raises(ValueError, "value=300 does not fit torch.uint8", rt.full, 4, 300, dtype=torch.uint8)
     raises(TypeError, r"value='a' \(str\) is not a number", rt.full, 4, "a")
     raises(ValueError, "is 18446744073709551616 bytes, more than any tensor can hold", rt.empty, 2**62)
     raises(ValueError, "is 18446744073709551616 bytes", rt.empty, (2**32, 2**32), dtype=torch.uint8)
-    assert rt._native.heap_free_bytes() == free_before
+    assert rt.native.heap_free_bytes() == free_before
     for t in (x, sig, raw):
         rt.free(t)
 
@@ -172,14 +172,14 @@ def test_a_stale_view_does_not_reach_the_allocation_that_replaced_it(rt):
 
 @spmd(sizes=(2, 4))
 def test_asymmetric_allocation_raises_on_every_pe(rt):
-    free_before = rt._native.heap_free_bytes()
+    free_before = rt.native.heap_free_bytes()
     size = 100 if rt.my_pe == rt.n_pes - 1 else 64
     with pytest.raises(SymmetryError, match="symmetric allocation differs between PEs") as info:
         rt.empty(size, dtype=torch.float32)
     assert "400 bytes of float32" in str(info.value) and "256 bytes of float32" in str(info.value)
     with pytest.raises(SymmetryError, match="differs between PEs"):
         rt.empty(8, dtype=torch.float32 if rt.my_pe else torch.int32)
-    assert rt._native.heap_free_bytes() == free_before  # nothing was allocated
+    assert rt.native.heap_free_bytes() == free_before  # nothing was allocated
     ok = rt.zeros(64)  # and the next allocation works everywhere
     ok.fill_(rt.my_pe)
     rt.barrier_all()
@@ -230,7 +230,7 @@ def test_mismatched_collectives_raise_on_every_pe(rt):
 
 @spmd
 def test_heap_exhaustion_names_requested_and_free_bytes(rt):
-    heap = rt._heap_size
+    heap = rt.heap_size
     with pytest.raises(unishmem.HeapExhaustedError, match=rf"requested {heap + 4} bytes, \d+ bytes free") as info:
         rt.empty(heap + 4, dtype=torch.uint8)
     assert isinstance(info.value, MemoryError)
@@ -241,8 +241,8 @@ def test_heap_exhaustion_names_requested_and_free_bytes(rt):
 @spmd
 def test_init_twice_with_other_arguments(rt):
     raises(UnishmemError, "already called", unishmem.init, heap_size="128M")
-    raises(UnishmemError, "already called", unishmem.init, backend="host", heap_size=rt._heap_size + 4096)
-    assert unishmem.init(heap_size=rt._heap_size) is rt
+    raises(UnishmemError, "already called", unishmem.init, backend="host", heap_size=rt.heap_size + 4096)
+    assert unishmem.init(heap_size=rt.heap_size) is rt
 
 
 @spmd

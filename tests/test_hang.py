@@ -67,7 +67,7 @@ def _run(rt, name: str, in_kernel: bool):
     waiter, expect, signaller, target, skipper = SCENARIOS[name](n)
     sig, never = rt.signals(1), rt.signals(1)
     KEPT.extend((sig, never))
-    offset, never_offset = sig.data_ptr() - rt._base, never.data_ptr() - rt._base
+    offset, never_offset = sig.data_ptr() - rt.heap_base, never.data_ptr() - rt.heap_base
     start = time.monotonic()
     try:
         if in_kernel:

@@ -329,10 +329,10 @@ def test_shapes_of_one_size_class_share_a_workspace(rt):
             xs = torch.stack([data(pe, (rows * n,), torch.float32, seed=rows) for pe in range(n)])
             assert torch.equal(call(xs[me]), reference(xs)), (name, rows)
             if rows == 600 and free is None:
-                free, held = rt._native.heap_free_bytes(), len(rt._workspaces)
+                free, held = rt.native.heap_free_bytes(), len(rt._workspaces)
             elif rows != 3000:  # the first shape's workspace serves the second
-                assert rt._native.heap_free_bytes() == free and len(rt._workspaces) == held, (name, rows)
-        assert rt._native.heap_free_bytes() < free, name  # another class: another workspace
+                assert rt.native.heap_free_bytes() == free and len(rt._workspaces) == held, (name, rows)
+        assert rt.native.heap_free_bytes() < free, name  # another class: another workspace
     rt.free_workspaces()
 
 
@@ -365,7 +365,7 @@ def test_the_workspace_cap_raises_on_every_pe_and_the_job_goes_on(rt):
     # rt.free_workspaces() the same call, still work
     n, me = rt.n_pes, rt.my_pe
     rt.free_workspaces()
-    free = rt._native.heap_free_bytes()
+    free = rt.native.heap_free_bytes()
     small, big = 20000, 40000  # pushing one-shot slots of 2**15 and 2**16 float32 elements
     slots = (1 + 2 * n) * 4  # bytes per slot element: the staging copy and two parities of n slots
     cap = slots * (2**15 + 2**16) - 1  # each alone fits, both do not
@@ -378,7 +378,7 @@ def test_the_workspace_cap_raises_on_every_pe_and_the_job_goes_on(rt):
         assert torch.equal(
             K.all_reduce(data(me, (small,), torch.float32, seed=5), algorithm="one_shot", pull=False), reduced(small)
         )
-        held = free - rt._native.heap_free_bytes()  # measured on the heap
+        held = free - rt.native.heap_free_bytes()  # measured on the heap
         try:
             K.all_reduce(data(me, (big,), torch.float32, seed=5), algorithm="one_shot", pull=False)
         except ValueError as e:
@@ -388,7 +388,7 @@ def test_the_workspace_cap_raises_on_every_pe_and_the_job_goes_on(rt):
             assert f"UNISHMEM_WORKSPACE_BYTES={cap}" in text and "rt.free_workspaces()" in text, text
         else:
             raise AssertionError("a workspace past UNISHMEM_WORKSPACE_BYTES was allocated")
-        assert rt._native.heap_free_bytes() == free - held  # nothing was allocated
+        assert rt.native.heap_free_bytes() == free - held  # nothing was allocated
         # the job goes on: a call of the class it holds, then the big one after a free
         assert torch.equal(K.all_reduce(data(me, (small - 7,), torch.float32, seed=5), pull=False), reduced(small - 7))
         rt.free_workspaces()
@@ -428,12 +428,12 @@ def test_a_host_sync_inside_a_capture_is_refused(rt):
 def test_workspaces_are_reused_and_freed(rt):
     x = torch.ones(100)
     K.all_reduce(x)
-    free = rt._native.heap_free_bytes()
+    free = rt.native.heap_free_bytes()
     for _ in range(5):
         assert torch.equal(K.all_reduce(x), x * rt.n_pes)
-    assert rt._native.heap_free_bytes() == free  # the same workspace each call
+    assert rt.native.heap_free_bytes() == free  # the same workspace each call
     rt.free_workspaces()
-    assert rt._native.heap_free_bytes() > free and not rt._workspaces
+    assert rt.native.heap_free_bytes() > free and not rt._workspaces
     assert torch.equal(K.all_reduce(x), x * rt.n_pes)  # made again on the next call
 
 
@@ -447,7 +447,7 @@ def halves(rt):
 @spmd(sizes=(4,))
 def test_sub_teams_run_every_collective_at_once(rt):
     rt.free_workspaces()
-    free = rt._native.heap_free_bytes()
+    free = rt.native.heap_free_bytes()
     half = halves(rt)
     pes = members(half)
     assert pes == [rt.my_pe % 2, rt.my_pe % 2 + 2]
@@ -478,7 +478,7 @@ def test_sub_teams_run_every_collective_at_once(rt):
         team.destroy()
     half.destroy()
     rt.free_workspaces()  # every team destroyed: their arenas go back to the heap
-    assert rt._native.heap_free_bytes() == free
+    assert rt.native.heap_free_bytes() == free
 
 
 @spmd(sizes=(4,))
@@ -552,15 +552,15 @@ def test_keyed_workspaces_are_made_once_and_capped(rt):
 
     assert [size_class(c, 16) for c in (0, 1, 16, 17, 1000, 1024, 1025)] == [16, 16, 16, 32, 1024, 1024, 2048]
     rt.free_workspaces()
-    free = rt._native.heap_free_bytes()
+    free = rt.native.heap_free_bytes()
     key = ("test", rt.team_world._id, size_class(3000))
     buffers = {"rows": ((size_class(3000), 4), torch.float16), "sig": ((2, 8), torch.uint64)}
     ws = keyed_workspace(rt, rt.team_world, "test", key, buffers)
     assert ws.buffers["rows"].shape == (4096, 4) and ws.buffers["rows"].dtype == torch.float16
     assert not ws.buffers["sig"].any() and rt.is_symmetric(ws.buffers["rows"])
-    assert free - rt._native.heap_free_bytes() >= 4096 * 4 * 2 + 2 * 8 * 8
+    assert free - rt.native.heap_free_bytes() >= 4096 * 4 * 2 + 2 * 8 * 8
     assert keyed_workspace(rt, rt.team_world, "test", key, lambda: 1 / 0) is ws  # made once
-    held = free - rt._native.heap_free_bytes()
+    held = free - rt.native.heap_free_bytes()
     os.environ["UNISHMEM_WORKSPACE_BYTES"] = str(held + 1000)
     try:
         raises(
@@ -568,13 +568,13 @@ def test_keyed_workspaces_are_made_once_and_capped(rt):
             f"test: its workspace needs 65536 bytes of symmetric memory and the kernel workspaces of this "
             f"runtime already hold {held} bytes, more together than UNISHMEM_WORKSPACE_BYTES={held + 1000} allows",
         )
-        assert rt._native.heap_free_bytes() == free - held
+        assert rt.native.heap_free_bytes() == free - held
         small = keyed_workspace(rt, rt.team_world, "test", key[:2] + (16,), {"rows": ((16, 4), torch.float16)})
         assert small.buffers["rows"].shape == (16, 4)  # 256 bytes: it fits
     finally:
         del os.environ["UNISHMEM_WORKSPACE_BYTES"]
     rt.free_workspaces()
-    assert rt._native.heap_free_bytes() == free
+    assert rt.native.heap_free_bytes() == free
 
 
 @spmd(sizes=(2, 4))

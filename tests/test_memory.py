@@ -51,7 +51,7 @@ def test_allocations_are_symmetric_views(rt):
     assert not rt.is_symmetric(torch.zeros(4))
     # the same calls give the same heap offsets on every PE
     offsets = rt.empty(len([a, b, c, d, s]), dtype=torch.int64)
-    offsets.copy_(torch.tensor([t.data_ptr() - rt._base for t in (a, b, c, d, s)]))
+    offsets.copy_(torch.tensor([t.data_ptr() - rt.heap_base for t in (a, b, c, d, s)]))
     everyone = rt.empty((rt.n_pes, offsets.numel()), dtype=torch.int64)
     rt.fcollect(everyone, offsets)
     assert (everyone == offsets).all(), everyone
@@ -88,7 +88,7 @@ def test_peer_views_load_and_store(rt):
 
 @spmd
 def test_free_returns_space_deterministically(rt):
-    free0 = rt._native.heap_free_bytes()
+    free0 = rt.native.heap_free_bytes()
     ts = [rt.empty(1000 + 100 * i, dtype=torch.uint8) for i in range(5)]
     rt.free(ts[1])
     rt.free(ts[3])
@@ -96,7 +96,7 @@ def test_free_returns_space_deterministically(rt):
     assert again.data_ptr() == ts[1].data_ptr()
     for t in (ts[0], ts[2], ts[4], again):
         rt.free(t)
-    assert rt._native.heap_free_bytes() == free0
+    assert rt.native.heap_free_bytes() == free0
 
 
 @spmd

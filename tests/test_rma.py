@@ -173,7 +173,7 @@ def test_hot_calls_see_every_change_to_a_tensor(rt):
         assert torch.equal(dest, torch.full((4, 4), float(i * 10 + left)))
         rt.barrier_all()
     # The hot call really is taken for tensors that passed (else this whole path is dead code).
-    hot = sys.modules[type(rt._native).__module__]
+    hot = sys.modules[type(rt.native).__module__]
     assert hot.hot_put_signal(rt._hot.address, dest, src, s0, 4, right, SIGNAL.SET, None) is None
     assert hot.hot_signal_wait_until(rt._hot.address, s0, CMP.GE, 4, None) == 4
     rt.barrier_all()
@@ -273,7 +273,7 @@ def test_hot_methods_take_the_methods_arguments(rt):
 
     sub = object.__new__(Mine)
     sub._hot = rt._hot
-    sub._install_hot_methods(sys.modules[type(rt._native).__module__])
+    sub._install_hot_methods(sys.modules[type(rt.native).__module__])
     assert "put" not in vars(sub) and type(vars(sub)["get"]).__name__ == "HotMethod"
     assert sub.put(None, None, 0) == "mine"
     del sub
@@ -283,7 +283,7 @@ def test_hot_methods_take_the_methods_arguments(rt):
             return "fallback"
 
     owner = Owner()
-    owner.put = sys.modules[type(rt._native).__module__].make_hot_method(
+    owner.put = sys.modules[type(rt.native).__module__].make_hot_method(
         "put", rt._hot.address, owner.call, ("dest", "source", "pe", "stream"), (None,)
     )
     assert owner.put(dest, src, right) == "fallback"  # dest is freed: no hot call trusts it
@@ -303,7 +303,7 @@ def test_views_made_in_the_call(rt):
     from unishmem import NotSymmetricError
 
     right, left = ring(rt)
-    hot, addr = sys.modules[type(rt._native).__module__], rt._hot.address
+    hot, addr = sys.modules[type(rt.native).__module__], rt._hot.address
     n = 4
     buf, sig = rt.zeros((2, 3 * n), dtype=torch.int32), rt.signals(3)
     flat = buf.view(-1)

@@ -113,11 +113,11 @@ def test_team_arenas_go_back_to_the_heap(rt):
     # 64 MiB heap) on every PE at its split; its destroy cannot free that (collective over the
     # members only), the next split of the world or rt.free_workspaces() does
     rt.free_workspaces()
-    before = rt._native.heap_free_bytes()
+    before = rt.native.heap_free_bytes()
     for i in range(40):
         solo = rt.team_world.split_strided(0, 1, 1)
-        assert before - rt._native.heap_free_bytes() == (64 << 20) // 16, i
+        assert before - rt.native.heap_free_bytes() == (64 << 20) // 16, i
         if solo is not None:
             solo.destroy()
     rt.free_workspaces()
-    assert rt._native.heap_free_bytes() == before
+    assert rt.native.heap_free_bytes() == before

@@ -255,7 +255,7 @@ def test_host_runtime_has_no_module_init():
         """
         import unishmem
         rt = unishmem.init(backend="host")
-        print("MODULE_INIT", rt._module_init, rt.team_world.handle, rt.team_node.handle)
+        print("MODULE_INIT", rt.module_init, rt.team_world.handle, rt.team_node.handle)
         rt.finalize()
     """,
         env={"UNISHMEM_SYMMETRIC_SIZE": "16M"},

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import _config
+from . import _active, _config
 from ._config import parse_size as parse_size
 from ._version import __version__ as __version__
 from .enums import CMP, SIGNAL
@@ -69,9 +68,6 @@ __all__ = [
     "jit",
 ]
 
-_lock = threading.Lock()
-_current: Runtime | None = None
-
 
 def init(
     backend: str = "auto",
@@ -84,20 +80,20 @@ def init(
     from . import backends, bootstrap
     from ._runtime import Runtime
 
-    global _current
     if backend == "auto":
         backend = _config.get("UNISHMEM_BACKEND")
     heap_size = parse_size(_config.get("UNISHMEM_SYMMETRIC_SIZE") if heap_size is None else heap_size)
     args = (backend, heap_size, None if device is None else str(device), id(group) if group is not None else None)
-    with _lock:
-        if _current is not None:
-            if _current._init_args != args:
+    with _active.lock:
+        current = _active.current()
+        if current is not None:
+            if _active.init_args() != args:
                 raise UnishmemError(
                     f"unishmem.init() was already called with (backend, heap_size, device, group) = "
-                    f"{_current._init_args[:3]}; now asked for {args[:3]}. Finalize the runtime "
+                    f"{_active.init_args()[:3]}; now asked for {args[:3]}. Finalize the runtime "
                     "first to change them"
                 )
-            return _current
+            return current
         boot = bootstrap.discover(group)
         try:
             name = backends.choose(backend)
@@ -106,9 +102,9 @@ def init(
             boot.close()
             raise
         # The runtime keeps the bootstrap until finalize: rank 0 may be serving its store to slower peers.
-        _current = Runtime(opened, boot, args)
-        _current._hang_dir = _hang_dir(boot)
-        return _current
+        rt = Runtime(opened, boot, _hang_dir(boot))
+        _active.activate(rt, args)
+        return rt
 
 
 def _hang_dir(boot: Bootstrap) -> str | None:
@@ -129,13 +125,4 @@ def _hang_dir(boot: Bootstrap) -> str | None:
 
 def runtime() -> Runtime:
     """The current Runtime; NotInitializedError if there is none."""
-    if _current is None:
-        raise NotInitializedError("unishmem is not initialised: call unishmem.init() first")
-    return _current
-
-
-def _forget_runtime(rt: Runtime) -> None:
-    global _current
-    with _lock:
-        if _current is rt:
-            _current = None
+    return _active.runtime()

@@ -46,7 +46,7 @@ class Arena:
             raise ValueError(
                 f"{what}: its workspace needs {need} bytes of symmetric memory, but the team arena of {team.name} "
                 f"has {self.high - self.low} of its {self.memory.numel()} bytes free; raise UNISHMEM_TEAM_ARENA "
-                f"(now {_config.team_arena(rt._heap_size)} bytes, reserved for each team smaller than the world "
+                f"(now {_config.team_arena(rt.heap_size)} bytes, reserved for each team smaller than the world "
                 "when it is split; a team split from such a team gets half of its free arena) or call "
                 "rt.free_workspaces()"
             )

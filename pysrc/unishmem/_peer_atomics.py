@@ -23,7 +23,8 @@ from ._dtypes import DTYPE_CODES
 from .enums import ATOMIC_OPS
 
 _ADD, _XCHG, _CAS, _AND, _OR, _XOR = range(6)
-# op name -> (device atomic, the value it is given: "value", or a fixed one)
+# op name -> (device atomic, the value it is given: "value", or a fixed one). A table on purpose, a row
+# per name of enums.ATOMIC_OPS: an op and its fetch_ twin lower alike (the old value goes unused).
 _LOWERING = {
     "fetch": (_ADD, 0),
     "set": (_XCHG, "value"),

@@ -4,11 +4,8 @@ backend; the native backends below trust what they are given."""
 from __future__ import annotations
 
 import bisect
-import enum
 import inspect
 import itertools
-import math
-import operator
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -18,12 +15,29 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import _config
+from . import _active, _config
 from ._arena import forget_team, free_arenas, split_arenas
-from ._dtypes import ATOMIC_DTYPES, DTYPE_CODES, REDUCE_DTYPES, WAIT_DTYPES
+from ._checks import (
+    ITEMSIZE,
+    address_of,
+    allocation_of,
+    as_index,
+    check_fill,
+    check_pe,
+    cmp_code,
+    contiguous_strides,
+    disjoint,
+    dtype_code_of,
+    from_bits,
+    reduce_codes,
+    signal_code,
+    to_bits,
+)
+from ._dtypes import ATOMIC_DTYPES, DTYPE_CODES, WAIT_DTYPES
 from ._version import __version__
-from .enums import ATOMIC_OPS, CMP, REDUCE_OPS, SIGNAL
+from .enums import ATOMIC_OPS, CMP, SIGNAL
 from .errors import NotInitializedError, NotSymmetricError, UnishmemWarning
+from .hang import Diagnostics
 
 if TYPE_CHECKING:
     from .backends import Opened
@@ -31,54 +45,13 @@ if TYPE_CHECKING:
 
 Shape = int | Sequence[int]  # a tensor shape as torch takes it
 
-# Enum value -> code, for the enum's members and plain ints. NOTE [hot paths]: put, get, the
-# signal calls and the collectives are called in tight loops (`unishmem bench` times them), so
-# their checks avoid building enums and storage objects where a cheaper test says the same.
-_SIGNAL_CODES = {int(m): int(m) for m in SIGNAL}
-_CMP_CODES = {int(m): int(m) for m in CMP}
-_REDUCE_DTYPE_SET = frozenset(REDUCE_DTYPES)
+# NOTE [hot paths]: put, get, the signal calls and the collectives are called in tight loops
+# (`unishmem bench` times them), so their checks (_checks.py) avoid building enums and storage
+# objects where a cheaper test says the same.
 _SET = int(SIGNAL.SET)
 _U64 = 2**64
-_MAX_BYTES = 2**63 - 1  # the most bytes a tensor can have (torch counts them in int64)
 _HOT_EPOCHS = itertools.count()  # NOTE [hot calls] (fast_calls.cpp): unique in the process
 _TEAM_IDS = itertools.count()  # a Team's key for its kernel workspaces: backend slots are reused
-
-
-def _index(value, what: str) -> int:
-    """An int from anything int-like (numpy integers too), but not a bool, a float or a string."""
-    if type(value) is int:
-        return value
-    if not isinstance(value, bool):
-        try:
-            return operator.index(value)
-        except TypeError:
-            pass
-    raise TypeError(f"{what} must be an int, got {value!r} ({type(value).__name__})")
-
-
-def _enum_code(value, kind: type[enum.IntEnum], what: str) -> int:
-    # The other IntEnum (CMP for SIGNAL), a bool or a float would pass as an int: refuse them.
-    if isinstance(value, (bool, enum.Enum)) or not hasattr(type(value), "__index__"):
-        raise TypeError(
-            f"{what} must be a unishmem.{kind.__name__} or its int value, got {value!r} ({type(value).__name__})"
-        )
-    return int(kind(operator.index(value)))  # ValueError for a number that is none of its values
-
-
-def _signal_code(op) -> int:
-    if type(op) is SIGNAL or type(op) is int:
-        code = _SIGNAL_CODES.get(op)
-        if code is not None:
-            return code
-    return _enum_code(op, SIGNAL, "op")
-
-
-def _cmp_code(cmp) -> int:
-    if type(cmp) is CMP or type(cmp) is int:
-        code = _CMP_CODES.get(cmp)
-        if code is not None:
-            return code
-    return _enum_code(cmp, CMP, "cmp")
 
 
 @dataclass
@@ -89,33 +62,6 @@ class _Allocation:
     live: bool = True
 
 
-_INT_RANGES = {
-    torch.int32: (-(2**31), 2**31),
-    torch.int64: (-(2**63), 2**63),
-    torch.uint32: (0, 2**32),
-    torch.uint64: (0, 2**64),
-}
-
-
-def _bits(value, dtype: torch.dtype, name: str) -> int:
-    """The two's-complement bit pattern of an integer that must fit `dtype`."""
-    if type(value) is int:  # fast path (bool is not int here); the checks below name what is wrong
-        lo, hi = _INT_RANGES[dtype]
-        if lo <= value < hi:
-            return value & (2**64 - 1)
-    value = _index(value, name)
-    lo, hi = _INT_RANGES[dtype]
-    if not lo <= value < hi:
-        raise ValueError(f"{name}={value} does not fit {dtype} (range [{lo}, {hi - 1}])")
-    return value & (2**64 - 1)
-
-
-def _from_bits(bits: int, dtype: torch.dtype) -> int:
-    lo, hi = _INT_RANGES[dtype]
-    bits &= hi - lo - 1
-    return bits - (hi - lo) if lo < 0 and bits >= hi else bits
-
-
 class Team:
     """A set of PEs that can synchronise and run collectives together. `handle` is what Triton
     kernels take. Teams made by a split can be destroyed, also as a context manager."""
@@ -123,10 +69,10 @@ class Team:
     def __init__(self, rt: Runtime, slot: int, name: str):
         self._rt = rt
         self._slot = slot  # the backend's number for the team
-        self.handle = rt._native.team_device_handle(slot)  # the vendor's (what kernels take); the slot on host
+        self.handle = rt.native.team_device_handle(slot)  # the vendor's (what kernels take); the slot on host
         self.name = name
-        self.my_pe = rt._native.team_my_pe(slot)
-        self.n_pes = rt._native.team_n_pes(slot)
+        self.my_pe = rt.native.team_my_pe(slot)
+        self.n_pes = rt.native.team_n_pes(slot)
         self._destroyed = False
         self._id = next(_TEAM_IDS)
         # unishmem.kernels' memory on a team smaller than the world, or why it has none (NOTE [workspaces])
@@ -146,8 +92,8 @@ class Team:
     def translate_pe(self, pe: int, other_team: Team) -> int:
         """`pe` of this team as numbered in `other_team`; -1 if it is not a member."""
         h = self._check()
-        _check_pe(pe, self.n_pes, f"pe of {self.name}")
-        return self._rt._native.team_translate_pe(h, pe, self._rt._team(other_team)._slot)
+        check_pe(pe, self.n_pes, f"pe of {self.name}")
+        return self._rt.native.team_translate_pe(h, pe, self._rt._team(other_team)._slot)
 
     def device_args(self) -> tuple[int, int, int]:
         """(start, stride, size): the team's members are the world PEs start + i * stride for
@@ -156,8 +102,8 @@ class Team:
         unishmem/language/_triton_impl.py). Every unishmem team is such a progression."""
         h = self._check()
         world = self._rt.team_world._slot
-        start = self._rt._native.team_translate_pe(h, 0, world)
-        stride = self._rt._native.team_translate_pe(h, 1, world) - start if self.n_pes > 1 else 1
+        start = self._rt.native.team_translate_pe(h, 0, world)
+        stride = self._rt.native.team_translate_pe(h, 1, world) - start if self.n_pes > 1 else 1
         return start, stride, self.n_pes
 
     def split_strided(self, start: int, stride: int, size: int) -> Team | None:
@@ -168,7 +114,7 @@ class Team:
 
         def check():
             args = [
-                _index(v, f"split_strided: {name}")
+                as_index(v, f"split_strided: {name}")
                 for name, v in (("start", start), ("stride", stride), ("size", size))
             ]
             for name, v, lo in zip(("start", "stride", "size"), args, (0, 1, 1)):
@@ -183,7 +129,7 @@ class Team:
             return *args, self._arena_bytes()
 
         start, stride, size, arena_bytes = self._rt._checked(h, check)
-        handle = self._rt._native.team_split_strided(h, start, stride, size)
+        handle = self._rt.native.team_split_strided(h, start, stride, size)
         team = None if handle < 0 else Team(self._rt, handle, f"{self.name}[{start}::{stride}x{size}]")
         split_arenas(self._rt, self, [(team, size < self._rt.n_pes)], arena_bytes)
         return team
@@ -194,14 +140,14 @@ class Team:
         h = self._check()
 
         def check():
-            x = _index(xrange, "split_2d: xrange")
+            x = as_index(xrange, "split_2d: xrange")
             if x < 1:
                 raise ValueError(f"split_2d: xrange={x} must be >= 1")
             return x, self._arena_bytes()
 
         xrange, arena_bytes = self._rt._checked(h, check)
         width = min(xrange, self.n_pes)  # a wider row is the whole team
-        x, y = self._rt._native.team_split_2d(h, width)
+        x, y = self._rt.native.team_split_2d(h, width)
         x, y = Team(self._rt, x, f"{self.name}.x{xrange}"), Team(self._rt, y, f"{self.name}.y{xrange}")
         # known alike on every PE: a row is the world only if it is all of a world-sized team, a
         # column only if the rows of a world-sized team are 1 wide
@@ -212,16 +158,16 @@ class Team:
 
     def _arena_bytes(self) -> int | None:
         """UNISHMEM_TEAM_ARENA where a split of this team is collective over the world, else None."""
-        return _config.team_arena(self._rt._heap_size) if self.n_pes == self._rt.n_pes else None
+        return _config.team_arena(self._rt.heap_size) if self.n_pes == self._rt.n_pes else None
 
     def destroy(self) -> None:
         """Collective over the team (every member destroys it, or none does)."""
         if self._destroyed or self._rt._finalized:
             return
         if self is self._rt.team_world or self is self._rt.team_node:
-            self._rt._native.reject_collective(self._slot)
+            self._rt.native.reject_collective(self._slot)
             raise ValueError(f"{self.name} team cannot be destroyed")
-        self._rt._native.team_destroy(self._slot)
+        self._rt.native.team_destroy(self._slot)
         self._destroyed = True
         forget_team(self._rt, self)
 
@@ -232,21 +178,12 @@ class Team:
         self.destroy()
 
 
-def _check_pe(pe, n: int, what: str = "pe") -> int:
-    if type(pe) is int and 0 <= pe < n:  # fast path
-        return pe
-    pe = _index(pe, what)
-    if not 0 <= pe < n:
-        raise ValueError(f"{what}={pe} is out of range: there are {n} PEs (0..{n - 1})")
-    return pe
-
-
 class Runtime:
     """The process's handle on the symmetric heap and its peers. Made by unishmem.init()."""
 
-    def __init__(self, opened: Opened, bootstrap: Bootstrap, init_args: tuple):
+    def __init__(self, opened: Opened, bootstrap: Bootstrap, hang_dir: str | None = None):
         native = opened.native
-        self._native = native
+        self.native = native
         self.backend: str = opened.backend.name
         self.device: torch.device = opened.device
         self._on_cpu = self.device.type == "cpu"
@@ -260,18 +197,16 @@ class Runtime:
             "torch": torch.__version__,
             **opened.version,
         }
-        self._heap_of = opened.heap_of
+        self.heap_of = opened.heap_of
         self._stream_of = opened.stream_of
         # Vendor device state for a freshly loaded GPU module (handle as int); None on host.
-        # The device library calls it from its kernel-load hook.
-        self._module_init = opened.module_init
+        # The kernel-load hook (triton_support.py) calls it.
+        self.module_init = opened.module_init
         self._atomic_call = opened.atomic or native.atomic
-        self._hang_dir = None  # NOTE [hang report]: set by init when UNISHMEM_HANG_TIMEOUT is
-        self._watchdog = None
-        self._wait_table = None  # NOTE [debug waits]
-        self._init_args = init_args
-        self._base = native.heap_base
-        self._heap_size = native.heap_size
+        # NOTE [hang report]: the watchdog (where UNISHMEM_HANG_TIMEOUT is set) and the debug wait table
+        self.diagnostics = Diagnostics(self, hang_dir)
+        self.heap_base = native.heap_base
+        self.heap_size = native.heap_size
         # NOTE [fast calls] (bindings.cpp): the hot calls go to plain functions of the backend's
         # module, which take the backend's address first.
         module = sys.modules[type(native).__module__]
@@ -281,7 +216,7 @@ class Runtime:
         self._fast_signal_wait_until = module.fast_signal_wait_until
         # NOTE [hot calls] (fast_calls.cpp): the same calls taking tensors, for tensors checked before;
         # on CPU runtimes only (GPU calls need the current stream, which torch must be asked for).
-        self._hot = module.HotPath(native.address, native.n_pes, torch, _ITEMSIZE)
+        self._hot = module.HotPath(native.address, native.n_pes, torch, ITEMSIZE)
         self._hot.epoch = next(_HOT_EPOCHS) if self._on_cpu else -1
         if self._on_cpu:
             self._install_hot_methods(module)
@@ -296,7 +231,7 @@ class Runtime:
         # On several hosts (or simulated nodes) each node team is smaller than the world on every PE
         # alike, and init is the last point collective over the world before kernels may run on it.
         if self.team_node.n_pes < self.n_pes:
-            split_arenas(self, self.team_world, [(self.team_node, True)], _config.team_arena(self._heap_size))
+            split_arenas(self, self.team_world, [(self.team_node, True)], _config.team_arena(self.heap_size))
 
     _HOT_METHODS = ("put", "get", "put_signal", "signal_op", "signal_wait_until", "barrier_all", "sync_all")
 
@@ -317,7 +252,7 @@ class Runtime:
     def __repr__(self) -> str:
         return (
             f"<unishmem.Runtime backend={self.backend} pe={self.my_pe}/{self.n_pes} device={self.device} "
-            f"heap={self._heap_size} bytes>"
+            f"heap={self.heap_size} bytes>"
         )
 
     # ---- lifetime ---------------------------------------------------------------------------
@@ -363,13 +298,16 @@ class Runtime:
         self._finalized = True
         self._hot.epoch = -1
         self._hot.drop_allocations()
-        from . import _forget_runtime
-
-        _forget_runtime(self)
+        _active.forget(self)
         try:
-            (self._native.finalize if collective else self._native.abandon)()
+            (self.native.finalize if collective else self.native.abandon)()
         finally:
             self._bootstrap.close()
+
+    @property
+    def finalized(self) -> bool:
+        """Whether finalize() (or leaving after an error) has ended this runtime."""
+        return self._finalized
 
     def _check_active(self) -> None:
         if self._finalized:
@@ -380,7 +318,7 @@ class Runtime:
     def _typed_heap(self, pe: int, dtype: torch.dtype) -> torch.Tensor:
         key = (pe, dtype)
         if key not in self._typed:
-            self._typed[key] = self._heap_of(pe).view(dtype)
+            self._typed[key] = self.heap_of(pe).view(dtype)
         return self._typed[key]
 
     # Allocation and free are collective over the world: their local checks run inside
@@ -389,11 +327,11 @@ class Runtime:
     def empty(self, shape: Shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Collective: an uninitialised tensor in the symmetric heap."""
         self._check_active()
-        shape, nbytes = self._checked(0, lambda: _allocation(shape, dtype))
+        shape, nbytes = self._checked(0, lambda: allocation_of(shape, dtype))
         return self._allocate(shape, dtype, nbytes)
 
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype, nbytes: int) -> torch.Tensor:
-        offset = self._native.malloc(nbytes, DTYPE_CODES[dtype]) - self._base
+        offset = self.native.malloc(nbytes, DTYPE_CODES[dtype]) - self.heap_base
         alloc = _Allocation(offset, nbytes, dtype)
         self._allocs[offset] = alloc
         bisect.insort(self._offsets, offset)
@@ -403,27 +341,27 @@ class Runtime:
         # detach(), .data) is then known as this allocation's, also once it is freed and its bytes
         # belong to another: _symmetric and rt.free ask the storage, in constant time.
         with torch.inference_mode(False):  # the heap never becomes an inference tensor
-            storage = torch.from_dlpack(self._heap_of(self.my_pe)[offset : offset + max(nbytes, 1)]).untyped_storage()
-            t = torch.empty(0, dtype=dtype, device=self.device).set_(storage, 0, shape, _contiguous_strides(shape))
+            storage = torch.from_dlpack(self.heap_of(self.my_pe)[offset : offset + max(nbytes, 1)]).untyped_storage()
+            t = torch.empty(0, dtype=dtype, device=self.device).set_(storage, 0, shape, contiguous_strides(shape))
         storage._unishmem_allocation = alloc
         if self._on_cpu:
-            self._hot.add_allocation(storage, self._base + offset, nbytes)  # NOTE [view checks]
+            self._hot.add_allocation(storage, self.heap_base + offset, nbytes)  # NOTE [view checks]
         return t
 
     def _filled(self, shape, value, dtype, check_value: bool = True) -> torch.Tensor:
         self._check_active()
 
         def check():
-            args = _allocation(shape, dtype)
+            args = allocation_of(shape, dtype)
             if check_value:
-                _check_fill(value, dtype)
+                check_fill(value, dtype)
             return args
 
         dims, nbytes = self._checked(0, check)
         t = self._allocate(dims, dtype, nbytes)
         t.fill_(value)
         # No peer may write into it before every PE has filled its copy (on the current stream).
-        self._native.sync(0, self._stream_of(None))
+        self.native.sync(0, self._stream_of(None))
         return t
 
     def zeros(self, shape: Shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -440,7 +378,7 @@ class Runtime:
         self._check_active()
 
         def check():
-            count = _index(n, "signals(n): n")
+            count = as_index(n, "signals(n): n")
             if count < 1:
                 raise ValueError(f"signals(n): n={count} must be >= 1")
             return count
@@ -451,9 +389,9 @@ class Runtime:
         """Collective and explicit: nothing is freed by garbage collection."""
         self._check_active()
         alloc = self._checked(0, lambda: self._allocation_of(t))
-        self._native.free(self._base + alloc.offset)
+        self.native.free(self.heap_base + alloc.offset)
         alloc.live = False
-        self._hot.drop_allocation(self._base + alloc.offset)  # NOTE [view checks]: its views miss
+        self._hot.drop_allocation(self.heap_base + alloc.offset)  # NOTE [view checks]: its views miss
         self._hot.epoch = next(_HOT_EPOCHS) if self._on_cpu else -1  # no hot call trusts a freed tensor
         del self._allocs[alloc.offset]
         self._offsets.remove(alloc.offset)
@@ -463,7 +401,7 @@ class Runtime:
         addr, nbytes = self._local(t, "tensor to free", contiguous=False)
         if not self._in_heap(addr, nbytes):
             raise NotSymmetricError(f"rt.free: the tensor at {addr:#x} is not in the symmetric heap")
-        offset = addr - self._base
+        offset = addr - self.heap_base
         alloc = getattr(t.untyped_storage(), "_unishmem_allocation", None)  # NOTE [allocation identity]
         if alloc is None:  # a tensor the runtime did not make: by its address
             alloc = self._allocs.get(offset)
@@ -484,22 +422,22 @@ class Runtime:
         if not isinstance(t, torch.Tensor) or t.device != self.device or self._finalized:
             return False
         own = getattr(t.untyped_storage(), "_unishmem_allocation", None)  # NOTE [allocation identity]
-        return own.live if own is not None else self._in_heap(_address(t), 0)
+        return own.live if own is not None else self._in_heap(address_of(t), 0)
 
     def peer(self, t: torch.Tensor, pe: int) -> torch.Tensor | None:
         """PE `pe`'s copy of symmetric tensor `t`, for direct loads and stores; None if unreachable."""
         self._check_active()
         self._symmetric(t, "tensor", contiguous=False)
-        _check_pe(pe, self.n_pes)
-        if self._native.peer_ptr(_address(t), pe) == 0:
+        check_pe(pe, self.n_pes)
+        if self.native.peer_ptr(address_of(t), pe) == 0:
             return None
-        offset = _address(t) - self._base
+        offset = address_of(t) - self.heap_base
         return self._typed_heap(pe, t.dtype).as_strided(t.shape, t.stride(), offset // t.element_size())
 
     # ---- argument checks ----------------------------------------------------------------------
 
     def _in_heap(self, addr: int, nbytes: int) -> bool:
-        return self._base <= addr and addr + nbytes <= self._base + self._heap_size
+        return self.heap_base <= addr and addr + nbytes <= self.heap_base + self.heap_size
 
     def _local(self, t, name: str, contiguous: bool = True) -> tuple[int, int]:
         if type(t) is not torch.Tensor and not isinstance(t, torch.Tensor):  # the first test is the cheaper
@@ -508,13 +446,13 @@ class Runtime:
             raise ValueError(f"{name} is on {t.device}, but this runtime's device is {self.device}")
         if contiguous and not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (shape {tuple(t.shape)}, strides {t.stride()})")
-        return t.data_ptr() or _address(t), t.nbytes
+        return t.data_ptr() or address_of(t), t.nbytes
 
     def _symmetric(self, t, name: str, contiguous: bool = True) -> tuple[int, int]:
         addr, nbytes = self._local(t, name, contiguous)
         own = getattr(t.untyped_storage(), "_unishmem_allocation", None)  # NOTE [allocation identity]
         if own is not None:
-            offset = addr - self._base
+            offset = addr - self.heap_base
             if not own.live:
                 raise NotSymmetricError(
                     f"{name} (heap offset {offset}, {nbytes} bytes) was freed (use after free; its bytes may "
@@ -542,7 +480,7 @@ class Runtime:
     def _range(self, addr: int, nbytes: int, name: str) -> int:
         """addr, if nbytes bytes from it lie in one live symmetric allocation."""
         self._heap(addr, nbytes, name)
-        offset = addr - self._base
+        offset = addr - self.heap_base
         i = bisect.bisect_right(self._offsets, offset) - 1
         alloc = self._allocs[self._offsets[i]] if i >= 0 else None
         end = None if alloc is None else alloc.offset + alloc.nbytes
@@ -558,7 +496,7 @@ class Runtime:
 
     def _aligned(self, addr: int, size: int, name: str) -> int:
         if addr % size:  # atomics and waits need a naturally aligned word
-            raise ValueError(f"{name} at heap offset {addr - self._base} is not {size}-byte aligned")
+            raise ValueError(f"{name} at heap offset {addr - self.heap_base} is not {size}-byte aligned")
         return addr
 
     def _signal(self, sig, name: str = "signal") -> int:
@@ -631,7 +569,7 @@ class Runtime:
         if n != m or dest.dtype is not source.dtype:
             self._same_kind(dest, source, "put")
         if type(pe) is not int or not 0 <= pe < self.n_pes:
-            pe = _check_pe(pe, self.n_pes)
+            pe = check_pe(pe, self.n_pes)
         self._fast_put(self._address, d, s, n, pe, 0 if self._on_cpu else self._stream_of(stream))
         self._remember(dest, d, n, True)
         self._remember(source, s, n, False)
@@ -645,7 +583,7 @@ class Runtime:
         if n != m or dest.dtype is not source.dtype:
             self._same_kind(dest, source, "get")
         if type(pe) is not int or not 0 <= pe < self.n_pes:
-            pe = _check_pe(pe, self.n_pes)
+            pe = check_pe(pe, self.n_pes)
         self._fast_get(self._address, d, s, n, pe, 0 if self._on_cpu else self._stream_of(stream))
         self._remember(dest, d, n, False)
         self._remember(source, s, n, True)
@@ -679,10 +617,10 @@ class Runtime:
     def _signal_args(self, value, op, pe) -> tuple[int, int, int]:
         """A signal update's value bits, op code and target PE, checked."""
         if type(value) is not int or not 0 <= value < _U64:
-            value = _bits(value, torch.uint64, "value")
-        code = _SET if op is SIGNAL.SET else _signal_code(op)
+            value = to_bits(value, torch.uint64, "value")
+        code = _SET if op is SIGNAL.SET else signal_code(op)
         if type(pe) is not int or not 0 <= pe < self.n_pes:
-            pe = _check_pe(pe, self.n_pes)
+            pe = check_pe(pe, self.n_pes)
         return value, code, pe
 
     def signal_op(
@@ -708,8 +646,8 @@ class Runtime:
             self._check_active()
         sig = self._signal(signal)
         if type(value) is not int or not 0 <= value < _U64:
-            value = _bits(value, torch.uint64, "value")
-        code = _cmp_code(cmp)
+            value = to_bits(value, torch.uint64, "value")
+        code = cmp_code(cmp)
         self._remember(signal, sig, 8, True)  # before the wait, which may raise on a peer's failure
         return self._fast_signal_wait_until(
             self._address, sig, code, value, 0 if self._on_cpu else self._stream_of(stream)
@@ -717,18 +655,18 @@ class Runtime:
 
     def signal_fetch(self, signal: torch.Tensor) -> int:
         self._check_active()
-        return self._native.signal_fetch(self._signal(signal))
+        return self.native.signal_fetch(self._signal(signal))
 
     def wait_until(self, ivar: torch.Tensor, cmp: CMP | int, value: int) -> None:
         """Wait until the local 1-element int32/int64/uint32/uint64 `ivar` compares true against `value`."""
         self._check_active()
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
-        self._native.wait_until(addr, DTYPE_CODES[ivar.dtype], _cmp_code(cmp), _bits(value, ivar.dtype, "value"))
+        self.native.wait_until(addr, DTYPE_CODES[ivar.dtype], cmp_code(cmp), to_bits(value, ivar.dtype, "value"))
 
     def test(self, ivar: torch.Tensor, cmp: CMP | int, value: int) -> bool:
         self._check_active()
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
-        return self._native.test(addr, DTYPE_CODES[ivar.dtype], _cmp_code(cmp), _bits(value, ivar.dtype, "value"))
+        return self.native.test(addr, DTYPE_CODES[ivar.dtype], cmp_code(cmp), to_bits(value, ivar.dtype, "value"))
 
     def _words(self, ivars, cmp, value, what: str) -> tuple[int, list[int], int, int]:
         """(address, one value's bits per word, dtype code, cmp code) for a wait on every word of
@@ -748,8 +686,8 @@ class Runtime:
                 raise ValueError(f"{what}: {len(values)} values for {n} words")
         else:
             values = [values] * n
-        bits = [_bits(v, ivars.dtype, f"{what}: value") for v in values]
-        return addr, bits, DTYPE_CODES[ivars.dtype], _cmp_code(cmp)
+        bits = [to_bits(v, ivars.dtype, f"{what}: value") for v in values]
+        return addr, bits, DTYPE_CODES[ivars.dtype], cmp_code(cmp)
 
     def wait_until_all(self, ivars: torch.Tensor, cmp: CMP | int, value: int) -> None:
         """Wait until every word of `ivars` compares true against `value` (or its own entry of a
@@ -757,34 +695,34 @@ class Runtime:
         addr, bits, code, c = self._words(ivars, cmp, value, "wait_until_all")
         size = ivars.element_size()
         for i, b in enumerate(bits):
-            self._native.wait_until(addr + i * size, code, c, b)
+            self.native.wait_until(addr + i * size, code, c, b)
 
     def wait_until_any(self, ivars: torch.Tensor, cmp: CMP | int, value: int) -> int:
         """Wait until some word of `ivars` compares true; returns its index."""
         addr, bits, code, c = self._words(ivars, cmp, value, "wait_until_any")
-        return self._native.wait_until_any(addr, ivars.element_size(), code, c, bits)
+        return self.native.wait_until_any(addr, ivars.element_size(), code, c, bits)
 
     def wait_until_some(self, ivars: torch.Tensor, cmp: CMP | int, value: int) -> list[int]:
         """Wait until at least one word of `ivars` compares true; returns the indices of all that do."""
         addr, bits, code, c = self._words(ivars, cmp, value, "wait_until_some")
         size = ivars.element_size()
-        first = self._native.wait_until_any(addr, size, code, c, bits)
-        return [i for i, b in enumerate(bits) if i == first or self._native.test(addr + i * size, code, c, b)]
+        first = self.native.wait_until_any(addr, size, code, c, bits)
+        return [i for i, b in enumerate(bits) if i == first or self.native.test(addr + i * size, code, c, b)]
 
     def quiet(self, stream: torch.cuda.Stream | None = None) -> None:
         self._check_active()
-        self._native.quiet(self._stream_of(stream))
+        self.native.quiet(self._stream_of(stream))
 
     def fence(self) -> None:
         self._check_active()
-        self._native.fence()
+        self.native.fence()
 
     def _atomic(self, op: str, dest, pe: int, value: int = 0, cond: int = 0) -> int:
         self._check_active()
         addr = self._word(dest, "dest", ATOMIC_DTYPES)
-        v, c = _bits(value, dest.dtype, "value"), _bits(cond, dest.dtype, "cond")
-        out = self._atomic_call(ATOMIC_OPS[op], DTYPE_CODES[dest.dtype], addr, v, c, _check_pe(pe, self.n_pes))
-        return _from_bits(out, dest.dtype)
+        v, c = to_bits(value, dest.dtype, "value"), to_bits(cond, dest.dtype, "cond")
+        out = self._atomic_call(ATOMIC_OPS[op], DTYPE_CODES[dest.dtype], addr, v, c, check_pe(pe, self.n_pes))
+        return from_bits(out, dest.dtype)
 
     def atomic_fetch(self, dest: torch.Tensor, pe: int) -> int:
         return self._atomic("fetch", dest, pe)
@@ -839,7 +777,7 @@ class Runtime:
         try:
             return check()
         except (TypeError, ValueError):
-            self._native.reject_collective(slot)
+            self.native.reject_collective(slot)
             raise
 
     def _collective(self, team, check: Callable[[Team], tuple], run: Callable) -> None:
@@ -847,14 +785,14 @@ class Runtime:
         if team is None:
             team = self.team_world
         elif not isinstance(team, Team) or team._rt is not self:
-            self._native.reject_collective(self.team_world._slot)  # no team to enter: the others are likely here
+            self.native.reject_collective(self.team_world._slot)  # no team to enter: the others are likely here
             raise TypeError(f"team must be a unishmem.Team of this runtime or None, got {team!r}")
         else:
             team._check()  # a destroyed team was destroyed on every member: none is waiting in a call on it
         try:  # _checked, inline (NOTE [hot paths])
             args = check(team)
         except (TypeError, ValueError):
-            self._native.reject_collective(team._slot)
+            self.native.reject_collective(team._slot)
             raise
         run(team._slot, *args)
 
@@ -864,20 +802,20 @@ class Runtime:
     def barrier_all(self, stream: torch.cuda.Stream | None = None) -> None:
         if stream is not None or self._finalized:
             return self.barrier(None, stream)
-        self._native.barrier(self.team_world._slot, self._stream_of(None))
+        self.native.barrier(self.team_world._slot, self._stream_of(None))
 
     def sync_all(self, stream: torch.cuda.Stream | None = None) -> None:
         if stream is not None or self._finalized:
             return self.sync(None, stream)
-        self._native.sync(self.team_world._slot, self._stream_of(None))
+        self.native.sync(self.team_world._slot, self._stream_of(None))
 
     def barrier(self, team: Team | None = None, stream: torch.cuda.Stream | None = None) -> None:
         """Complete this PE's outstanding puts, then wait for every member of `team`."""
-        self._collective(team, lambda t: (self._stream_of(stream),), self._native.barrier)
+        self._collective(team, lambda t: (self._stream_of(stream),), self.native.barrier)
 
     def sync(self, team: Team | None = None, stream: torch.cuda.Stream | None = None) -> None:
         """Wait for every member of `team` (no completion of outstanding puts)."""
-        self._collective(team, lambda t: (self._stream_of(stream),), self._native.sync)
+        self._collective(team, lambda t: (self._stream_of(stream),), self.native.sync)
 
     def _pair(self, dest, source, what: str, dest_elems: int | None = None, in_place_ok: bool = False):
         """Check a collective's symmetric dest and source; `in_place_ok`: dest may be source."""
@@ -885,7 +823,7 @@ class Runtime:
         s, sn = self._symmetric(source, "source")
         if dest.dtype != source.dtype or dn != (sn if dest_elems is None else dest_elems * source.element_size()):
             self._same_kind(dest, source, what, dest_elems)
-        return _disjoint(d, dn, s, sn, what, in_place_ok), s, sn
+        return disjoint(d, dn, s, sn, what, in_place_ok), s, sn
 
     def broadcast(
         self,
@@ -899,9 +837,9 @@ class Runtime:
 
         def check(t):
             d, s, n = self._pair(dest, source, "broadcast", in_place_ok=True)
-            return d, s, n, _dtype_code(source, "broadcast"), _check_pe(root, t.n_pes, "root"), self._stream_of(stream)
+            return d, s, n, dtype_code_of(source, "broadcast"), check_pe(root, t.n_pes, "root"), self._stream_of(stream)
 
-        self._collective(team, check, self._native.broadcast)
+        self._collective(team, check, self.native.broadcast)
 
     def fcollect(
         self,
@@ -914,9 +852,9 @@ class Runtime:
 
         def check(t):
             d, s, n = self._pair(dest, source, "fcollect", source.numel() * t.n_pes)
-            return d, s, n, _dtype_code(source, "fcollect"), self._stream_of(stream)
+            return d, s, n, dtype_code_of(source, "fcollect"), self._stream_of(stream)
 
-        self._collective(team, check, self._native.fcollect)
+        self._collective(team, check, self.native.fcollect)
 
     def alltoall(
         self,
@@ -931,13 +869,13 @@ class Runtime:
             d, s, n = self._pair(dest, source, "alltoall")
             if source.numel() % t.n_pes:
                 raise ValueError(f"alltoall: {source.numel()} elements do not split into {t.n_pes} equal blocks")
-            return d, s, n // t.n_pes, _dtype_code(source, "alltoall"), self._stream_of(stream)
+            return d, s, n // t.n_pes, dtype_code_of(source, "alltoall"), self._stream_of(stream)
 
-        self._collective(team, check, self._native.alltoall)
+        self._collective(team, check, self.native.alltoall)
 
     def _reduction(self, dest, source, op, what: str, stream):
         def check(t):
-            dtype_code, op_code = _reduce_codes(op, source.dtype, what)
+            dtype_code, op_code = reduce_codes(op, source.dtype, what)
             if what == "reducescatter" and source.numel() % t.n_pes:
                 raise ValueError(f"reducescatter: {source.numel()} elements do not split into {t.n_pes} blocks")
             scatter = what == "reducescatter"
@@ -957,7 +895,7 @@ class Runtime:
         stream: torch.cuda.Stream | None = None,
     ) -> None:
         """All-reduce of `source` into `dest` over `team` (dest may be source)."""
-        self._collective(team, self._reduction(dest, source, op, "reduce", stream), self._native.reduce)
+        self._collective(team, self._reduction(dest, source, op, "reduce", stream), self.native.reduce)
 
     def reducescatter(
         self,
@@ -968,82 +906,4 @@ class Runtime:
         stream: torch.cuda.Stream | None = None,
     ) -> None:
         """Reduce `source` over `team`; member i receives block i of the result in `dest`."""
-        self._collective(team, self._reduction(dest, source, op, "reducescatter", stream), self._native.reducescatter)
-
-
-def _disjoint(d: int, dn: int, s: int, sn: int, what: str, in_place_ok: bool) -> int:
-    """d, if a collective's dest (dn bytes at d) and source (sn at s) do not overlap; `in_place_ok`:
-    dest may be source."""
-    if d < s + sn and s < d + dn and not (in_place_ok and d == s):
-        raise ValueError(f"{what}: dest and source overlap")
-    return d
-
-
-def _reduce_codes(op, dtype: torch.dtype, what: str) -> tuple[int, int]:
-    """(dtype code, op code) of a reduction of `dtype` by `op`, checked."""
-    if op not in REDUCE_OPS:
-        raise ValueError(f"{what}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
-    if dtype not in _REDUCE_DTYPE_SET:
-        raise TypeError(f"{what}: dtype {dtype} is not supported (supported: {', '.join(map(str, REDUCE_DTYPES))})")
-    return DTYPE_CODES[dtype], REDUCE_OPS[op]
-
-
-def _address(t: torch.Tensor) -> int:
-    """Where a tensor's first element lives; unlike data_ptr(), also right for empty tensors."""
-    return t.data_ptr() or t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
-
-
-_ITEMSIZE = {d: torch.empty((), dtype=d).element_size() for d in DTYPE_CODES}
-
-
-def _shape(shape) -> tuple[int, ...]:
-    if hasattr(type(shape), "__index__") and not isinstance(shape, bool):
-        shape = (shape,)
-    try:
-        dims = tuple(shape)
-    except TypeError:
-        raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
-    dims = tuple(_index(s, f"shape {shape!r}: a dimension") for s in dims)
-    for s in dims:
-        if s < 0:
-            raise ValueError(f"shape {dims} has an invalid dimension {s}")
-    return dims
-
-
-def _allocation(shape, dtype) -> tuple[tuple[int, ...], int]:
-    """(shape, bytes) of an allocation, checked."""
-    shape = _shape(shape)
-    if dtype not in DTYPE_CODES:
-        raise TypeError(
-            f"dtype {dtype} is not supported in the symmetric heap (supported: "
-            f"{', '.join(str(d) for d in DTYPE_CODES)})"
-        )
-    nbytes = math.prod(shape) * _ITEMSIZE[dtype]
-    if nbytes > _MAX_BYTES:
-        raise ValueError(f"shape {shape} of {dtype} is {nbytes} bytes, more than any tensor can hold ({_MAX_BYTES})")
-    return shape, nbytes
-
-
-def _check_fill(value, dtype) -> None:
-    """What fill_ would refuse, refused before anything is allocated."""
-    try:
-        torch.full((), value, dtype=dtype)
-    except (RuntimeError, OverflowError) as e:
-        raise ValueError(f"full: value={value!r} does not fit {dtype} ({e})") from None
-    except TypeError:
-        raise TypeError(f"full: value={value!r} ({type(value).__name__}) is not a number") from None
-
-
-def _dtype_code(t: torch.Tensor, what: str) -> int:
-    code = DTYPE_CODES.get(t.dtype)
-    if code is None:
-        raise TypeError(f"{what}: dtype {t.dtype} is not supported in the symmetric heap")
-    return code
-
-
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(strides))
+        self._collective(team, self._reduction(dest, source, op, "reducescatter", stream), self.native.reducescatter)

@@ -58,6 +58,7 @@ import torch
 from . import _config
 from ._arena import AGREE_WIDTH, Arena, _aligned, _nbytes, reclaim_arenas
 from ._dtypes import DTYPE_CODES
+from .errors import CaptureError
 
 # the numbers every PE's call is described by (a shape), compared across PEs, in a desc of
 # (kind, dtype, ndim, *dims, variant): the longest any kernel exchanges, which a team arena has room for
@@ -126,14 +127,14 @@ def room_problem(rt, team, what: str, buffers: dict) -> ValueError | None:
     if team._arena is not None:
         return None
     need, held = buffer_bytes(buffers), held_bytes(rt)
-    cap = _config.workspace_bytes(rt._heap_size)
+    cap = _config.workspace_bytes(rt.heap_size)
     if held + need <= cap:
         return None
     unset = _config.get("UNISHMEM_WORKSPACE_BYTES") is None
     return ValueError(
         f"{what}: its workspace needs {need} bytes of symmetric memory and the kernel workspaces of this "
         f"runtime already hold {held} bytes, more together than UNISHMEM_WORKSPACE_BYTES={cap} allows"
-        + (f" (unset: half the {rt._heap_size}-byte heap)" if unset else "")
+        + (f" (unset: half the {rt.heap_size}-byte heap)" if unset else "")
         + "; call rt.free_workspaces() (collective) or raise UNISHMEM_WORKSPACE_BYTES"
     )
 
@@ -143,8 +144,6 @@ def new_workspace(rt, team, what: str, buffers: dict, **extra) -> Workspace:
     one, else world allocations. Every member calls it alike, after `exchange`. It does not check
     UNISHMEM_WORKSPACE_BYTES: keyed_workspace and workspace do."""
     if not _allocating:  # a CUDA graph cannot hold an allocation of symmetric memory (a collective)
-        from .testing import CaptureError
-
         raise CaptureError(
             f"unishmem.testing.capture: {what} allocates its workspace (symmetric memory, a collective) inside "
             "the capture; make one call of the same shapes before capturing"
@@ -197,7 +196,7 @@ def exchange(rt, team, what: str, desc: list[int], problem: Exception | None) ->
     """Every member's `desc` (a host fcollect; NOTE [limited-mode exchange]), after which this PE
     raises its own `problem`, or a ValueError naming the members that found one (their desc starts
     with a negative number)."""
-    if getattr(rt._native, "limited_mode", False):
+    if getattr(rt.native, "limited_mode", False):
         return _agreed(what, team, _exchange_through_bootstrap(rt, team, desc), problem)
     width = len(desc)
     if team._arena is not None:

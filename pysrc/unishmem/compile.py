@@ -44,7 +44,8 @@ import time
 import traceback
 from pathlib import Path
 
-# target name -> (Triton backend, arch, warp size)
+# target name -> (Triton backend, arch, warp size); tests/test_registry.py pins the warp sizes to
+# language/_vendor.py's WARP_SIZE (this module is read before Triton is imported)
 TARGETS = {
     "sm_80": ("cuda", 80, 32),
     "sm_90": ("cuda", 90, 32),

@@ -50,5 +50,9 @@ class NotAvailableError(UnishmemError, ValueError):
         self.function, self.vendor = function, vendor
 
 
+class CaptureError(UnishmemError):
+    """A call did something inside `unishmem.testing.capture()` that a CUDA graph cannot capture."""
+
+
 class UnishmemWarning(UserWarning):
     """Something worth telling that is not an error (leaks found at finalize, a stalled wait)."""

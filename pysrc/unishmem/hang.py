@@ -7,7 +7,7 @@ NOTE [hang report]: three sources describe the waits of a stuck job, and all of 
 - the watchdog (`Watchdog`) when a launch has not finished after UNISHMEM_HANG_TIMEOUT seconds:
   each PE writes its own part (`PeReport.to_json`) and rank 0 gathers them (`gather`);
 - on a GPU the parts come from the debug wait table that kernels compiled with debug waits fill
-  (NOTE [debug waits] in language/_debug.py).
+  (NOTE [debug waits] in language/table_layout.py).
 Each wait names the PE, where it waits (host code, or a program of a kernel and its source line),
 the word (PE, heap offset), the comparison, the value expected and the value it holds; a verdict
 says when it can never be satisfied, from what the other PEs are doing and the signals each PE
@@ -21,11 +21,15 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-CMP_TEXT = ("==", "!=", ">", ">=", "<", "<=")
-SIGNAL_OPS = ("set", "add")
-DTYPES = {6: "int32", 7: "int64", 10: "uint32", 11: "uint64"}  # unishmem.enums.DTYPE_CODES of waitable words
-# what a wait is for (csrc/host/host_backend.hpp WaitKind; the debug table uses the same codes)
-TURN, SIGNAL, VALUE, ANY, BARRIER = range(5)
+from .enums import CMP, DTYPES, WAIT, WAIT_DTYPES
+
+CMP_TEXT = {CMP.EQ: "==", CMP.NE: "!=", CMP.GT: ">", CMP.GE: ">=", CMP.LT: "<", CMP.LE: "<="}
+SIGNAL_OPS = ("set", "add")  # by unishmem.SIGNAL's value
+WAIT_DTYPE_NAMES = {DTYPES[name]: name for name in WAIT_DTYPES}  # the dtype code of a waitable word -> name
+# what a wait is for (the host backend's WaitKind; the debug table's slot states)
+TURN, SIGNAL, VALUE, ANY, BARRIER = WAIT.TURN, WAIT.SIGNAL, WAIT.VALUE, WAIT.ANY, WAIT.BARRIER
+_32_BIT = (DTYPES["int32"], DTYPES["uint32"])
+_SIGNED = (DTYPES["int32"], DTYPES["int64"])
 _STATES = {1: "is starting", 2: "is running", 3: "has finalized", 4: "has left the job after an error"}
 
 
@@ -115,8 +119,8 @@ def wait_site() -> str:
     GIL: nothing is imported here (an import would take long, and a Ctrl-C meanwhile is the
     caller's to see)."""
     try:
-        support = sys.modules.get("unishmem.triton_support")
-        launch = support.current_program()[0] if support is not None else None
+        interpreter = sys.modules.get("unishmem._interpreter")  # loaded if a kernel is interpreted
+        launch = interpreter.current_program()[0] if interpreter is not None else None
         frame = sys._getframe(1)
         while frame is not None:
             code = frame.f_code
@@ -179,9 +183,9 @@ def _signed(bits: int | None, dtype: int) -> int | None:
     """A word's bits as its dtype's value (int32/int64 are signed)."""
     if bits is None:
         return None
-    width = 32 if dtype in (6, 10) else 64
+    width = 32 if dtype in _32_BIT else 64
     bits &= (1 << width) - 1
-    return bits - (1 << width) if dtype in (6, 7) and bits >> (width - 1) else bits
+    return bits - (1 << width) if dtype in _SIGNED and bits >> (width - 1) else bits
 
 
 def deadlock_error(views: list[dict], seconds: float):
@@ -207,7 +211,7 @@ def _describe_word(kind: int, w: Word, n_words: int = 1) -> str:
                 f"PE {w.pe} to reach the barrier (PE {w.pe} has arrived {w.actual} times; this barrier needs {w.value})"
             )
         return f"PE {w.pe} to reach the barrier"
-    what = "signal" if kind == SIGNAL else f"{DTYPES.get(w.dtype, 'word')}"
+    what = "signal" if kind == SIGNAL else f"{WAIT_DTYPE_NAMES.get(w.dtype, 'word')}"
     where = f"at heap offset {w.offset}" + (f" of PE {w.pe}" if kind not in (SIGNAL, VALUE, ANY) else "")
     seen = "unknown" if w.actual is None else str(w.actual)
     if n_words > 1:
@@ -326,14 +330,13 @@ def _jit_functions():
     """Every @triton.jit function of the imported modules, by NOTE [debug waits]'s site key."""
     from triton.runtime.jit import JITFunction
 
-    from .language._debug import site_key
-    from .triton_support import Kernel
+    from ._wait_table import site_key
 
     found = {}
     for module in list(sys.modules.values()):
         for value in list(getattr(module, "__dict__", {}).values()):
             # by type alone: some globals raise for any attribute (torch.classes, seen on a GPU) or warn
-            fn = value.jit_function if issubclass(type(value), Kernel) else value
+            fn = value.jit_function if getattr(type(value), "wraps_jit_function", False) else value
             if issubclass(type(fn), JITFunction):
                 found[site_key(fn.fn.__module__, fn.fn.__qualname__)] = fn.fn.__name__
     return found
@@ -341,24 +344,29 @@ def _jit_functions():
 
 def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
     """The waits and signals a debug-waits kernel recorded in `table` (NOTE [debug waits])."""
-    from .language import _debug
+    from . import _wait_table as table_layout
     from .language._table import ROWS
 
     words = table.tolist()
     names = None
     waits = []
     stuck = False  # a device read did not finish: the report goes out without the words' values
-    for s in range(_debug.SLOTS):
-        slot = words[s * _debug.SLOT_WORDS : (s + 1) * _debug.SLOT_WORDS]
-        if not slot[_debug.STATE]:
+    for s in range(table_layout.SLOTS):
+        slot = words[s * table_layout.SLOT_WORDS : (s + 1) * table_layout.SLOT_WORDS]
+        if not slot[table_layout.STATE]:
             continue
         if names is None:
             names = _jit_functions()
-        kind, info, site, pid = slot[_debug.STATE], slot[_debug.INFO], slot[_debug.SITE], slot[_debug.PID]
+        kind, info, site, pid = (
+            slot[table_layout.STATE],
+            slot[table_layout.INFO],
+            slot[table_layout.SITE],
+            slot[table_layout.PID],
+        )
         fn, line = names.get((site >> 32) & 0xFFFFFFFF, "?"), site & 0xFFFFFFFF
         where = f"kernel {kernel} at line {line}" + ("" if fn == kernel else f" of {fn}")
         label = f"block ({pid & 0xFFFFF}, {(pid >> 20) & 0xFFFFF}, {pid >> 40})"
-        row = ROWS[slot[_debug.ROW]].name if 0 <= slot[_debug.ROW] < len(ROWS) else "?"
+        row = ROWS[slot[table_layout.ROW]].name if 0 <= slot[table_layout.ROW] < len(ROWS) else "?"
         if kind == BARRIER:
             waits.append(Wait(kind, [], label, where, f"every PE to reach {row}"))
             continue
@@ -369,31 +377,31 @@ def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
                     [],
                     label,
                     where,
-                    f"{row} on {slot[_debug.NELEMS]} words from heap offset "
-                    f"{slot[_debug.ADDR] - rt._base} (expected values not recorded)",
+                    f"{row} on {slot[table_layout.NELEMS]} words from heap offset "
+                    f"{slot[table_layout.ADDR] - rt.heap_base} (expected values not recorded)",
                 )
             )
             continue
-        offset = slot[_debug.ADDR] - rt._base
+        offset = slot[table_layout.ADDR] - rt.heap_base
         dtype = info >> 8 & 0xFF
-        count = max(1, min(slot[_debug.NELEMS], 8))
+        count = max(1, min(slot[table_layout.NELEMS], 8))
         words_read = [None] * count
         if not stuck:
             read = _within(
                 READ_S,
                 lambda: [
-                    _signed(_read_word(rt, offset + i * (4 if dtype in (6, 10) else 8), dtype), dtype)
+                    _signed(_read_word(rt, offset + i * (4 if dtype in _32_BIT else 8), dtype), dtype)
                     for i in range(count)
                 ],
             )
             stuck = read is None
             words_read = read or words_read
-        cmp, value = info & 0xFF, _signed(slot[_debug.VALUE], dtype)
+        cmp, value = info & 0xFF, _signed(slot[table_layout.VALUE], dtype)
         waits.append(
             Wait(
                 kind,
                 [
-                    Word(rt.my_pe, offset + i * (4 if dtype in (6, 10) else 8), cmp, value, a, dtype)
+                    Word(rt.my_pe, offset + i * (4 if dtype in _32_BIT else 8), cmp, value, a, dtype)
                     for i, a in enumerate(words_read)
                 ],
                 label,
@@ -402,17 +410,17 @@ def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
             )
         )
     signals = []
-    for peer in range(min(rt.n_pes, _debug.PEERS)):
-        base = _debug.SIGNAL_RECORDS + peer * _debug.PEER_WORDS
-        if words[base + _debug.COUNT]:
+    for peer in range(min(rt.n_pes, table_layout.PEERS)):
+        base = table_layout.SIGNAL_RECORDS + peer * table_layout.PEER_WORDS
+        if words[base + table_layout.COUNT]:
             signals.append(
                 Signal(
                     rt.my_pe,
                     peer,
-                    words[base + _debug.S_ADDR] - rt._base,
-                    words[base + _debug.S_VALUE],
-                    words[base + _debug.S_OP],
-                    words[base + _debug.COUNT],
+                    words[base + table_layout.S_ADDR] - rt.heap_base,
+                    words[base + table_layout.S_VALUE],
+                    words[base + table_layout.S_OP],
+                    words[base + table_layout.COUNT],
                 )
             )
     return waits, signals
@@ -436,10 +444,10 @@ def _read_word(rt, offset: int, dtype: int) -> int | None:
     stream of its own (the kernel's stream is stuck)."""
     import torch
 
-    size = 4 if dtype in (6, 10) else 8
-    if not 0 <= offset <= rt._native.heap_size - size:
+    size = 4 if dtype in _32_BIT else 8
+    if not 0 <= offset <= rt.native.heap_size - size:
         return None
-    heap = rt._heap_of(rt.my_pe)
+    heap = rt.heap_of(rt.my_pe)
     if heap.device.type == "cpu":
         return int.from_bytes(heap[offset : offset + size].numpy().tobytes(), "little")
     with torch.cuda.stream(torch.cuda.Stream(rt.device)):
@@ -451,12 +459,12 @@ class Watchdog:
     another PE has found one, write this PE's part into the job's hang directory; rank 0 gathers
     the parts into one report on stderr; then the PE exits with HANG_EXIT."""
 
-    def __init__(self, rt, timeout: float, directory: str):
+    def __init__(self, rt, timeout: float, directory: str, diagnostics: Diagnostics):
         import threading
 
         self.rt, self.timeout, self.dir = rt, timeout, directory
         self.launches: dict[int, tuple[str, float, object]] = {}  # id -> (kernel, start, done())
-        self.table = None  # the debug wait table, once a debug-waits kernel runs (NOTE [debug waits])
+        self.diagnostics = diagnostics  # its debug wait table, once a debug-waits kernel runs
         self._lock = threading.Lock()
         self._next = 0
         threading.Thread(target=self._watch, name="unishmem hang watchdog", daemon=True).start()
@@ -477,7 +485,7 @@ class Watchdog:
         import time
 
         marker = os.path.join(self.dir, "hang")
-        while not self.rt._finalized:
+        while not self.rt.finalized:
             time.sleep(0.05)
             with self._lock:
                 for token, (_, _, done) in list(self.launches.items()):
@@ -502,19 +510,19 @@ class Watchdog:
             else f"kernel {oldest[0]} has run for {time.monotonic() - oldest[1]:.1f} s"
         )
         if rt.backend == "host":  # the interpreter and host code: the host backend knows this PE's waits
-            mine = next(r for r in from_native(rt._native.wait_snapshot()) if r.pe == rt.my_pe)
+            mine = next(r for r in from_native(rt.native.wait_snapshot()) if r.pe == rt.my_pe)
             mine.detail = detail
             return mine
         if oldest is None:
             return PeReport(rt.my_pe, "finished", detail=detail)
         kernel = oldest[0]
-        if self.table is None:
+        if self.diagnostics.table is None:
             return PeReport(
                 rt.my_pe,
                 "running",
                 detail=detail + "; no waits recorded (run with UNISHMEM_DEBUG_WAITS=1 to record them)",
             )
-        waits, signals = table_waits(rt, self.table, kernel)
+        waits, signals = table_waits(rt, self.diagnostics.table, kernel)
         return PeReport(rt.my_pe, "waiting" if waits else "running", waits, signals, detail)
 
     def _report(self, oldest) -> None:
@@ -555,12 +563,29 @@ class Watchdog:
         os._exit(HANG_EXIT)
 
 
-def watchdog(rt) -> Watchdog | None:
-    """This runtime's watchdog, started on first use where UNISHMEM_HANG_TIMEOUT is set."""
-    if rt._hang_dir is None:
-        return None
-    if rt._watchdog is None:
-        from ._config import seconds
+class Diagnostics:
+    """A runtime's hang diagnostics (NOTE [hang report]): its watchdog, started on first use where
+    UNISHMEM_HANG_TIMEOUT is set (`hang_dir`: where the job's PEs leave their parts), and its debug
+    wait table (NOTE [debug waits]), made on first use."""
 
-        rt._watchdog = Watchdog(rt, seconds("UNISHMEM_HANG_TIMEOUT"), rt._hang_dir)
-    return rt._watchdog
+    def __init__(self, rt, hang_dir: str | None):
+        self._rt, self._hang_dir = rt, hang_dir
+        self._watchdog: Watchdog | None = None
+        self.table = None  # the debug wait table, once a debug-waits kernel is launched
+
+    def watchdog(self) -> Watchdog | None:
+        if self._hang_dir is not None and self._watchdog is None:
+            from ._config import seconds
+
+            self._watchdog = Watchdog(self._rt, seconds("UNISHMEM_HANG_TIMEOUT"), self._hang_dir, self)
+        return self._watchdog
+
+    def wait_table(self):
+        """Pinned host memory that the GPU writes through (NOTE [debug waits])."""
+        if self.table is None:
+            import torch
+
+            from . import _wait_table
+
+            self.table = torch.zeros(_wait_table.TABLE_WORDS, dtype=torch.int64, pin_memory=True)
+        return self.table

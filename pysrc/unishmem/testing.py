@@ -26,7 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
-from .errors import UnishmemError
+from .errors import CaptureError as CaptureError
 
 # operations that need device values on the host: a host synchronisation, not capturable
 HOST_SYNCS = frozenset(
@@ -48,10 +48,6 @@ HOST_SYNCS = frozenset(
 )
 # factory operations whose result is only memory: replaying them would change nothing a kernel reads
 MEMORY_ONLY = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
-
-
-class CaptureError(UnishmemError):
-    """A call did something inside `capture()` that a CUDA graph cannot capture."""
 
 
 class Capture:

@@ -27,7 +27,7 @@ def never_signalled(sig, waiter):
 
 rt = unishmem.init()
 sig = rt.signals(2)
-print(f"READY pe={rt.my_pe} offset={sig.data_ptr() - rt._base}", flush=True)
+print(f"READY pe={rt.my_pe} offset={sig.data_ptr() - rt.heap_base}", flush=True)
 never_signalled[(1,)](sig, 0)
 if torch.cuda.is_available():
     torch.cuda.synchronize()

@@ -72,7 +72,7 @@ if mode == "cycles":
     for cycle in range(20):
         heap = (1 + cycle % 5) << 20
         with unishmem.init(heap_size=heap) as rt:
-            assert rt._heap_size == heap, (rt._heap_size, heap)
+            assert rt.heap_size == heap, (rt.heap_size, heap)
             x = rt.empty(4, dtype=torch.int64)
             x.fill_(rt.my_pe + cycle)
             out = rt.empty(4 * rt.n_pes, dtype=torch.int64)

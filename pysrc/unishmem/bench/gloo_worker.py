@@ -5,7 +5,6 @@ meets in the launcher's store); rank 0 writes the figures to OUT."""
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import sys
 
@@ -14,7 +13,7 @@ import torch.distributed as dist
 
 from .. import _config
 from ..rendezvous import parse_address
-from .plan import Plan, elements
+from .plan import Plan, dst_elements, elements, write_figures
 from .timing import long_iters, long_run, measure, summary
 
 
@@ -68,7 +67,7 @@ def main(plan_path: str, out_path: str) -> int:
         for size in plan.coll_sizes:
             elems = elements(size, n)
             src = torch.ones(elems)
-            dst = torch.zeros({"fcollect": n * elems, "reducescatter": elems // n}.get(op, elems))
+            dst = torch.zeros(dst_elements(op, elems, n))
             call = {
                 "reduce": lambda: dist.all_reduce(src),  # in place: gloo has no out-of-place all-reduce
                 "reducescatter": lambda: reduce_scatter(dst, src),
@@ -79,8 +78,7 @@ def main(plan_path: str, out_path: str) -> int:
             out["collectives"][op][size] = timed(call)
     dist.destroy_process_group()
     if me == 0:
-        with open(out_path, "w") as f:
-            json.dump(out, f)
+        write_figures(out_path, out)
     return 0
 
 

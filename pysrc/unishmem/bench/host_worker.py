@@ -7,7 +7,6 @@ C++ loops come from the benchmark helpers in csrc/host/bench.cpp (`_host.bench_*
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -17,7 +16,7 @@ import torch
 import unishmem
 from unishmem import CMP, SIGNAL, _host
 
-from .plan import Plan, elements, ref_key
+from .plan import Plan, dst_elements, elements, ref_key, write_figures
 from .timing import best_of, iterations, long_iters, long_round_trips, long_run, measure, summary
 
 PAYLOAD = 8  # bytes carried by each signal ping-pong message
@@ -136,7 +135,7 @@ class HostBench:
         p = self.plan
         words = rt.signals(1)
         mine = words.data_ptr()
-        theirs = rt._native.peer_ptr(mine, peer)
+        theirs = rt.native.peer_ptr(mine, peer)
         start = [0]
 
         def raw(k, samples=0):
@@ -154,7 +153,7 @@ class HostBench:
         start[0] = 0
 
         def cpp(k, samples=0):
-            dt = _host.bench_signal_pingpong(rt._native, *addrs, k, first, start[0], samples)
+            dt = _host.bench_signal_pingpong(rt.native, *addrs, k, first, start[0], samples)
             start[0] += 2 * k
             return dt
 
@@ -247,7 +246,7 @@ class HostBench:
         return out
 
     def barrier(self) -> dict:
-        rt, native = self.rt, self.rt._native
+        rt, native = self.rt, self.rt.native
         python = self.measure(rt.barrier_all)
         python = self.py_latency(lambda j: rt.barrier_all(), python, every_pe=True)
         run = lambda k, samples=0: _host.bench_barrier(native, 0, k, samples)  # noqa: E731
@@ -258,8 +257,7 @@ class HostBench:
     def collective(self, op: str, size: int) -> float:
         rt, n, elems = self.rt, self.n, elements(size, self.n)
         src = rt.full(elems, 1.0)
-        dst_elems = {"fcollect": n * elems, "reducescatter": elems // n}.get(op, elems)
-        dst = rt.zeros(dst_elems)
+        dst = rt.zeros(dst_elements(op, elems, n))
         call = {
             "reduce": lambda: rt.reduce(dst, src, "sum"),
             "reducescatter": lambda: rt.reducescatter(dst, src, "sum"),
@@ -304,8 +302,7 @@ def main(plan_path: str, out_path: str) -> int:
     rt.free(bench._max)
     rt.finalize()
     if rt.my_pe == 0:
-        with open(out_path, "w") as f:
-            json.dump(out, f)
+        write_figures(out_path, out)
     return 0
 
 

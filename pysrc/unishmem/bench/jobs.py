@@ -58,40 +58,21 @@ def heap_bytes(plan: Plan, n: int) -> int:
     return (need // MiB + 8) * MiB  # signals, the agreement word, allocator alignment
 
 
+def unishmem_run(n: int, module: str, *args: str) -> list[str]:
+    """The command that runs `python -m module args` as n PEs under `unishmem run`."""
+    return [sys.executable, "-m", "unishmem", "run", "-n", str(n), sys.executable, "-m", module, *args]
+
+
 def host_job(plan: Plan, n: int, plan_path: str, tmp: str, quiet: bool) -> dict:
     out = os.path.join(tmp, f"host{n}.json")
-    cmd = [
-        sys.executable,
-        "-m",
-        "unishmem",
-        "run",
-        "-n",
-        str(n),
-        sys.executable,
-        "-m",
-        "unishmem.bench.host_worker",
-        plan_path,
-        out,
-    ]
+    cmd = unishmem_run(n, "unishmem.bench.host_worker", plan_path, out)
     env = _env(UNISHMEM_BACKEND="host", UNISHMEM_SYMMETRIC_SIZE=str(heap_bytes(plan, n)), UNISHMEM_WAIT_TIMEOUT="120")
     return _run(f"host backend, {n} PEs", cmd, env, out, _timeout(plan, n), quiet)
 
 
 def gloo_job(plan: Plan, n: int, plan_path: str, tmp: str, quiet: bool) -> dict:
     out = os.path.join(tmp, f"gloo{n}.json")
-    cmd = [
-        sys.executable,
-        "-m",
-        "unishmem",
-        "run",
-        "-n",
-        str(n),
-        sys.executable,
-        "-m",
-        "unishmem.bench.gloo_worker",
-        plan_path,
-        out,
-    ]
+    cmd = unishmem_run(n, "unishmem.bench.gloo_worker", plan_path, out)
     return _run(f"torch.distributed gloo, {n} ranks", cmd, _env(), out, _timeout(plan, n), quiet)
 
 

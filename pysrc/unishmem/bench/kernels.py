@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 
 from . import jobs
@@ -32,19 +31,7 @@ def run(
             spec_path, out = os.path.join(tmp, f"spec{n}.json"), os.path.join(tmp, f"kernels{n}.json")
             with open(spec_path, "w") as f:
                 json.dump(spec, f)
-            cmd = [
-                sys.executable,
-                "-m",
-                "unishmem",
-                "run",
-                "-n",
-                str(n),
-                sys.executable,
-                "-m",
-                "unishmem.bench.kernels_worker",
-                spec_path,
-                out,
-            ]
+            cmd = jobs.unishmem_run(n, "unishmem.bench.kernels_worker", spec_path, out)
             results.append(
                 jobs._run(
                     f"unishmem.kernels beside torch.distributed, {n} PEs",

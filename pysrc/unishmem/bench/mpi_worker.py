@@ -6,7 +6,6 @@ import torch in every rank for nothing (seconds per rank on a busy 2-core machin
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -16,11 +15,11 @@ import numpy as np
 from mpi4py import MPI
 
 if __package__:
-    from .plan import Plan, elements
+    from .plan import Plan, dst_elements, elements, write_figures
     from .timing import best_of, iterations, long_iters, long_round_trips, long_run, measure, summary
 else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from plan import Plan, elements
+    from plan import Plan, dst_elements, elements, write_figures
     from timing import best_of, iterations, long_iters, long_round_trips, long_run, measure, summary
 
 PAYLOAD = 8  # as the host backend's ping-pong
@@ -98,7 +97,7 @@ def main(plan_path: str, out_path: str) -> int:
         for size in plan.coll_sizes:
             elems = elements(size, n)
             src = np.ones(elems, dtype=np.float32)
-            dst = np.zeros({"fcollect": n * elems, "reducescatter": elems // n}.get(op, elems), dtype=np.float32)
+            dst = np.zeros(dst_elements(op, elems, n), dtype=np.float32)
             call = {
                 "reduce": lambda: comm.Allreduce(src, dst, MPI.SUM),
                 "reducescatter": lambda: comm.Reduce_scatter_block(src, dst, MPI.SUM),
@@ -108,8 +107,7 @@ def main(plan_path: str, out_path: str) -> int:
             }[op]
             out["collectives"][op][size] = timed(call)
     if me == 0:
-        with open(out_path, "w") as f:
-            json.dump(out, f)
+        write_figures(out_path, out)
     return 0
 
 

@@ -128,6 +128,17 @@ def elements(size: int, n: int) -> int:
     return max(n, size // 4 // n * n)
 
 
+def dst_elements(op: str, elems: int, n: int) -> int:
+    """float32 elements of a collective's destination buffer, for a source of elems elements."""
+    return {"fcollect": n * elems, "reducescatter": elems // n}.get(op, elems)
+
+
+def write_figures(path: str, figures: dict) -> None:
+    """A worker's figures as JSON, where the bench reads them back (rank 0 writes them)."""
+    with open(path, "w") as f:
+        json.dump(figures, f)
+
+
 def traffic(op: str, s: int, n: int) -> tuple[float, float]:
     r, w, _ = TRAFFIC[op]
     return r(s, n), w(s, n)

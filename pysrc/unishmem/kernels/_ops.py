@@ -3,8 +3,8 @@ autograd formulas, for the calls that need them: under torch.compile (Dynamo see
 output's shape; the runtime's allocation and bookkeeping stay inside the op, untraced) and on inputs that
 require grad. Eager calls without autograd skip the op's dispatch (several microseconds a call).
 
-A team crosses the op boundary as its number (`Team._id`): custom ops take tensors, numbers and strings
-only. `team_number` registers the team it numbers; the ops look it up in `_TEAMS`.
+The kernel modules call these ops through `torch.ops.unishmem` (_routing.py says when), so they need
+not import this module: unishmem.kernels imports it, after them, to register the ops.
 
 Gradients (docs/kernels.md, "Gradients"):
 - all_reduce(x) (sum): all_reduce(grad) on every PE; other ops are not differentiable;
@@ -18,89 +18,19 @@ Gradients (docs/kernels.md, "Gradients"):
 
 from __future__ import annotations
 
-import weakref
-
 import torch
-import torch._dynamo
 
-_TEAMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # Team._id -> Team
-
-
-def team_number(team) -> int:
-    """The number a custom op takes for `team` (a Team of the current runtime, already checked)."""
-    _TEAMS[team._id] = team
-    return team._id
-
-
-def _team(number: int):
-    team = _TEAMS.get(number)
-    if team is None:
-        raise ValueError(f"unishmem: team number {number} names no live team of this process")
-    return team
-
-
-def team_of(rt, team, group):
-    """The Team a kernel runs on: `team`, or the team of this runtime whose members are the ranks of
-    the torch.distributed ProcessGroup `group` in its order (the world, the node team or a team made
-    by a split), or None for the world."""
-    if group is None:
-        return team
-    if team is not None:
-        raise ValueError("unishmem.kernels: pass team= or group=, not both")
-    import torch.distributed as dist
-
-    if not dist.is_initialized() or dist.get_rank() != rt.my_pe:
-        raise ValueError(
-            "unishmem.kernels: group= needs torch.distributed initialised with this runtime's PE numbers "
-            "as its ranks (unishmem.init(group=...) or a launcher that sets both)"
-        )
-    ranks = dist.get_process_group_ranks(group)
-    for candidate in rt._live_teams():
-        if [candidate.translate_pe(i, rt.team_world) for i in range(candidate.n_pes)] == ranks:
-            return candidate
-    raise ValueError(
-        f"unishmem.kernels: no team of this runtime has the ranks {ranks} of group {group!r}: make one "
-        "with rt.team_world.split_strided(...) (collective over the world) first"
-    )
-
-
-@torch._dynamo.assume_constant_result  # read at trace time: Dynamo sees a number, not the runtime
-def number(team, group=None) -> int:
-    """The number a custom op takes for the team of team=/group= (default: the world)."""
-    from .. import runtime
-
-    rt = runtime()
-    return team_number(rt._team(team_of(rt, team, group)))
-
-
-def into(out, result, what: str):
-    """result, or result copied into out (the ops take no out=), checked as the kernels check it."""
-    from .collectives import _check_out
-
-    if out is None:
-        return result
-    problem = _check_out(out, result.shape, result.dtype, what)
-    if problem:
-        raise problem
-    out.copy_(result)
-    return out
-
-
-def needs_op(*tensors) -> bool:
-    """Whether a kernel call must go through its custom op: under torch.compile, or when autograd
-    must record it."""
-    if torch.compiler.is_compiling():
-        return True
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
-
+from . import collectives, gemm, moe
+from ._routing import op_team as _team
+from .moe import copy_rows, weights_grad, wide_dtype
 
 # ---- the collectives -------------------------------------------------------------------------------
+# Each op below repeats torch.library's pattern (custom_op, register_fake, register_autograd) on purpose:
+# the op's schema comes from its own function's annotations, and each has its own shape and gradient.
 
 
 @torch.library.custom_op("unishmem::all_reduce", mutates_args=())
 def all_reduce(x: torch.Tensor, op: str, algorithm: str, pull: bool | None, team: int) -> torch.Tensor:
-    from . import collectives
-
     return collectives.all_reduce(x.detach(), op=op, algorithm=algorithm, team=_team(team), pull=pull)
 
 
@@ -124,8 +54,6 @@ all_reduce.register_autograd(_all_reduce_backward, setup_context=_all_reduce_con
 
 @torch.library.custom_op("unishmem::all_gather", mutates_args=())
 def all_gather(x: torch.Tensor, team: int) -> torch.Tensor:
-    from . import collectives
-
     return collectives.all_gather(x.detach(), team=_team(team))
 
 
@@ -150,8 +78,6 @@ all_gather.register_autograd(_all_gather_backward, setup_context=_all_gather_con
 
 @torch.library.custom_op("unishmem::reduce_scatter", mutates_args=())
 def reduce_scatter(x: torch.Tensor, op: str, team: int) -> torch.Tensor:
-    from . import collectives
-
     return collectives.reduce_scatter(x.detach(), op=op, team=_team(team))
 
 
@@ -176,8 +102,6 @@ reduce_scatter.register_autograd(_reduce_scatter_backward, setup_context=_reduce
 
 @torch.library.custom_op("unishmem::all_to_all", mutates_args=())
 def all_to_all(x: torch.Tensor, team: int) -> torch.Tensor:
-    from . import collectives
-
     return collectives.all_to_all(x.detach(), team=_team(team))
 
 
@@ -202,8 +126,6 @@ all_to_all.register_autograd(_all_to_all_backward, setup_context=_all_to_all_con
 
 @torch.library.custom_op("unishmem::ag_gemm", mutates_args=())
 def ag_gemm(a_shard: torch.Tensor, b: torch.Tensor, overlap: bool, blocks: list[int], team: int) -> torch.Tensor:
-    from . import gemm
-
     block_m, block_n, block_k = (v or None for v in blocks)
     return gemm.ag_gemm(
         a_shard.detach(), b.detach(), overlap, block_m=block_m, block_n=block_n, block_k=block_k, team=_team(team)
@@ -233,8 +155,6 @@ ag_gemm.register_autograd(_ag_gemm_backward, setup_context=_ag_gemm_context)
 
 @torch.library.custom_op("unishmem::gemm_rs", mutates_args=())
 def gemm_rs(a: torch.Tensor, b_shard: torch.Tensor, blocks: list[int], team: int) -> torch.Tensor:
-    from . import gemm
-
     block_m, block_n, block_k = (v or None for v in blocks)
     return gemm.gemm_rs(
         a.detach(), b_shard.detach(), block_m=block_m, block_n=block_n, block_k=block_k, team=_team(team)
@@ -262,87 +182,6 @@ def _gemm_rs_context(ctx, inputs, output):
 gemm_rs.register_autograd(_gemm_rs_backward, setup_context=_gemm_rs_context)
 
 
-# ---- MoE dispatch and combine --------------------------------------------------------------------
-# Eager: torch.autograd.Functions, not custom ops: dispatch returns a handle (workspace, routing), which is
-# no tensor, and without max_tokens its output's rows are known only after the call (under torch.compile
-# that layout is a graph break; with max_tokens the custom ops below are traced instead). The backward passes are public calls (formulas in moe.py's
-# docstring, "Gradients"); every PE runs them in the same order, as it runs the forward calls.
-
-
-def _wide(*dtypes) -> torch.dtype:
-    return torch.float64 if torch.float64 in dtypes else torch.float32
-
-
-def _copy_rows(weights, grad, dtype) -> torch.Tensor:
-    """[T, K, H]: copy (t, k)'s share of the gradient of combine's out[t], w[t, k] * grad[t]."""
-    wide = _wide(weights.dtype, grad.dtype)
-    return (weights.to(wide)[:, :, None] * grad.to(wide)[:, None, :]).to(dtype)
-
-
-def _weights_grad(copies, grad, dtype) -> torch.Tensor:
-    """[T, K]: the gradient of w[t, k], <grad[t], copy (t, k)'s row as it came back>."""
-    wide = _wide(dtype, grad.dtype)
-    return (copies.to(wide) * grad.to(wide)[:, None, :]).sum(-1).to(dtype)
-
-
-class _Dispatch(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tokens, topk_ids, weights, n_experts, max_tokens, team, group):
-        from . import moe
-
-        out, counts, handle = moe._run_dispatch(tokens.detach(), topk_ids, weights, n_experts, max_tokens, team, group)
-        ctx.handle, ctx.per_copy = handle, tokens.dim() == 3
-        ctx.mark_non_differentiable(counts)
-        return out, counts, handle
-
-    @staticmethod
-    def backward(ctx, grad, _counts, _handle):
-        from . import moe
-
-        h = ctx.handle
-        if ctx.per_copy:  # copy (t, k) carried tokens[t, k]
-            grad_tokens = moe.combine(grad.contiguous(), h, per_copy=True, team=h.team)
-        else:  # copy (t, k) carried tokens[t]: the sum of its copies' gradients
-            ones = torch.ones(h.pos.shape, dtype=_wide(grad.dtype), device=grad.device)
-            grad_tokens = moe.combine(grad.contiguous(), h, weights=ones, team=h.team)
-        return grad_tokens, None, None, None, None, None, None
-
-
-def dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group):
-    """moe.dispatch with the gradient of tokens; weights: the handle's copy of topk_weights."""
-    return _Dispatch.apply(tokens, topk_ids, weights, n_experts, max_tokens, team, group)
-
-
-class _Combine(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, expert_out, weights, handle, per_copy, team, group):
-        from . import moe
-
-        out = moe._run_combine(expert_out.detach(), handle, weights, per_copy, team, group)
-        ctx.handle, ctx.per_copy = handle, per_copy
-        ctx.save_for_backward(expert_out, weights)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        from . import moe
-
-        expert_out, weights = ctx.saved_tensors
-        h, grad = ctx.handle, grad.contiguous()
-        grad_rows = grad_weights = None
-        if ctx.needs_input_grad[0]:  # row (t, k) of expert_out: w[t, k] * grad[t] (per_copy: grad[t, k])
-            grad_rows = h.dispatch(grad if ctx.per_copy else _copy_rows(weights, grad, expert_out.dtype))
-        if ctx.needs_input_grad[1]:  # w[t, k]: <grad[t], row (t, k) back on this PE>
-            copies = moe.combine(expert_out.detach(), h, per_copy=True, team=h.team)
-            grad_weights = _weights_grad(copies, grad, weights.dtype)
-        return grad_rows, grad_weights, None, None, None, None
-
-
-def combine(expert_out, weights, handle, per_copy, team, group):
-    """moe.combine with the gradients of expert_out and weights (None with per_copy)."""
-    return _Combine.apply(expert_out, weights, handle, per_copy, team, group)
-
-
 # ---- dispatch and combine with a capacity, as custom ops (torch.compile) ------------------------------
 # With max_tokens every shape is known before the call, so under torch.compile dispatch and combine are
 # ops Dynamo traces (moe.MoERouting carries the handle's tensors and numbers between them; the op finds
@@ -353,8 +192,6 @@ def combine(expert_out, weights, handle, per_copy, team, group):
 def dispatch_padded(
     tokens: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_experts: int, max_tokens: int, team: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    from . import moe
-
     weights = topk_weights.detach().clone(memory_format=torch.contiguous_format)
     out, counts, h = moe._run_dispatch(tokens.detach(), topk_ids, weights, n_experts, max_tokens, _team(team), None)
     return out, counts, h.C, h.pos, h.ids
@@ -386,7 +223,7 @@ def _dispatch_padded_backward(ctx, grad, *_):
     if ctx.per_copy:  # copy (t, k) carried tokens[t, k]
         grad_tokens = combine_padded(grad.contiguous(), C, pos, ids, None, *routing, True, ctx.team)
     else:  # copy (t, k) carried tokens[t]: the sum of its copies' gradients
-        ones = torch.ones(pos.shape, dtype=_wide(grad.dtype, ctx.weights_dtype), device=grad.device)
+        ones = torch.ones(pos.shape, dtype=wide_dtype(grad.dtype, ctx.weights_dtype), device=grad.device)
         grad_tokens = combine_padded(grad.contiguous(), C, pos, ids, ones, *routing, False, ctx.team)
     return grad_tokens, None, None, None, None, None
 
@@ -406,8 +243,6 @@ def combine_padded(
     per_copy: bool,
     team: int,
 ) -> torch.Tensor:
-    from . import moe
-
     handle = moe._handle_of(expert_out, C, pos, ids, weights, n_experts, max_tokens, _team(team))
     w = None if weights is None else weights.detach()
     return moe._run_combine(expert_out.detach(), handle, w, per_copy, handle.team, None)
@@ -430,12 +265,12 @@ def _combine_padded_backward(ctx, grad):
     grad = grad.contiguous()
     grad_rows = grad_weights = None
     if ctx.needs_input_grad[0]:  # row (t, k) of expert_out: w[t, k] * grad[t] (per_copy: grad[t, k])
-        rows = grad if ctx.per_copy else _copy_rows(weights, grad, expert_out.dtype)
+        rows = grad if ctx.per_copy else copy_rows(weights, grad, expert_out.dtype)
         unit = torch.ones(pos.shape, dtype=torch.float32, device=grad.device)  # (never read: a routing only)
         grad_rows = dispatch_padded(rows, ids, unit, *routing)[0]
     if ctx.needs_input_grad[4]:  # w[t, k]: <grad[t], row (t, k) back on this PE>
         copies = combine_padded(expert_out, C, pos, ids, None, ctx.n_experts, ctx.max_tokens, True, ctx.team)
-        grad_weights = _weights_grad(copies, grad, weights.dtype)
+        grad_weights = weights_grad(copies, grad, weights.dtype)
     return grad_rows, None, None, None, grad_weights, None, None, None, None
 
 

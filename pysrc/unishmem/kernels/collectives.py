@@ -52,10 +52,9 @@ from .. import language as shl
 from .._workspaces import Workspace, checks_every_call, size_class, workspace
 from ..enums import REDUCE_OPS
 from ..triton_support import interpreting
-from . import _ops
 from ._calls import STATE_WORDS, begin_call, copied_in, copy_in, end_call
+from ._routing import needs_op, op_team_arg, team_of
 
-OPS = {"sum": 0, "min": 1, "max": 2, "prod": 3}
 ALGORITHMS = ("auto", "one_shot", "two_shot")
 VARIANTS = ("one_shot", "two_shot", "one_shot, push")  # with buffers of their own; compared across PEs
 _REACHABLE: dict[int, bool] = {}  # team id (never reused) -> every member reachable by load/store
@@ -215,6 +214,8 @@ def _reduce(
     push each reduced block to every member, whose blocks go into out). numel: src's elements (with
     SCATTER the last chunks may hold fewer than chunk, or none). Tasks go round the grid (NOTE
     [persistent grid]). stage: x is copied into src first (NOTE [copy-in]), else src is x."""
+    # Opens as _all_gather does on purpose: each kernel moves its own buffers to the call's parity
+    # (NOTE [workspaces]); a shared @triton.jit helper would have to take and hand back every one.
     p = tl.program_id(0)
     grid = tl.num_programs(0)
     epoch = begin_call(state)
@@ -457,10 +458,14 @@ def _planned(rt, key):
     return plan
 
 
-def _plan(rt, key, ws: Workspace, shape, launch):
-    """Record the plan of a call (NOTE [call plans]); its kernel reads all of x."""
+def _plan_and_launch(rt, key, ws: Workspace, shape, launch, x, out):
+    """Record the plan of a call (NOTE [call plans]; its kernel reads all of x), then launch it on x
+    into out (a new tensor where out is None): a call's first launch, its arguments checked."""
     if key is not None:
         _PLANS.setdefault(rt, {})[key] = _Plan(ws, tuple(shape), launch)
+    out = _output(rt, out, shape, x.dtype)
+    launch(*_inputs(rt, ws, x, out), out)
+    return out
 
 
 def _run_plan(rt, plan: _Plan, x, out, what: str):
@@ -493,6 +498,17 @@ def _check_out(out, shape, dtype, what: str):
     return None
 
 
+def _into(out, result, what: str):
+    """result, or result copied into out (the ops take no out=), checked as the kernels check it."""
+    if out is None:
+        return result
+    problem = _check_out(out, result.shape, result.dtype, what)
+    if problem:
+        raise problem
+    out.copy_(result)
+    return out
+
+
 def _output(rt, out, shape, dtype):
     return torch.empty(shape, dtype=dtype, device=rt.device) if out is None else out
 
@@ -521,8 +537,8 @@ def all_gather(x, out=None, team=None, group=None):
     torch's current stream; safe to capture in a CUDA graph once a call of the same shape has run.
     group: a torch.distributed ProcessGroup naming the team instead. Differentiable (the gradient is
     the reduce_scatter of the output's) and traceable by torch.compile (torch.ops.unishmem.all_gather)."""
-    if _ops.needs_op(x):
-        return _ops.into(out, _ops.all_gather(x, _ops.number(team, group)), "all_gather")
+    if needs_op(x):
+        return _into(out, torch.ops.unishmem.all_gather(x, op_team_arg(team, group)), "all_gather")
     return _gather(x, out, team, group, "all_gather")
 
 
@@ -532,8 +548,8 @@ def all_to_all(x, out=None, team=None, group=None):
     capture in a CUDA graph once a call of the same shape has run. group: a torch.distributed
     ProcessGroup naming the team instead. Differentiable (the gradient is the all_to_all of the
     output's) and traceable by torch.compile (torch.ops.unishmem.all_to_all)."""
-    if _ops.needs_op(x):
-        return _ops.into(out, _ops.all_to_all(x, _ops.number(team, group)), "all_to_all")
+    if needs_op(x):
+        return _into(out, torch.ops.unishmem.all_to_all(x, op_team_arg(team, group)), "all_to_all")
     return _gather(x, out, team, group, "all_to_all")
 
 
@@ -546,7 +562,7 @@ def _gather(x, out, team, group, what: str):
     plan = _planned(rt, key)
     if plan is not None:
         return _run_plan(rt, plan, x, out, what)
-    team = _team(rt, _ops.team_of(rt, team, group))
+    team = _team(rt, team_of(rt, team, group))
     n = team.n_pes
     to_all = what == "all_to_all"
     problem = _check_tensor(rt, x, "x", what)
@@ -599,10 +615,7 @@ def _gather(x, out, team, group, what: str):
             ITEMSIZE=itemsize,
         )
 
-    _plan(rt, key, ws, shape, launch)
-    out = _output(rt, out, shape, x.dtype)
-    launch(*_inputs(rt, ws, x, out), out)
-    return out
+    return _plan_and_launch(rt, key, ws, shape, launch, x, out)
 
 
 def _reduction_args(rt, x, op, out, team, what: str, out_shape):
@@ -628,8 +641,8 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
     current stream; safe to capture in a CUDA graph once a call of the same shape has run. group: a
     torch.distributed ProcessGroup naming the team instead. Differentiable for op="sum" (the
     gradient is the all_gather of the output's); traceable by torch.compile."""
-    if _ops.needs_op(x):
-        return _ops.into(out, _ops.reduce_scatter(x, op, _ops.number(team, group)), "reduce_scatter")
+    if needs_op(x):
+        return _into(out, torch.ops.unishmem.reduce_scatter(x, op, op_team_arg(team, group)), "reduce_scatter")
     from .. import runtime
 
     rt = runtime()
@@ -639,7 +652,7 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
     plan = _planned(rt, key)
     if plan is not None:
         return _run_plan(rt, plan, x, out, "reduce_scatter")
-    team = _ops.team_of(rt, team, group)
+    team = team_of(rt, team, group)
 
     def out_shape(n):
         if x.dim() == 0 or x.shape[0] % n:
@@ -673,9 +686,9 @@ def all_reduce(
     "auto": one-shot up to 256 KiB. Runs on torch's current stream; safe to capture in a CUDA graph
     once a call of the same shape has run. group: a torch.distributed ProcessGroup naming the team
     instead. Differentiable for op="sum" (its own gradient); traceable by torch.compile."""
-    if _ops.needs_op(x):
-        result = _ops.all_reduce(x, op, algorithm, pull, _ops.number(team, group))
-        return _ops.into(out, result, "all_reduce")
+    if needs_op(x):
+        result = torch.ops.unishmem.all_reduce(x, op, algorithm, pull, op_team_arg(team, group))
+        return _into(out, result, "all_reduce")
     from .. import runtime
 
     rt = runtime()
@@ -684,7 +697,7 @@ def all_reduce(
     plan = _planned(rt, key)
     if plan is not None:
         return _run_plan(rt, plan, x, out, "all_reduce")
-    team = _ops.team_of(rt, team, group)
+    team = team_of(rt, team, group)
     team, problem, shape = _reduction_args(rt, x, op, out, team, "all_reduce", lambda n: tuple(x.shape))
     if problem is None and algorithm not in ALGORITHMS:
         problem = ValueError(f"all_reduce: algorithm={algorithm!r} is not one of {', '.join(ALGORITHMS)}")
@@ -728,7 +741,7 @@ def _reachable(rt, team) -> bool:
     found = _REACHABLE.get(team._id)
     if found is None:
         found = _REACHABLE[team._id] = all(
-            rt._native.peer_ptr(rt._base, team.translate_pe(i, rt.team_world)) != 0 for i in range(team.n_pes)
+            rt.native.peer_ptr(rt.heap_base, team.translate_pe(i, rt.team_world)) != 0 for i in range(team.n_pes)
         )
     return found
 
@@ -764,16 +777,13 @@ def _run_pull(rt, ws: Workspace, x, op, out, shape, n, key):
             ws.my_index,
             n,
             numel,
-            OP=OPS[op],
+            OP=REDUCE_OPS[op],
             WIDEN=x.dtype in (torch.float16, torch.bfloat16),
             BLOCK=BLOCK,
             ALIGNED=src.data_ptr() % 16 == 0,
         )
 
-    _plan(rt, key, ws, shape, launch)
-    out = _output(rt, out, shape, x.dtype)
-    launch(*_inputs(rt, ws, x, out), out)
-    return out
+    return _plan_and_launch(rt, key, ws, shape, launch, x, out)
 
 
 def _reduce_buffers(x, n: int, cap: int, scatter: bool, gather: bool) -> dict:
@@ -828,16 +838,13 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, 
             piece,
             SCATTER=scatter,
             GATHER=gather,
-            OP=OPS[op],
+            OP=REDUCE_OPS[op],
             WIDEN=x.dtype in (torch.float16, torch.bfloat16),
             BLOCK=BLOCK,
             ITEMSIZE=itemsize,
         )
 
-    _plan(rt, key, ws, shape, launch)
-    out = _output(rt, out, shape, x.dtype)
-    launch(*_inputs(rt, ws, x, out), out)
-    return out
+    return _plan_and_launch(rt, key, ws, shape, launch, x, out)
 
 
 # How `unishmem compile` builds these kernels with no GPU: float32 data, aligned as torch's and the heap's

@@ -36,8 +36,8 @@ from .. import jit
 from .. import language as shl
 from .._workspaces import size_class, workspace
 from ..triton_support import interpreting
-from . import _ops
 from ._calls import STATE_WORDS, begin_call, copied_in, end_call
+from ._routing import needs_op, op_team_arg, team_of
 from .collectives import _cdiv, _check_tensor, _grid, _inputs, _next_power_of_2, _team, all_gather
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -163,6 +163,8 @@ def _gemm(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_
     _store_tile(c + first * N, acc, M - first, pn, N, BLOCK_M, BLOCK_N)
 
 
+# From sig on, its parameters (and its launch's arguments) are _ag_gemm's on purpose: a Triton kernel
+# binds and specialises its parameters one by one, so each kernel spells out its own.
 @jit
 def _gemm_rs(
     a,
@@ -233,6 +235,7 @@ def _gemm_rs(
 # float16 with the default 64x64x32 blocks, pipelined as a launch on a GPU is: on aligned tensors
 # with N and K multiples of 16 (what the K loop's vectorised, asynchronous tile loads need), and cap
 # (a power of two >= 16) as every launch specialises it.
+_WORDS = {"sig": "*u64", "state": "*i64", "members": "*i32"}  # after each kernel's data, before _INTS
 _INTS = ("my_index", "n", "m", "N", "K", "cap")
 _BLOCKS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
 _OPTIONS = {"num_stages": NUM_STAGES}
@@ -263,9 +266,7 @@ COMPILE = {
             "a": "*fp16",
             "b": "*fp16",
             "c": "*fp16",
-            "sig": "*u64",
-            "state": "*i64",
-            "members": "*i32",
+            **_WORDS,
         },
         _INTS,
         {**_BLOCKS, "ITEMSIZE": 2},
@@ -278,9 +279,7 @@ COMPILE = {
             "c": "*fp16",
             "stage": "*fp16",
             "recv": "*fp16",
-            "sig": "*u64",
-            "state": "*i64",
-            "members": "*i32",
+            **_WORDS,
         },
         _INTS,
         {**_BLOCKS, "ITEMSIZE": 2},
@@ -341,13 +340,13 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     shapes has run. group: a torch.distributed ProcessGroup naming the team instead. Differentiable
     (grad a_shard = gemm_rs(grad, b^T), grad b = all_gather(a_shard)^T @ grad) and traceable by
     torch.compile (torch.ops.unishmem.ag_gemm)."""
-    if _ops.needs_op(a_shard, b):
+    if needs_op(a_shard, b):
         blocks = [block_m or 0, block_n or 0, block_k or 0]
-        return _ops.ag_gemm(a_shard, b, overlap, blocks, _ops.number(team, group))
+        return torch.ops.unishmem.ag_gemm(a_shard, b, overlap, blocks, op_team_arg(team, group))
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, _ops.team_of(rt, team, group))
+    team = _team(rt, team_of(rt, team, group))
     n = team.n_pes
     problem = _operands(rt, a_shard, b, "ag_gemm", "a_shard", "b")
     if problem is None and not isinstance(overlap, bool):
@@ -425,13 +424,13 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, 
     current stream; safe to capture in a CUDA graph once a call of the same shapes has run. group: a
     torch.distributed ProcessGroup naming the team instead. Differentiable (grad a =
     ag_gemm(grad, b_shard^T), grad b_shard = a^T @ all_gather(grad)); traceable by torch.compile."""
-    if _ops.needs_op(a, b_shard):
+    if needs_op(a, b_shard):
         blocks = [block_m or 0, block_n or 0, block_k or 0]
-        return _ops.gemm_rs(a, b_shard, blocks, _ops.number(team, group))
+        return torch.ops.unishmem.gemm_rs(a, b_shard, blocks, op_team_arg(team, group))
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, _ops.team_of(rt, team, group))
+    team = _team(rt, team_of(rt, team, group))
     n = team.n_pes
     problem = _operands(rt, a, b_shard, "gemm_rs", "a", "b_shard")
     M, K = a.shape if problem is None else (0, 0)

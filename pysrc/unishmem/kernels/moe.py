@@ -30,8 +30,8 @@ member d and n its size):
   [T, K] instead of topk_weights; `combine(..., per_copy=True)` returns [T, K, H], each copy's row
   as it came back, unweighted.
 
-Gradients (dispatch and combine are torch.autograd.Functions in _ops.py where autograd must record
-them, the plain calls otherwise): with row(t, k) the copy's row in the packed layout,
+Gradients (dispatch and combine are torch.autograd.Functions, at the end of this file, where autograd
+must record them, the plain calls otherwise): with row(t, k) the copy's row in the packed layout,
 - dispatch: grad tokens[t] = sum_k grad expert_tokens row(t, k) = combine(grad, handle, weights=ones)
   (per copy: grad tokens[t, k] = combine(grad, handle, per_copy=True)[t, k]);
 - combine: grad expert_out row(t, k) = w[t, k] * grad out[t] = handle.dispatch(w[:, :, None] *
@@ -85,8 +85,8 @@ from .. import language as shl
 from .._dtypes import DTYPE_CODES
 from .._workspaces import Workspace, checks_every_call, exchange, keyed_workspace, room_problem, size_class
 from ..triton_support import interpreting
-from . import _ops
 from ._calls import STATE_WORDS, begin_call, copied_in, end_call
+from ._routing import needs_op, op_team_arg, team_of
 from .collectives import _cdiv, _check_tensor, _grid, _inputs, _next_power_of_2, _pieces, _team
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # routing weights' dtypes
@@ -490,15 +490,17 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
     if torch.compiler.is_compiling():
         if max_tokens is None:  # the exact layout's rows are known only after the call: a graph break
             return _eager_dispatch(tokens, topk_ids, topk_weights, n_experts, team=team, group=group)
-        number = _ops.number(team, group)
-        out, counts, C, pos, ids = _ops.dispatch_padded(tokens, topk_ids, topk_weights, n_experts, max_tokens, number)
+        number = op_team_arg(team, group)
+        out, counts, C, pos, ids = torch.ops.unishmem.dispatch(
+            tokens, topk_ids, topk_weights, n_experts, max_tokens, number
+        )
         return out, counts, MoERouting(C, pos, ids, topk_weights, n_experts, max_tokens, number)
     # the handle's own copy (combine uses the weights as they are now), made here so that it records
     # the weights' autograd history for combine's gradient
     if isinstance(topk_weights, torch.Tensor):
         topk_weights = topk_weights.clone(memory_format=torch.contiguous_format)
-    if _ops.needs_op(tokens):
-        return _ops.dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group)
+    if needs_op(tokens):
+        return _dispatch_with_grad(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group)
     return _run_dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group)
 
 
@@ -507,7 +509,7 @@ def _run_dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group)
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, _ops.team_of(rt, team, group))
+    team = _team(rt, team_of(rt, team, group))
     n = team.n_pes
     problem = _dispatch_problem(rt, tokens, topk_ids, weights, n_experts, max_tokens, n)
     padded = max_tokens is not None
@@ -596,13 +598,13 @@ def combine(expert_out, handle, *, weights=None, per_copy: bool = False, team=No
     if isinstance(handle, MoERouting):  # from a dispatch with max_tokens under torch.compile
         w = None if per_copy else handle.weights if weights is None else weights
         C, pos, ids, _, n_experts, max_tokens, number = handle
-        return _ops.combine_padded(expert_out, C, pos, ids, w, n_experts, max_tokens, per_copy, number)
+        return torch.ops.unishmem.combine(expert_out, C, pos, ids, w, n_experts, max_tokens, per_copy, number)
     if torch.compiler.is_compiling():
         return _eager_combine(expert_out, handle, weights=weights, per_copy=per_copy, team=team, group=group)
     if weights is None and not per_copy and isinstance(handle, MoEHandle):
         weights = handle.weights
-    if _ops.needs_op(expert_out, weights):
-        return _ops.combine(expert_out, weights, handle, per_copy, team, group)
+    if needs_op(expert_out, weights):
+        return _combine_with_grad(expert_out, weights, handle, per_copy, team, group)
     return _run_combine(expert_out, handle, weights, per_copy, team, group)
 
 
@@ -628,7 +630,7 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, _ops.team_of(rt, team, group))
+    team = _team(rt, team_of(rt, team, group))
     n = team.n_pes
     problem = _check_tensor(rt, expert_out, "expert_out", "combine")
     if problem is None and not isinstance(handle, MoEHandle):
@@ -698,3 +700,76 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
 # Under torch.compile: run eagerly (a graph break), since the handle is not a tensor
 _eager_dispatch = torch.compiler.disable(dispatch)
 _eager_combine = torch.compiler.disable(combine)
+
+
+# ---- MoE dispatch and combine --------------------------------------------------------------------
+# Eager: torch.autograd.Functions, not custom ops: dispatch returns a handle (workspace, routing), which is
+# no tensor, and without max_tokens its output's rows are known only after the call (under torch.compile
+# that layout is a graph break; with max_tokens the custom ops below are traced instead). The backward passes are public calls (formulas in moe.py's
+# docstring, "Gradients"); every PE runs them in the same order, as it runs the forward calls.
+
+
+def wide_dtype(*dtypes) -> torch.dtype:
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+def copy_rows(weights, grad, dtype) -> torch.Tensor:
+    """[T, K, H]: copy (t, k)'s share of the gradient of combine's out[t], w[t, k] * grad[t]."""
+    wide = wide_dtype(weights.dtype, grad.dtype)
+    return (weights.to(wide)[:, :, None] * grad.to(wide)[:, None, :]).to(dtype)
+
+
+def weights_grad(copies, grad, dtype) -> torch.Tensor:
+    """[T, K]: the gradient of w[t, k], <grad[t], copy (t, k)'s row as it came back>."""
+    wide = wide_dtype(dtype, grad.dtype)
+    return (copies.to(wide) * grad.to(wide)[:, None, :]).sum(-1).to(dtype)
+
+
+class _Dispatch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tokens, topk_ids, weights, n_experts, max_tokens, team, group):
+        out, counts, handle = _run_dispatch(tokens.detach(), topk_ids, weights, n_experts, max_tokens, team, group)
+        ctx.handle, ctx.per_copy = handle, tokens.dim() == 3
+        ctx.mark_non_differentiable(counts)
+        return out, counts, handle
+
+    @staticmethod
+    def backward(ctx, grad, _counts, _handle):
+        h = ctx.handle
+        if ctx.per_copy:  # copy (t, k) carried tokens[t, k]
+            grad_tokens = combine(grad.contiguous(), h, per_copy=True, team=h.team)
+        else:  # copy (t, k) carried tokens[t]: the sum of its copies' gradients
+            ones = torch.ones(h.pos.shape, dtype=wide_dtype(grad.dtype), device=grad.device)
+            grad_tokens = combine(grad.contiguous(), h, weights=ones, team=h.team)
+        return grad_tokens, None, None, None, None, None, None
+
+
+def _dispatch_with_grad(tokens, topk_ids, weights, n_experts, max_tokens, team, group):
+    """moe.dispatch with the gradient of tokens; weights: the handle's copy of topk_weights."""
+    return _Dispatch.apply(tokens, topk_ids, weights, n_experts, max_tokens, team, group)
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, expert_out, weights, handle, per_copy, team, group):
+        out = _run_combine(expert_out.detach(), handle, weights, per_copy, team, group)
+        ctx.handle, ctx.per_copy = handle, per_copy
+        ctx.save_for_backward(expert_out, weights)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        expert_out, weights = ctx.saved_tensors
+        h, grad = ctx.handle, grad.contiguous()
+        grad_rows = grad_weights = None
+        if ctx.needs_input_grad[0]:  # row (t, k) of expert_out: w[t, k] * grad[t] (per_copy: grad[t, k])
+            grad_rows = h.dispatch(grad if ctx.per_copy else copy_rows(weights, grad, expert_out.dtype))
+        if ctx.needs_input_grad[1]:  # w[t, k]: <grad[t], row (t, k) back on this PE>
+            copies = combine(expert_out.detach(), h, per_copy=True, team=h.team)
+            grad_weights = weights_grad(copies, grad, weights.dtype)
+        return grad_rows, grad_weights, None, None, None, None
+
+
+def _combine_with_grad(expert_out, weights, handle, per_copy, team, group):
+    """moe.combine with the gradients of expert_out and weights (None with per_copy)."""
+    return _Combine.apply(expert_out, weights, handle, per_copy, team, group)

@@ -16,6 +16,7 @@ import triton.language as tl
 
 from ..enums import CMP as _CMP
 from ..enums import SIGNAL as _SIGNAL
+from . import _externs, _triton_impl
 from ._build import atomic_function, consume_token, device_function  # noqa: F401 (in FUNCTIONS)
 from ._table import ATOMICS, ROWS
 
@@ -29,7 +30,8 @@ CMP_LT = tl.constexpr(int(_CMP.LT))
 CMP_LE = tl.constexpr(int(_CMP.LE))
 
 FUNCTIONS = [row.name for row in ROWS] + list(ATOMICS) + ["consume_token"]
-globals().update({row.name: device_function(row) for row in ROWS})
+# one object per function: the vendors' own from _externs, the others over them and _triton_impl
+globals().update({row.name: getattr(_externs, row.name, None) or device_function(row, _triton_impl) for row in ROWS})
 globals().update({name: atomic_function(name) for name in ATOMICS})
 
 __all__ = FUNCTIONS + ["SIGNAL_SET", "SIGNAL_ADD", "CMP_EQ", "CMP_NE", "CMP_GT", "CMP_GE", "CMP_LT", "CMP_LE"]

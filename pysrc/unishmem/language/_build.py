@@ -14,8 +14,11 @@ import inspect
 import numpy as np
 import triton.language as tl
 
+from .. import _interpreter, enums
+from .._wait_table import SIGNALS, WAIT_KINDS
 from ..errors import NotAvailableError
 from . import _debug, _host
+from ._ir import as_scalar, branch, constexpr, extern_call, thread_id
 from ._table import ATOMICS, NULL, ROWS, DeviceFn, Missing, Sym, Triton
 from ._vendor import (
     AMO_TYPES,
@@ -26,16 +29,15 @@ from ._vendor import (
     SIGNAL_VALUES,
     TEAM_CONSTANT_REFUSED,
     TEAM_TYPE,
-    THREAD_ID,
     TYPE_TABLES,
     VENDOR_OF_BACKEND,
     WARP_SIZE,
 )
 
-REDUCE_OPS = ("sum", "min", "max", "prod")
+REDUCE_OPS = tuple(enums.REDUCE_OPS)
 _ROW_INDEX = {row.name: i for i, row in enumerate(ROWS)}  # a wait's function in the debug table
-SIGNAL_NAMES = {0: "set", 1: "add"}
-_BUILTIN = tl.core.TRITON_BUILTIN
+SIGNAL_NAMES = {int(op): op.name.lower() for op in enums.SIGNAL}  # the vendors' symbols name them
+BUILTIN = tl.core.TRITON_BUILTIN
 
 
 def _not_a_block(fn_name: str, what: str, shape) -> ValueError:
@@ -43,17 +45,6 @@ def _not_a_block(fn_name: str, what: str, shape) -> ValueError:
     hint = " (wait on many words with wait_until_all/any/some)" if "wait" in fn_name or fn_name == "test" else ""
     shape = [int(getattr(d, "value", d)) for d in shape]
     return ValueError(f"{what} must be a scalar, got a block of shape {shape}{hint}")
-
-
-def _constexpr(value, what: str):
-    if isinstance(value, tl.constexpr):
-        return value.value
-    if isinstance(value, tl.tensor):
-        raise ValueError(
-            f"{what} must be a compile-time constant (tl.constexpr), such as shl.SIGNAL_SET "
-            f"or shl.CMP_EQ, not a run-time value"
-        )
-    return value
 
 
 # ---- compiled ---------------------------------------------------------------------------------
@@ -93,13 +84,13 @@ def _extern_arg(semantic, kind: str, value, elem, vendor: str, what: str):
         return semantic.cast(value, tl.int64)
     if kind in ("sigop", "cmp"):
         table, names = (SIGNAL_VALUES, "SIGNAL_SET, SIGNAL_ADD") if kind == "sigop" else (CMP_VALUES, "CMP_*")
-        constant = _constexpr(value, what)
+        constant = constexpr(value, what)
         if constant not in table[vendor]:
             raise ValueError(f"{what}={constant!r} is not one of shl.{names}")
         return semantic.to_tensor(table[vendor][constant])
     if kind == "team":
         return _team_arg(semantic, value, vendor, what)
-    return _as(semantic, value, elem if kind == "val" else _IR_TYPES[kind])
+    return as_scalar(semantic, value, elem if kind == "val" else _IR_TYPES[kind])
 
 
 def _team_arg(semantic, value, vendor: str, what: str):
@@ -111,43 +102,11 @@ def _team_arg(semantic, value, vendor: str, what: str):
             f"{TEAM_CONSTANT_REFUSED[vendor]}; pass team.handle (rt.team_world.handle for the world team) "
             "as a kernel argument"
         )
-    return _as(semantic, value, TEAM_TYPE[vendor])
-
-
-def _as(semantic, value, ty: tl.dtype):
-    """A run-time value or constant, as a scalar of type `ty`."""
-    value = value.value if isinstance(value, tl.constexpr) else value
-    return semantic.cast(semantic.to_tensor(value), ty)
+    return as_scalar(semantic, value, TEAM_TYPE[vendor])
 
 
 def _result_type(result: str | None, elem):
     return {None: tl.int32, "i32": tl.int32, "i64": tl.int64, "u64": tl.uint64, "val": elem, "ptr": tl.int64}[result]
-
-
-def _call(semantic, symbol: str, args: list, ret: tl.dtype, pure: bool = False):
-    key = tuple(a.dtype for a in args)
-    return tl.core.extern_elementwise("", "", args, {key: (symbol, ret)}, is_pure=pure, _semantic=semantic)
-
-
-def _thread_id(semantic, vendor: str):
-    how, what = THREAD_ID[vendor]
-    if how == "asm":
-        return tl.core.inline_asm_elementwise(what, "=r", [], dtype=tl.int32, is_pure=True, pack=1, _semantic=semantic)
-    return semantic.cast(_call(semantic, what, [semantic.to_tensor(0)], tl.int64, pure=True), tl.int32)
-
-
-def _branch(semantic, cond, then, otherwise=None, ty=None):
-    """An scf.if on a scalar `cond`. With a result type `ty`, both branches give a scalar of it."""
-    builder = semantic.builder
-    ip = builder.get_insertion_point()
-    if_op = builder.create_if_op([ty.to_ir(builder)] if ty else [], cond.handle, otherwise is not None)
-    for block, body in ((if_op.get_then_block(), then), (if_op.get_else_block(), otherwise))[: 1 + bool(otherwise)]:
-        builder.set_insertion_point_to_start(block)
-        value = body()
-        if ty is not None:
-            builder.create_yield_op([semantic.cast(value, ty).handle])
-    builder.restore_insertion_point(ip)
-    return tl.tensor(if_op.get_result(0), ty) if ty else None
 
 
 def _warp_size(semantic, vendor: str) -> int:
@@ -185,8 +144,8 @@ def _issue(semantic, vendor: str, issue: str, emit, ty=None, generator=None):
     if synced or issue.endswith("_sends"):
         semantic.debug_barrier()
     limit = _warp_size(semantic, vendor) if issue.startswith("warp") else 1
-    cond = semantic.less_than(_thread_id(semantic, vendor), semantic.to_tensor(limit))
-    value = _branch(semantic, cond, emit, (lambda: semantic.to_tensor(0)) if ty else None, ty)
+    cond = semantic.less_than(thread_id(semantic, vendor), semantic.to_tensor(limit))
+    value = branch(semantic, cond, emit, (lambda: semantic.to_tensor(0)) if ty else None, ty)
     if synced:
         semantic.debug_barrier()
     return None if ty is None else _from_thread0(semantic, value, generator, vendor)
@@ -198,19 +157,19 @@ def _symbol(fn: DeviceFn, sym: Sym, vendor: str, args: dict, elem) -> str:
     if "{T}" in sym.template:
         fields["T"] = _type_name(fn, vendor, elem)
     if "{op}" in sym.template:
-        op = _constexpr(args["op"], f"{fn.name}: op")
+        op = constexpr(args["op"], f"{fn.name}: op")
         if op not in REDUCE_OPS:
             raise ValueError(f"{fn.name}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
         fields["op"] = op
     if "{sigop}" in sym.template:
-        op = _constexpr(args["op"], f"{fn.name}: op")
+        op = constexpr(args["op"], f"{fn.name}: op")
         if op not in SIGNAL_NAMES:
             raise ValueError(f"{fn.name}: op={op!r} is not one of shl.SIGNAL_SET, SIGNAL_ADD")
         fields["sigop"] = SIGNAL_NAMES[op]
     return sym.template.format(**fields)
 
 
-def _compiled(fn: DeviceFn, args: dict, semantic, generator):
+def _compiled(fn: DeviceFn, args: dict, semantic, generator, triton_impl):
     vendor = _vendor(semantic)
     sym = fn.symbols[vendor]
     if isinstance(sym, Missing):
@@ -218,13 +177,11 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator):
             fn.name, vendor, f"{fn.name} is not available when compiling for {vendor}: {sym.reason}"
         )
     if isinstance(sym, Triton):
-        from . import _triton_impl
-
         # the implementation reads a team as a tensor of the vendor's handle type, as the extern calls do
         impl_args = [
             _team_arg(semantic, args[n], vendor, f"{fn.name}: {n}") if k == "team" else args[n] for n, k in fn.params
         ]
-        return generator.call_JitFunction(getattr(_triton_impl, sym.impl), impl_args, {})
+        return generator.call_JitFunction(getattr(triton_impl, sym.impl), impl_args, {})
     kinds = dict(fn.params)
     for name, _ in fn.params:
         if not fn.blocks and isinstance(args[name], tl.tensor) and args[name].type.is_block():
@@ -232,26 +189,26 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator):
     elem = _elem_type(fn.name, args, fn.params)
     if fn.name == "p" and elem in P_AS_BITS[vendor]:  # the value's bits, by an integer p
         bits = P_AS_BITS[vendor][elem]
-        args = dict(args, value=semantic.bitcast(_as(semantic, args["value"], elem), bits))
+        args = dict(args, value=semantic.bitcast(as_scalar(semantic, args["value"], elem), bits))
         elem = bits
 
     def call(s: Sym):
         names = s.args or tuple(n for n, k in fn.params if k != "redop" and not ("{sigop}" in s.template and n == "op"))
         ext = [
-            _as(semantic, 0, tl.int64)
+            as_scalar(semantic, 0, tl.int64)
             if n == NULL
             else _extern_arg(semantic, s.arg_kinds.get(n, kinds[n]), args[n], elem, vendor, f"{fn.name}: {n}")
             for n in names
         ]
         ret = tl.int32 if s.void or s.then else _result_type(fn.result, elem)
-        return _call(semantic, _symbol(fn, s, vendor, args, elem), ext, ret)
+        return extern_call(semantic, _symbol(fn, s, vendor, args, elem), ext, ret)
 
     def emit():
         value = call(sym)
         return value if sym.then is None else call(sym.then)  # `then` gives the result (rocSHMEM waits)
 
     ty = None if fn.result is None else _result_type(fn.result, elem)
-    if _debug.enabled(semantic) and fn.name in _debug.WAIT_KINDS:  # NOTE [debug waits]
+    if _debug.enabled(semantic) and fn.name in WAIT_KINDS:  # NOTE [debug waits]
         value = _debug.around_wait(
             fn,
             _ROW_INDEX[fn.name],
@@ -263,7 +220,7 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator):
         )
     else:
         value = _issue(semantic, vendor, fn.issue, emit, ty, generator)
-    if fn.name in _debug.SIGNALS and _debug.enabled(semantic):
+    if fn.name in SIGNALS and _debug.enabled(semantic):
         _debug.after_signal(fn, args, semantic, vendor)
     if fn.result == "ptr":
         value = semantic.cast(value, args[fn.params[0][0]].type.scalar)
@@ -317,9 +274,8 @@ def _tensor(value, ty: tl.dtype):
 
 def _explain_deadlock(e):
     from ..errors import DeadlockError
-    from ..triton_support import current_program
 
-    launch, idx = current_program()
+    launch, idx = _interpreter.current_program()
     if launch is None or launch.n_programs <= launch.resident:
         return e
     explained = DeadlockError(
@@ -334,12 +290,11 @@ def _explain_deadlock(e):
 
 def _interpreted(row: DeviceFn, host, args: dict):
     from ..errors import DeadlockError
-    from ..triton_support import claim_collective
 
     fn_name, params, result = row.name, row.params, row.result
     rt = _host._runtime()
     if row.once_per_grid:
-        claim_collective(fn_name)
+        _interpreter.claim_collective(fn_name)
     values = {n: _py(args[n], k, f"{fn_name}: {n}", row.blocks) for n, k in params}
     try:
         out = host(rt, **values)
@@ -380,20 +335,28 @@ def _make(name: str, params, doc: str, compiled, interpreted, optional=()):
         ]
         + [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, default=None) for p in ("_semantic", "_generator")]
     )
-    setattr(fn, _BUILTIN, True)  # Triton passes _semantic when compiling; the interpreter does not
+    setattr(fn, BUILTIN, True)  # Triton passes _semantic when compiling; the interpreter does not
     return fn
 
 
-def device_function(row: DeviceFn):
+def implemented_in_triton(row: DeviceFn) -> bool:
+    """Whether some vendor's form of the row is written in Triton (NOTE [Triton implementations])."""
+    return any(isinstance(sym, Triton) for sym in row.symbols.values())
+
+
+def device_function(row: DeviceFn, triton_impl=None):
+    """The builtin for `row`; `triton_impl`: the module of the Triton implementations, for a row
+    that has one (language/__init__.py passes _triton_impl, which is written over the others)."""
+    if implemented_in_triton(row) and triton_impl is None:
+        raise TypeError(f"{row.name} is written in Triton on some vendor: pass its implementations")
     if row.host:
         host = getattr(_host, row.host)
         interpreted = lambda a: _interpreted(row, host, a)  # noqa: E731
     else:  # the row's Triton implementation, interpreted too
-        from . import _triton_impl
-
-        impl = getattr(_triton_impl, row.symbols["nvshmem"].impl)
+        impl = getattr(triton_impl, row.symbols["nvshmem"].impl)
         interpreted = lambda a: impl(*(a[n] for n, _ in row.params))  # noqa: E731
-    return _make(row.name, row.params, row.doc, lambda a, s, g: _compiled(row, a, s, g), interpreted, row.optional)
+    compiled = lambda a, s, g: _compiled(row, a, s, g, triton_impl)  # noqa: E731
+    return _make(row.name, row.params, row.doc, compiled, interpreted, row.optional)
 
 
 def _atomic_compiled(name: str, fetches: bool, args: dict, semantic, generator):
@@ -407,29 +370,31 @@ def _atomic_compiled(name: str, fetches: bool, args: dict, semantic, generator):
     vendor = _vendor(semantic)
     pre, _ = SCOPES[vendor][""]
     pe = _extern_arg(semantic, "pe", args["pe"], elem, vendor, f"{name}: pe")
-    raw = _call(semantic, pre + "ptr", [semantic.cast(ptr, tl.int64), pe], tl.int64)
-    value = _as(semantic, args["value"], elem) if "value" in args else None
+    raw = extern_call(semantic, pre + "ptr", [semantic.cast(ptr, tl.int64), pe], tl.int64)
+    value = as_scalar(semantic, args["value"], elem) if "value" in args else None
     op = name[len("atomic_") :]
     ty = elem if fetches else None
 
     def direct():
         remote = semantic.cast(raw, ptr.type.scalar)
-        one = _as(semantic, 1, elem)
+        one = as_scalar(semantic, 1, elem)
         if op == "compare_swap":
-            return semantic.atomic_cas(remote, _as(semantic, args["cond"], elem), value, "acq_rel", "sys")
+            return semantic.atomic_cas(remote, as_scalar(semantic, args["cond"], elem), value, "acq_rel", "sys")
         if op in ("set", "swap"):
             return semantic.atomic_xchg(remote, value, None, "acq_rel", "sys")
-        addend = {"fetch": _as(semantic, 0, elem), "fetch_inc": one, "inc": one}.get(op, value)
+        addend = {"fetch": as_scalar(semantic, 0, elem), "fetch_inc": one, "inc": one}.get(op, value)
         return semantic.atomic_add(remote, addend, None, "acq_rel", "sys")
 
     def vendor_amo():
-        ext = [semantic.cast(ptr, tl.int64)] + [_as(semantic, args[n], elem) for n in ("cond", "value") if n in args]
+        ext = [semantic.cast(ptr, tl.int64)] + [
+            as_scalar(semantic, args[n], elem) for n in ("cond", "value") if n in args
+        ]
         symbol = f"{pre}{AMO_TYPES[elem]}_atomic_{op}"
         return _issue(
-            semantic, vendor, "one", lambda: _call(semantic, symbol, ext + [pe], ty or tl.int32), ty, generator
+            semantic, vendor, "one", lambda: extern_call(semantic, symbol, ext + [pe], ty or tl.int32), ty, generator
         )
 
-    return _branch(semantic, semantic.not_equal(raw, semantic.to_tensor(0)), direct, vendor_amo, ty)
+    return branch(semantic, semantic.not_equal(raw, semantic.to_tensor(0)), direct, vendor_amo, ty)
 
 
 def atomic_function(name: str):
@@ -491,7 +456,7 @@ def _device_check_interpreted(args: dict):
     # included), and a load through the null pointer the check is about ends the PE with SIGSEGV.
     cond = args["cond"]
     if not np.all(cond.handle.data if isinstance(cond, tl.tensor) else cond):
-        raise ValueError(_constexpr(args["msg"], "device_check: msg"))
+        raise ValueError(constexpr(args["msg"], "device_check: msg"))
 
 
 device_check = _make(

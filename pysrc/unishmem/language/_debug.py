@@ -28,31 +28,38 @@ records the last signal to that peer. The hang watchdog (unishmem/hang.py) reads
 from __future__ import annotations
 
 import os
-import zlib
 
 import triton.language as tl
 
+from .._wait_table import (
+    ADDR,
+    COUNT,
+    INFO,
+    NELEMS,
+    PEER_WORDS,
+    PEERS,
+    PID,
+    ROW,
+    S_ADDR,
+    S_OP,
+    S_VALUE,
+    SIGNAL_RECORDS,
+    SITE,
+    SLOT_WORDS,
+    SLOTS,
+    STATE,
+    VALUE,
+    WAIT_KINDS,
+    site_key,
+)
+from ..enums import DTYPES, WAIT_DTYPES
+from ._ir import as_scalar, branch, constexpr, extern_call, thread_id
+
 LIBRARY = os.path.join(os.path.dirname(__file__), "unishmem_debug_waits.ll")
 LIB_KEY = "unishmem_wait_table"  # extern_libs key; Triton's AMD backend links a library whose key an undefined
-GLOBAL = "unishmem_wait_table"  # call's name contains: the reader below is called unishmem_wait_table_address
-READER = "unishmem_wait_table_address"
-SLOTS, SLOT_WORDS, PEERS, PEER_WORDS = 1024, 8, 128, 4
-STATE, ADDR, VALUE, INFO, SITE, PID, ROW, NELEMS = range(8)
-COUNT, S_ADDR, S_VALUE, S_OP = range(4)
-TABLE_WORDS = SLOTS * SLOT_WORDS + PEERS * PEER_WORDS
-SIGNAL_RECORDS = SLOTS * SLOT_WORDS  # first word of the signal records
-# The waits (hang.py's kinds: 1 signal, 2 value, 3 any of many words, 4 barrier) and the signals.
-WAIT_KINDS = {
-    "signal_wait_until": 1,
-    "wait_until": 2,
-    **{f"wait_until_{k}{v}": 3 for k in ("all", "any", "some") for v in ("", "_vector")},
-    **{n: 4 for n in ("barrier_all", "sync_all", "barrier_all_block", "sync_all_block", "barrier", "sync")},
-}
-SIGNALS = {
-    "signal_op",
-    *(f"{b}{n}{s}" for b in ("putmem_signal", "put_signal") for n in ("", "_nbi") for s in ("", "_block", "_warp")),
-}
-_DTYPES = {tl.int32: 6, tl.int64: 7, tl.uint32: 10, tl.uint64: 11}  # unishmem.enums.DTYPE_CODES
+READER = "unishmem_wait_table_address"  # call's name contains: the reader of the table's global is called this
+# the waited-on word's dtype code in a slot's INFO (unishmem.enums.DTYPES)
+_DTYPES = {getattr(tl, name): DTYPES[name] for name in WAIT_DTYPES}
 
 
 def enabled(semantic) -> bool:
@@ -66,10 +73,6 @@ def env_enabled() -> bool:
     return get("UNISHMEM_DEBUG_WAITS")
 
 
-def site_key(module: str, qualname: str) -> int:
-    return zlib.crc32(f"{module}.{qualname}".encode())
-
-
 def _site(generator) -> int:
     fn = getattr(generator.jit_fn, "fn", generator.jit_fn)
     node = generator.cur_node
@@ -78,9 +81,7 @@ def _site(generator) -> int:
 
 
 def _i64(semantic, value):
-    from ._build import _as
-
-    return _as(semantic, value, tl.int64)
+    return as_scalar(semantic, value, tl.int64)
 
 
 def _word(semantic, base, index):
@@ -89,14 +90,12 @@ def _word(semantic, base, index):
 
 def _guarded(semantic, vendor: str, body):
     """body(table) on thread 0 when the table is set; returns nothing."""
-    from ._build import _branch, _call, _thread_id
-
-    table = _call(semantic, READER, [], tl.int64, pure=True)
+    table = extern_call(semantic, READER, [], tl.int64, pure=True)
     ready = semantic.and_(
         semantic.not_equal(table, _i64(semantic, 0)),
-        semantic.equal(_thread_id(semantic, vendor), semantic.to_tensor(0)),
+        semantic.equal(thread_id(semantic, vendor), semantic.to_tensor(0)),
     )
-    _branch(semantic, ready, lambda: body(table))
+    branch(semantic, ready, lambda: body(table))
     return table
 
 
@@ -119,8 +118,6 @@ def _slot(semantic, table):
 
 def around_wait(row, row_index: int, args: dict, semantic, generator, vendor: str, emit):
     """emit() (the wait), recorded before and cleared after (NOTE [debug waits])."""
-    from ._build import _constexpr
-
     kind = WAIT_KINDS[row.name]
     site = _site(generator)
     params = dict(row.params)
@@ -134,7 +131,7 @@ def around_wait(row, row_index: int, args: dict, semantic, generator, vendor: st
         if ptr_name is not None:
             ptr = args[ptr_name]
             fields[ADDR] = semantic.cast(ptr, tl.int64)
-            cmp = _constexpr(args["cmp"], f"{row.name}: cmp")
+            cmp = constexpr(args["cmp"], f"{row.name}: cmp")
             fields[INFO] = int(cmp) | _DTYPES.get(ptr.type.scalar.element_ty, 0) << 8
             target = "value" if "value" in params else "values"
             fields[VALUE] = args[target] if target == "value" else 0  # _vector forms: values stay in memory
@@ -151,7 +148,6 @@ def around_wait(row, row_index: int, args: dict, semantic, generator, vendor: st
 
 def after_signal(row, args: dict, semantic, vendor: str) -> None:
     """Record the signal a program just sent: the last one to each peer (NOTE [debug waits])."""
-    from ._build import _constexpr
 
     def record(table):
         pe = semantic.cast(args["pe"], tl.int64)
@@ -160,43 +156,9 @@ def after_signal(row, args: dict, semantic, vendor: str) -> None:
         for index, value in (
             (S_ADDR, semantic.cast(args["sig"], tl.int64)),
             (S_VALUE, args["value"]),
-            (S_OP, int(_constexpr(args["op"], f"{row.name}: op"))),
+            (S_OP, int(constexpr(args["op"], f"{row.name}: op"))),
         ):
             tl.store(_word(semantic, base, index), _i64(semantic, value), _semantic=semantic)
         tl.atomic_add(_word(semantic, base, COUNT), _i64(semantic, 1), sem="release", scope="sys", _semantic=semantic)
 
     _guarded(semantic, vendor, record)
-
-
-def table(rt):
-    """This runtime's debug wait table, made on first use: pinned host memory that the GPU writes."""
-    import torch
-
-    from ..hang import watchdog
-
-    if rt._wait_table is None:
-        rt._wait_table = torch.zeros(TABLE_WORDS, dtype=torch.int64, pin_memory=True)
-        dog = watchdog(rt)
-        if dog is not None:
-            dog.table = rt._wait_table
-    return rt._wait_table
-
-
-def set_module_global(backend: str, module: int, address: int) -> None:
-    """Write `address` into the module's unishmem_wait_table; modules built without debug waits
-    have no such global and are left alone."""
-    import ctypes
-
-    from ..backends import get
-
-    library, get_global, copy = get(backend).module_global
-    lib = ctypes.CDLL(library)
-    dptr, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
-    if getattr(lib, get_global)(ctypes.byref(dptr), ctypes.byref(size), ctypes.c_void_p(module), GLOBAL.encode()) != 0:
-        return  # not found: a module compiled without debug waits
-    value = ctypes.c_int64(address)
-    status = getattr(lib, copy)(dptr, ctypes.byref(value), ctypes.c_size_t(8))
-    if status != 0:
-        from ..errors import UnishmemError
-
-        raise UnishmemError(f"{copy} could not set {GLOBAL} in a loaded module (status {status})")

@@ -12,8 +12,9 @@ import ctypes
 
 import numpy as np
 
+from .. import _active, _interpreter
+from .._checks import check_pe, cmp_code, disjoint, from_bits, reduce_codes
 from .._dtypes import DTYPE_CODES, WAIT_DTYPES
-from .._runtime import _check_pe, _cmp_code, _disjoint, _from_bits, _reduce_codes
 from ..enums import ATOMIC_OPS
 from ..errors import UnishmemError
 
@@ -26,11 +27,8 @@ class Ptr:
 
 
 def _runtime():
-    from .. import runtime
-    from ..triton_support import stop_if_aborted
-
-    stop_if_aborted()  # every device call: a program looping on test() or atomics stops too
-    rt = runtime()
+    _interpreter.stop_if_aborted()  # every device call: a program looping on test() or atomics stops too
+    rt = _active.runtime()
     if rt.backend != "host":
         raise UnishmemError(
             f"device functions under TRITON_INTERPRET=1 need the host backend; this runtime's backend is {rt.backend!r}"
@@ -43,7 +41,7 @@ def _team(rt, team: int):
         if t.handle == team:
             return
     try:
-        rt._native.team_n_pes(team)
+        rt.native.team_n_pes(team)
     except ValueError as e:
         raise ValueError(f"team={team} is not a team handle of this PE ({e})") from None
 
@@ -58,18 +56,18 @@ def n_pes(rt):
 
 def team_my_pe(rt, team):
     _team(rt, team)
-    return rt._native.team_my_pe(team)
+    return rt.native.team_my_pe(team)
 
 
 def team_n_pes(rt, team):
     _team(rt, team)
-    return rt._native.team_n_pes(team)
+    return rt.native.team_n_pes(team)
 
 
 def team_translate_pe(rt, src_team, pe, dst_team):
     _team(rt, src_team)
     _team(rt, dst_team)
-    return rt._native.team_translate_pe(src_team, pe, dst_team)
+    return rt.native.team_translate_pe(src_team, pe, dst_team)
 
 
 def remote_ptr(rt, ptr, pe):
@@ -77,17 +75,19 @@ def remote_ptr(rt, ptr, pe):
     if not isinstance(ptr.addr, int):  # a block of pointers: every one in the heap, all moved alike
         for addr in (int(ptr.addr.min()), int(ptr.addr.max())):
             rt._heap(addr, 0, "remote_ptr: ptr")
-        base = rt._native.peer_ptr(rt._base, _check_pe(pe, rt.n_pes))
-        return np.zeros_like(ptr.addr, dtype=np.int64) if not base else ptr.addr.astype(np.int64) + (base - rt._base)
-    return rt._native.peer_ptr(rt._heap(ptr.addr, 0, "remote_ptr: ptr"), _check_pe(pe, rt.n_pes))
+        base = rt.native.peer_ptr(rt.heap_base, check_pe(pe, rt.n_pes))
+        return (
+            np.zeros_like(ptr.addr, dtype=np.int64) if not base else ptr.addr.astype(np.int64) + (base - rt.heap_base)
+        )
+    return rt.native.peer_ptr(rt._heap(ptr.addr, 0, "remote_ptr: ptr"), check_pe(pe, rt.n_pes))
 
 
 def put(rt, dest, source, nbytes, pe):
-    rt._native.put(rt._range(dest.addr, nbytes, "dest"), source.addr, nbytes, _check_pe(pe, rt.n_pes), 0)
+    rt.native.put(rt._range(dest.addr, nbytes, "dest"), source.addr, nbytes, check_pe(pe, rt.n_pes), 0)
 
 
 def get(rt, dest, source, nbytes, pe):
-    rt._native.get(dest.addr, rt._range(source.addr, nbytes, "source"), nbytes, _check_pe(pe, rt.n_pes), 0)
+    rt.native.get(dest.addr, rt._range(source.addr, nbytes, "source"), nbytes, check_pe(pe, rt.n_pes), 0)
 
 
 def put_elems(rt, dest, source, nelems, pe):
@@ -143,7 +143,7 @@ def _signal(rt, sig: Ptr) -> int:
 
 def put_signal(rt, dest, source, nbytes, sig, value, op, pe):
     d = rt._range(dest.addr, nbytes, "dest")
-    rt._native.put_signal(d, source.addr, nbytes, _signal(rt, sig), *rt._signal_args(_bits(value), op, pe), 0)
+    rt.native.put_signal(d, source.addr, nbytes, _signal(rt, sig), *rt._signal_args(_bits(value), op, pe), 0)
 
 
 def put_signal_elems(rt, dest, source, nelems, sig, value, op, pe):
@@ -151,15 +151,15 @@ def put_signal_elems(rt, dest, source, nelems, sig, value, op, pe):
 
 
 def signal_op(rt, sig, value, op, pe):
-    rt._native.signal_op(_signal(rt, sig), *rt._signal_args(_bits(value), op, pe), 0)
+    rt.native.signal_op(_signal(rt, sig), *rt._signal_args(_bits(value), op, pe), 0)
 
 
 def signal_wait_until(rt, sig, cmp, value):
-    return rt._native.signal_wait_until(_signal(rt, sig), _cmp_code(cmp), _bits(value), 0)
+    return rt.native.signal_wait_until(_signal(rt, sig), cmp_code(cmp), _bits(value), 0)
 
 
 def signal_fetch(rt, sig):
-    return rt._native.signal_fetch(_signal(rt, sig))
+    return rt.native.signal_fetch(_signal(rt, sig))
 
 
 def _word(rt, ptr: Ptr) -> tuple[int, int]:
@@ -175,19 +175,19 @@ def _bits(value: int) -> int:
 
 def wait_until(rt, ptr, cmp, value):
     addr, code = _word(rt, ptr)
-    rt._native.wait_until(addr, code, _cmp_code(cmp), _bits(value))
+    rt.native.wait_until(addr, code, cmp_code(cmp), _bits(value))
 
 
 def test(rt, ptr, cmp, value):
     addr, code = _word(rt, ptr)
-    return int(rt._native.test(addr, code, _cmp_code(cmp), _bits(value)))
+    return int(rt.native.test(addr, code, cmp_code(cmp), _bits(value)))
 
 
 def atomic(rt, name: str, dest: Ptr, pe: int, value: int = 0, cond: int = 0):
     addr, code = _word(rt, dest)
     op = ATOMIC_OPS[name[len("atomic_") :]]
-    out = rt._native.atomic(op, code, addr, _bits(value), _bits(cond), _check_pe(pe, rt.n_pes))
-    return _from_bits(out, dest.dtype)
+    out = rt.native.atomic(op, code, addr, _bits(value), _bits(cond), check_pe(pe, rt.n_pes))
+    return from_bits(out, dest.dtype)
 
 
 def _words(rt, ivars: Ptr, nelems: int, what: str, values: Ptr | None = None, value: int = 0):
@@ -209,14 +209,14 @@ def _words(rt, ivars: Ptr, nelems: int, what: str, values: Ptr | None = None, va
 
 def _wait_all(rt, ivars, nelems, cmp, what, **target):
     addr, code, bits = _words(rt, ivars, nelems, what, **target)
-    cmp = _cmp_code(cmp)
+    cmp = cmp_code(cmp)
     for i, b in enumerate(bits):
-        rt._native.wait_until(addr + i * ivars.itemsize, code, cmp, b)
+        rt.native.wait_until(addr + i * ivars.itemsize, code, cmp, b)
 
 
 def _wait_any(rt, ivars, nelems, cmp, what, **target):
     addr, code, bits = _words(rt, ivars, nelems, what, **target)
-    return rt._native.wait_until_any(addr, ivars.itemsize, code, _cmp_code(cmp), bits)
+    return rt.native.wait_until_any(addr, ivars.itemsize, code, cmp_code(cmp), bits)
 
 
 def _wait_some(rt, ivars, nelems, indices, cmp, what, **target):
@@ -225,10 +225,10 @@ def _wait_some(rt, ivars, nelems, indices, cmp, what, **target):
     addr, code, bits = _words(rt, ivars, nelems, what, **target)
     if indices.itemsize != 8 or indices.dtype.is_floating_point:
         raise TypeError(f"{what}: indices must point to int64 (size_t) words, not {indices.dtype}")
-    cmp = _cmp_code(cmp)
-    first = rt._native.wait_until_any(addr, ivars.itemsize, code, cmp, bits)
+    cmp = cmp_code(cmp)
+    first = rt.native.wait_until_any(addr, ivars.itemsize, code, cmp, bits)
     found = torch.tensor(
-        [i for i, b in enumerate(bits) if i == first or rt._native.test(addr + i * ivars.itemsize, code, cmp, b)]
+        [i for i, b in enumerate(bits) if i == first or rt.native.test(addr + i * ivars.itemsize, code, cmp, b)]
     )
     ctypes.memmove(indices.addr, found.data_ptr(), found.numel() * 8)
     return found.numel()
@@ -259,19 +259,19 @@ def wait_until_some_vector(rt, ivars, nelems, indices, cmp, values):
 
 
 def fence(rt):
-    rt._native.fence()
+    rt.native.fence()
 
 
 def quiet(rt):
-    rt._native.quiet(0)
+    rt.native.quiet(0)
 
 
 def barrier_all(rt):
-    rt._native.barrier(0, 0)
+    rt.native.barrier(0, 0)
 
 
 def sync_all(rt):
-    rt._native.sync(0, 0)
+    rt.native.sync(0, 0)
 
 
 def _collective(rt, team: int, check):
@@ -280,19 +280,19 @@ def _collective(rt, team: int, check):
     try:
         _team(rt, team)
     except ValueError:
-        rt._native.reject_collective(0)  # no team to enter: the others are likely in the world
+        rt.native.reject_collective(0)  # no team to enter: the others are likely in the world
         raise
     return rt._checked(team, check)  # on the host backend a team's handle is its slot
 
 
 def barrier(rt, team):
     _collective(rt, team, lambda: None)
-    rt._native.barrier(team, 0)
+    rt.native.barrier(team, 0)
 
 
 def sync(rt, team):
     _collective(rt, team, lambda: None)
-    rt._native.sync(team, 0)
+    rt.native.sync(team, 0)
 
 
 def _pair(rt, dest: Ptr, source: Ptr, dest_bytes: int, source_bytes: int, what: str, in_place_ok: bool = False):
@@ -303,45 +303,45 @@ def _pair(rt, dest: Ptr, source: Ptr, dest_bytes: int, source_bytes: int, what: 
         raise TypeError(f"{what}: dest points to {dest.dtype} but source to {source.dtype}")
     if dest.dtype not in DTYPE_CODES:
         raise TypeError(f"{what}: {dest.dtype} is not a dtype of the symmetric heap")
-    return _disjoint(d, dest_bytes, s, source_bytes, what, in_place_ok), s, DTYPE_CODES[dest.dtype]
+    return disjoint(d, dest_bytes, s, source_bytes, what, in_place_ok), s, DTYPE_CODES[dest.dtype]
 
 
 def broadcast(rt, team, dest, source, nelems, root):
     def check():
         n = nelems * dest.itemsize
         d, s, code = _pair(rt, dest, source, n, n, "broadcast", in_place_ok=True)
-        n_pes = rt._native.team_n_pes(team)
+        n_pes = rt.native.team_n_pes(team)
         if not 0 <= root < n_pes:
             raise ValueError(f"broadcast: root={root} is out of range for a team of {n_pes} PEs")
         return d, s, n, code, root
 
-    rt._native.broadcast(team, *_collective(rt, team, check), 0)
+    rt.native.broadcast(team, *_collective(rt, team, check), 0)
 
 
 def fcollect(rt, team, dest, source, nelems):
     def check():
         n = nelems * dest.itemsize
-        d, s, code = _pair(rt, dest, source, n * rt._native.team_n_pes(team), n, "fcollect")
+        d, s, code = _pair(rt, dest, source, n * rt.native.team_n_pes(team), n, "fcollect")
         return d, s, n, code
 
-    rt._native.fcollect(team, *_collective(rt, team, check), 0)
+    rt.native.fcollect(team, *_collective(rt, team, check), 0)
 
 
 def alltoall(rt, team, dest, source, nelems):
     def check():
         n = nelems * dest.itemsize
-        total = n * rt._native.team_n_pes(team)
+        total = n * rt.native.team_n_pes(team)
         d, s, code = _pair(rt, dest, source, total, total, "alltoall")
         return d, s, n, code
 
-    rt._native.alltoall(team, *_collective(rt, team, check), 0)
+    rt.native.alltoall(team, *_collective(rt, team, check), 0)
 
 
 def reduce(rt, team, dest, source, nelems, op):
     def check():
-        dtype_code, op_code = _reduce_codes(op, source.dtype, "reduce")
+        dtype_code, op_code = reduce_codes(op, source.dtype, "reduce")
         n = nelems * dest.itemsize
         d, s, _ = _pair(rt, dest, source, n, n, "reduce", in_place_ok=True)
         return d, s, nelems, dtype_code, op_code
 
-    rt._native.reduce(team, *_collective(rt, team, check), 0)
+    rt.native.reduce(team, *_collective(rt, team, check), 0)

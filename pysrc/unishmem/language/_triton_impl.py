@@ -25,9 +25,10 @@ import inspect
 import triton
 import triton.language as tl
 
-from .. import language as shl
 from ..enums import CMP, SIGNAL
-from ._build import _BUILTIN, REDUCE_OPS, _constexpr, device_check
+from . import _externs as shl
+from ._build import BUILTIN, REDUCE_OPS, device_check
+from ._ir import constexpr
 
 # descriptor layout (NOTE [team descriptor]); csrc/gpu/gpu_backend.cpp writes the same
 START = tl.constexpr(0)
@@ -54,14 +55,14 @@ def descriptor_header(start: int, stride: int, size: int, scratch_bytes: int) ->
 
 def _redop(op, _semantic=None):
     """The reduction op as a constexpr string, checked (a builtin: works compiled and interpreted)."""
-    op = _constexpr(op, "reduce: op")
+    op = constexpr(op, "reduce: op")
     if op not in REDUCE_OPS:
         raise ValueError(f"reduce: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
     return tl.constexpr(op)
 
 
 _redop.signature = inspect.signature(_redop)
-setattr(_redop, _BUILTIN, True)
+setattr(_redop, BUILTIN, True)
 
 
 # ---- descriptor -------------------------------------------------------------------------------
@@ -295,7 +296,7 @@ def _grid_sync(counter):
     # in the counter's type: a signal word (uint64) cannot be mixed with the int32 program count
     n = (tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)).to(counter.dtype.element_ty)
     arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-    shl.wait_until(counter, shl.CMP_GE, arrived - arrived % n + n)
+    shl.wait_until(counter, _GE, arrived - arrived % n + n)
 
 
 @triton.jit

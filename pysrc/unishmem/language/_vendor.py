@@ -64,19 +64,13 @@ WAIT_TYPES = {
     "nvshmem": {tl.int32: "int32", tl.int64: "int64", tl.uint64: "uint64"},
     "rocshmem": {tl.int32: "int", tl.int64: "long", tl.uint64: "uint64"},
 }
+# The reductions' type names are the vendor's RMA ones; these are the element types each reduces.
 REDUCE_TYPES = {
     "nvshmem": {
-        tl.float16: "half",
-        tl.bfloat16: "bfloat16",
-        tl.float32: "float",
-        tl.float64: "double",
-        tl.int8: "int8",
-        tl.int16: "int16",
-        tl.int32: "int32",
-        tl.int64: "int64",
-        tl.uint8: "uint8",
+        t: RMA_TYPES["nvshmem"][t]
+        for t in (tl.float16, tl.bfloat16, tl.float32, tl.float64, tl.int8, tl.int16, tl.int32, tl.int64, tl.uint8)
     },
-    "rocshmem": {tl.float32: "float", tl.float64: "double", tl.int16: "short", tl.int32: "int", tl.int64: "long"},
+    "rocshmem": {t: RMA_TYPES["rocshmem"][t] for t in (tl.float32, tl.float64, tl.int16, tl.int32, tl.int64)},
 }
 # The vendor AMOs' type names: C's, which both vendors define for every AMO (NVSHMEM 3.8's bitcode
 # has no nvshmem_int64_atomic_fetch_add, but nvshmem_long_atomic_fetch_add; 64-bit long on Linux).

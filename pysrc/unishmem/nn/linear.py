@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import kernels
-from ..kernels import _ops
+from ..kernels._routing import team_of
 
 
 class _Replicated(torch.autograd.Function):
@@ -49,7 +49,7 @@ class _ParallelLinear(nn.Module):
         import unishmem
 
         rt = unishmem.runtime()
-        resolved = _ops.team_of(rt, team, group)
+        resolved = team_of(rt, team, group)
         resolved = rt.team_world if resolved is None else resolved
         if not isinstance(resolved, unishmem.Team):
             raise TypeError(f"{type(self).__name__}: team must be a unishmem.Team or None, got {team!r}")

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import kernels
-from ..kernels import _ops
+from ..kernels._routing import team_of
 from .linear import _Replicated
 
 
@@ -95,7 +95,7 @@ class ExpertParallelMoE(nn.Module):
 
         rt = unishmem.runtime()
         _check_sizes("ExpertParallelMoE", hidden, ffn_hidden, n_experts, top_k)
-        resolved = _ops.team_of(rt, team, group)
+        resolved = team_of(rt, team, group)
         resolved = rt.team_world if resolved is None else resolved
         if not isinstance(resolved, unishmem.Team):
             raise TypeError(f"ExpertParallelMoE: team must be a unishmem.Team or None, got {team!r}")

@@ -1,0 +1,249 @@
+"""Triton's interpreter with the programs of a launch running concurrently, below the device library
+(whose host side asks which program calls it) and the @unishmem.jit launcher (which runs launches here).
+
+NOTE [concurrent interpreter]: under TRITON_INTERPRET=1 Triton's GridExecutor calls the kernel
+once per program, one after another, and keeps the program id on its one builder. Here the
+program id is per thread, and the function the executor calls only records each program; the
+last call runs them all on threads, started in program-id order with at most `resident` alive at
+once (as a GPU fills its SMs), so programs may wait on each other. The host backend counts them
+(NOTE [programs] in csrc/host/host_backend.hpp) so that its deadlock check stays exact.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import threading
+
+from . import _active, _triton_compat
+from .errors import UnishmemError
+
+_program = threading.local()  # on a program's thread: grid_idx, launch
+
+
+class _ThreadGridIdx:
+    """The interpreter builder's grid_idx, one per thread."""
+
+    def __get__(self, builder, owner=None):
+        return self if builder is None else getattr(_program, "grid_idx", None)
+
+    def __set__(self, builder, value):
+        _program.grid_idx = value
+
+
+_REWRITE_LOCK = threading.RLock()
+
+
+def _serialise_rewrites() -> None:
+    """NOTE [concurrent interpreter]: the first call of a @triton.jit helper (tl.sum, say) rewrites
+    it and copies the interpreter's globals into its module's globals, while another program's
+    call of a helper of that module iterates the same dict in _patch_lang ("dictionary changed size
+    during iteration", seen in 2 of 30 4-PE runs of dispatch here). One lock around both.
+    Taken on every helper call, that lock queued a launch's programs, mostly for nothing: a helper's
+    rewrite is made once, and a helper's _patch_lang only patches again (to equal wrappers) the
+    triton.language modules that the launch, or an earlier helper of it, has patched. So a program
+    skips both where they are done (a 4-PE interpreted ag_gemm of 1 MiB shards: 3.9 s, against
+    4.7-5.4 s taking the lock every time)."""
+    from triton.runtime import interpreter
+
+    if getattr(interpreter._patch_lang, "_unishmem_locked", False):
+        return
+    patch_lang, rewrite = interpreter._patch_lang, interpreter.InterpretedFunction.rewrite
+    langs_of: dict = {}  # function -> the triton.language modules in its globals (read under the lock)
+
+    def langs(fn) -> frozenset:
+        found = langs_of.get(fn)
+        if found is None:
+            with _REWRITE_LOCK:
+                found = langs_of[fn] = frozenset(
+                    id(v) for v in list(fn.__globals__.values()) if v is interpreter.tl or v is interpreter.tl.core
+                )
+        return found
+
+    def locked_patch_lang(fn):
+        if isinstance(fn, _Programs):  # the launch's own patch, undone when the launch ends
+            launch, mine = fn.launch, langs(fn.fn)
+        else:  # a helper's, never undone (Triton's way): once is enough for the rest of a launch
+            launch, mine = getattr(_program, "launch", None), langs(fn)
+        if launch is not None and mine and mine <= launch.patched_langs:
+            return interpreter._LangPatchScope()  # nothing done, nothing to undo
+        with _REWRITE_LOCK:
+            scope = patch_lang(fn)
+        if launch is not None:
+            launch.patched_langs |= mine
+        return scope
+
+    def locked_rewrite(self):
+        done = self.rewritten_fn.get(self.fn)
+        if done is not None:
+            return done
+        with _REWRITE_LOCK:
+            return rewrite(self)
+
+    locked_patch_lang._unishmem_locked = True
+    interpreter._patch_lang = locked_patch_lang
+    interpreter.InterpretedFunction.rewrite = locked_rewrite
+
+
+class LaunchAborted(UnishmemError):
+    """A program stopped because another program of its launch failed (never reaches the user)."""
+
+
+class _Launch:
+    def __init__(self, resident: int, cooperative: bool = False, kernel_name: str = ""):
+        self.resident = resident
+        self.kernel_name = kernel_name  # for the hang report's call sites
+        self.cooperative = cooperative
+        self.n_programs = 0
+        self.aborted = False
+        self.native = None
+        self._collective_caller = None  # the program that called a once-per-grid collective
+        self._lock = threading.Lock()
+        self.patched_langs = (
+            frozenset()
+        )  # ids of the triton.language modules patched for it (NOTE [concurrent interpreter])
+
+    def programs(self, fn):
+        """fn as GridExecutor calls it, once per program: the last call runs them all."""
+        return _Programs(fn, self)
+
+    def abort(self):
+        self.aborted = True
+        if self.native is not None:
+            self.native.abort_programs()
+
+    def run(self, fn, args, order):
+        rt = _active.current()
+        native = self.native = rt.native if rt is not None and rt.backend == "host" else None
+        self.n_programs = len(order)
+        if self.cooperative and self.n_programs > self.resident:
+            raise UnishmemError(
+                f"a cooperative launch of {self.n_programs} programs needs them all resident, and "
+                f"at most {self.resident} are here: raise @unishmem.jit(resident=...) or "
+                "UNISHMEM_INTERPRET_RESIDENT (on a GPU the grid must fit the device at once too)"
+            )
+        slots = threading.Semaphore(self.resident)
+        errors = []
+
+        def program(idx):
+            _program.grid_idx, _program.launch = idx, self
+            if native is not None:
+                native.program_begin(f"program {idx}")
+            try:
+                fn(**args)
+            except BaseException as e:
+                errors.append(e)
+                self.abort()
+            finally:
+                if native is not None:
+                    native.program_end()
+                slots.release()
+
+        threads = []
+        if native is not None:
+            native.begin_programs()
+        try:
+            for idx in order:
+                slots.acquire()
+                if self.aborted:
+                    break
+                if native is not None:
+                    native.add_program()  # live before it starts: no moment looks like every program waiting
+                thread = threading.Thread(target=program, args=(idx,), name=f"unishmem program {idx}", daemon=True)
+                try:
+                    thread.start()
+                except BaseException:
+                    if native is not None:
+                        native.program_end()
+                    raise
+                threads.append(thread)
+            for thread in threads:
+                thread.join()
+        except BaseException:  # Ctrl-C in the launching thread: stop the programs first
+            self.abort()
+            for thread in threads:
+                thread.join()
+            raise
+        finally:
+            if native is not None:
+                native.end_programs()
+        if errors:
+            raise errors[0]  # the first failure; the others only stopped because of it
+
+
+class _Programs:
+    """Stands in for the kernel in GridExecutor, which reads its signature, annotations and globals."""
+
+    def __init__(self, fn, launch: _Launch):
+        self.fn, self.launch, self.seen = fn, launch, []
+        self.__signature__ = inspect.signature(fn)
+        self.__annotations__ = fn.__annotations__
+        self.__globals__ = fn.__globals__
+        self.__name__ = fn.__name__
+
+    def __call__(self, **args):
+        from triton.runtime.interpreter import interpreter_builder
+
+        self.seen.append(interpreter_builder.grid_idx)
+        if len(self.seen) == math.prod(interpreter_builder.grid_dim):
+            self.launch.run(self.fn, args, sorted(self.seen, key=lambda idx: idx[::-1]))  # x fastest, as on a GPU
+
+
+def current_program():
+    """(launch, program id) on a program's thread of a concurrent launch, else (None, None)."""
+    return getattr(_program, "launch", None), getattr(_program, "grid_idx", None)
+
+
+def claim_collective(name: str) -> None:
+    """Device barriers and collectives are issued by one program of a launch per PE (the vendors
+    require it; a second program's call would pair with the next call of the peers)."""
+    launch, idx = current_program()
+    if launch is None:
+        return
+    with launch._lock:
+        if launch._collective_caller is None:
+            launch._collective_caller = idx
+        first = launch._collective_caller
+    if first != idx:
+        raise UnishmemError(
+            f"{name} called by program {idx} of a launch whose program {first} called a device collective: "
+            "NVSHMEM and rocSHMEM allow barriers and collectives from one program of a launch per PE. Call them "
+            "from one program (if tl.program_id(0) == 0: ...), or synchronise every program with barrier_all_grid"
+        )
+
+
+def stop_if_aborted():
+    launch = getattr(_program, "launch", None)
+    if launch is not None and launch.aborted:
+        raise LaunchAborted(f"program {_program.grid_idx} stopped: another program of its launch failed")
+
+
+def _innermost(e: BaseException) -> BaseException:
+    """What an InterpreterError wraps, through every nested @triton.jit helper's layer."""
+    from triton.runtime.interpreter import InterpreterError
+
+    while isinstance(e, InterpreterError) and e.__cause__ is not None:
+        e = e.__cause__
+    return e
+
+
+def run(jit_function, args, grid, kwargs, resident: int, kernel_name: str) -> None:
+    """Triton's InterpretedFunction.run, with the programs of the launch run concurrently, at most
+    `resident` at once (NOTE [concurrent interpreter])."""
+    from triton.runtime.interpreter import GridExecutor, InterpreterError, interpreter_builder
+
+    if not isinstance(type(interpreter_builder).__dict__.get("grid_idx"), _ThreadGridIdx):
+        type(interpreter_builder).grid_idx = _ThreadGridIdx()
+    _serialise_rewrites()
+    _triton_compat.patch_interpreter()
+    fn = jit_function
+    launch = _Launch(resident, bool(kwargs.get("launch_cooperative_grid")), kernel_name)
+    try:
+        GridExecutor(launch.programs(fn.rewrite()), fn.arg_names, grid, fn.pre_run_hooks)(*args, **kwargs)
+    except InterpreterError as e:
+        # Re-raise what a device function raised (PeerFailure, SymmetryError, bad arguments...)
+        # as itself, not as the interpreter's wrapper.
+        cause = _innermost(e)
+        if isinstance(cause, (UnishmemError, ValueError, TypeError)):
+            raise cause.with_traceback(cause.__traceback__) from None
+        raise

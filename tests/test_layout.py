@@ -1,0 +1,115 @@
+"""The package's structure: every numbering it shares with C++ has one owner that every copy matches,
+and its modules import each other without circles (docs/design.md, "Source layout")."""
+
+import ast
+import importlib
+import pathlib
+
+import pytest
+import triton.language as tl
+
+from unishmem import backends, compile, enums
+from unishmem.language import _debug, _vendor
+
+PKG = pathlib.Path(__file__).resolve().parent.parent / "pysrc" / "unishmem"
+
+
+def _built_modules():
+    """The extension modules this build has (host always; nvshmem/rocshmem where their SDK was found)."""
+    found = []
+    for name in backends.NAMES:
+        try:
+            found.append((name, importlib.import_module(backends.get(name).module)))
+        except ImportError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("backend,module", _built_modules(), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_cpp_numberings_are_enums_py(backend, module):
+    """NOTE [enum values]: the extension exports its C++ enumerators under enums.py's names."""
+    cpp = module.enum_values
+    ours = {
+        "DTYPES": enums.DTYPES,
+        "SIGNAL": {m.name: int(m) for m in enums.SIGNAL},
+        "CMP": {m.name: int(m) for m in enums.CMP},
+        "REDUCE_OPS": enums.REDUCE_OPS,
+        "ATOMIC_OPS": enums.ATOMIC_OPS,
+    }
+    if backend == "host":  # the host backend's WaitKind, which the debug wait table reuses
+        ours["WAIT"] = {m.name: int(m) for m in enums.WAIT}
+    assert set(cpp) == set(ours)
+    for name, values in ours.items():
+        assert dict(cpp[name]) == dict(values), name
+
+
+def test_every_copy_of_a_numbering_matches_its_owner():
+    # The vendor tables map every value of our enums, and only those, for each vendor.
+    for vendor in _vendor.CMP_VALUES:
+        assert set(_vendor.CMP_VALUES[vendor]) == {int(m) for m in enums.CMP}, vendor
+        assert set(_vendor.SIGNAL_VALUES[vendor]) == {int(m) for m in enums.SIGNAL}, vendor
+    # The debug wait table's dtype field (NOTE [debug waits]) uses the DType codes.
+    assert {str(ty): code for ty, code in _debug._DTYPES.items()} == {n: enums.DTYPES[n] for n in enums.WAIT_DTYPES}
+    assert all(isinstance(ty, tl.dtype) for ty in _debug._DTYPES)
+    # `unishmem compile`'s targets compile with their vendor's warp width.
+    for target, (triton_backend, _, warp) in compile.TARGETS.items():
+        assert warp == _vendor.WARP_SIZE[_vendor.VENDOR_OF_BACKEND[triton_backend]], target
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = ["unishmem", *path.relative_to(PKG).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: pathlib.Path, modules: set[str]) -> set[str]:
+    """The package modules `path` imports, at any depth (inside functions too), but not those imported
+    only for type checking. `from pkg import sub` counts as sub."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def test_no_module_of_the_package_imports_itself_round_a_circle():
+    files = {_module_name(p): p for p in PKG.rglob("*.py")}
+    graph = {name: _imports(path, set(files)) for name, path in files.items()}
+    assert graph["unishmem._config"] == set(), "_config.py must stay a leaf"
+
+    def circle_from(start):
+        """A path back to `start`, if there is one (depth-first)."""
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    return path + [start]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+        return None
+
+    circles = [c for c in map(circle_from, sorted(graph)) if c]
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
