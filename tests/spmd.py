@@ -312,7 +312,7 @@ def _run_job(plan_file: str, outdir: str) -> int:
                     status, detail = "passed", ""
                 except pytest.skip.Exception as e:  # a missing capability: every PE skips alike
                     status, detail = "skipped", e.msg
-                if not rt._finalized:  # a test may end the runtime itself (it must be the module's last)
+                if not rt.finalized:  # a test may end the runtime itself (it must be the module's last)
                     rt.barrier_all()
             except BaseException:
                 record(path, name, "failed", traceback.format_exc())

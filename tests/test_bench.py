@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 BENCH = [sys.executable, "-m", "unishmem", "bench"]
 
 

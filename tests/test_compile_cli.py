@@ -15,6 +15,8 @@ import pytest
 pytest.importorskip("triton")
 from unishmem import _triton_compat  # noqa: E402
 
+pytestmark = pytest.mark.compile
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KERNELS = os.path.join(HERE, "programs", "compile_kernels.py")

@@ -1,5 +1,5 @@
 """Under TRITON_INTERPRET=1 a device function refuses what the host API refuses, with the same error:
-both call the same address-level checks of Runtime (NOTE [address checks]). Each case below was
+both call the same address-level checks of the heap (NOTE [address checks] in _heap.py). Each case below was
 accepted, or failed with another error, while language/_host.py had checks of its own."""
 
 import pytest

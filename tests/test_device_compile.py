@@ -22,6 +22,8 @@ from triton.compiler import ASTSource  # noqa: E402
 from unishmem import BackendUnavailable, _triton_compat  # noqa: E402
 from unishmem.triton_support import extern_libs  # noqa: E402
 
+pytestmark = pytest.mark.compile
+
 # .ci/run's second stack narrows both; scripts/ci_rocm.sh sets the arch of the machine it runs on
 CUDA_ARCHS = tuple(int(a) for a in os.environ.get("UNISHMEM_TEST_CUDA_ARCHS", "80,90,100").split(","))
 HIP_ARCHS = tuple(os.environ.get("UNISHMEM_TEST_HIP_ARCHS", "gfx942,gfx950").split(","))

@@ -15,6 +15,7 @@ def test_demo_runs_at_four_pes():
     assert "demo passed on 4 PEs" in proc.stdout, proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "example, expected",
     [

@@ -178,8 +178,8 @@ def test_shard_heights_of_one_size_class_share_a_workspace(rt):
         full = sum(x @ y for x, y in zip(a, bs))
         assert torch.equal(K.gemm_rs(a[me], bs[me]), full[me * m : (me + 1) * m]), m
         if free is None:
-            free, held = rt.native.heap_free_bytes(), len(rt._workspaces)
-        assert rt.native.heap_free_bytes() == free and len(rt._workspaces) == held, m
+            free, held = rt.native.heap_free_bytes(), len(rt.workspaces)
+        assert rt.native.heap_free_bytes() == free and len(rt.workspaces) == held, m
     K.ag_gemm(ints(me, (17, 20), torch.float32), b)  # 17 rows: the next class
     assert rt.native.heap_free_bytes() < free
     rt.free_workspaces()

@@ -15,6 +15,8 @@ from test_device_compile import compile_in_workers  # noqa: E402  (one way to se
 from unishmem import BackendUnavailable, _triton_compat  # noqa: E402
 from unishmem.triton_support import extern_libs  # noqa: E402
 
+pytestmark = pytest.mark.compile
+
 KERNELS = ("_ag_gemm", "_gemm", "_gemm_rs")
 ALIGNED = ("N", "K")  # with every pointer: what a launch on aligned tensors with N, K % 16 == 0 specialises
 

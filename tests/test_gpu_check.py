@@ -8,7 +8,10 @@ import json
 import os
 import sys
 
+import pytest
 from spmd import launch
+
+pytestmark = pytest.mark.slow
 
 SCRIPT = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "gpu_kernel_times.py")
 

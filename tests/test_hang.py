@@ -13,6 +13,7 @@ import os
 import re
 import time
 
+import pytest
 from spmd import launch, segments, segments_left, spmd
 
 import unishmem
@@ -148,6 +149,7 @@ def test_classic_hangs_in_kernels(rt):
 HUNG = os.path.join(os.path.dirname(__file__), "programs", "hung_kernel.py")
 
 
+@pytest.mark.slow
 def test_the_watchdog_reports_a_hung_kernel_and_ends_the_job():
     # The deadlock check is off: only the watchdog can end this job (NOTE [hang report])
     for n in SIZES:

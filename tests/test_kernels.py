@@ -329,9 +329,9 @@ def test_shapes_of_one_size_class_share_a_workspace(rt):
             xs = torch.stack([data(pe, (rows * n,), torch.float32, seed=rows) for pe in range(n)])
             assert torch.equal(call(xs[me]), reference(xs)), (name, rows)
             if rows == 600 and free is None:
-                free, held = rt.native.heap_free_bytes(), len(rt._workspaces)
+                free, held = rt.native.heap_free_bytes(), len(rt.workspaces)
             elif rows != 3000:  # the first shape's workspace serves the second
-                assert rt.native.heap_free_bytes() == free and len(rt._workspaces) == held, (name, rows)
+                assert rt.native.heap_free_bytes() == free and len(rt.workspaces) == held, (name, rows)
         assert rt.native.heap_free_bytes() < free, name  # another class: another workspace
     rt.free_workspaces()
 
@@ -433,7 +433,7 @@ def test_workspaces_are_reused_and_freed(rt):
         assert torch.equal(K.all_reduce(x), x * rt.n_pes)
     assert rt.native.heap_free_bytes() == free  # the same workspace each call
     rt.free_workspaces()
-    assert rt.native.heap_free_bytes() > free and not rt._workspaces
+    assert rt.native.heap_free_bytes() > free and not len(rt.workspaces)
     assert torch.equal(K.all_reduce(x), x * rt.n_pes)  # made again on the next call
 
 
@@ -553,7 +553,7 @@ def test_keyed_workspaces_are_made_once_and_capped(rt):
     assert [size_class(c, 16) for c in (0, 1, 16, 17, 1000, 1024, 1025)] == [16, 16, 16, 32, 1024, 1024, 2048]
     rt.free_workspaces()
     free = rt.native.heap_free_bytes()
-    key = ("test", rt.team_world._id, size_class(3000))
+    key = ("test", rt.team_world.key, size_class(3000))
     buffers = {"rows": ((size_class(3000), 4), torch.float16), "sig": ((2, 8), torch.uint64)}
     ws = keyed_workspace(rt, rt.team_world, "test", key, buffers)
     assert ws.buffers["rows"].shape == (4096, 4) and ws.buffers["rows"].dtype == torch.float16

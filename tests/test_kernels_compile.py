@@ -11,6 +11,8 @@ import pytest
 pytest.importorskip("triton")
 from compile_cache import CompileCache  # noqa: E402
 
+pytestmark = pytest.mark.compile
+
 KERNELS = {
     "unishmem.kernels.collectives": ("_all_gather", "_reduce"),
     "unishmem.kernels.moe": ("_dispatch", "_combine"),

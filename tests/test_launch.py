@@ -36,6 +36,7 @@ def test_unishmem_run(n):
     ok_lines(proc.stdout, n, "unishmem run")
 
 
+@pytest.mark.slow
 def test_python_dash_m_unishmem_run_and_command_forms():
     proc = subprocess.run(
         [sys.executable, "-m", "unishmem", "run", "-n", "2", sys.executable, SMOKE],
@@ -47,6 +48,7 @@ def test_python_dash_m_unishmem_run_and_command_forms():
     ok_lines(proc.stdout, 2, "unishmem run")
 
 
+@pytest.mark.slow
 def test_run_takes_dash_m_and_dash_c_programs():
     code = (
         "import unishmem; rt = unishmem.init(heap_size='16M'); "
@@ -75,6 +77,7 @@ def test_each_pe_gets_its_share_of_the_cores_unless_the_user_chose():
         assert proc.stdout.split() == ["THREADS", str(expected)] * n, proc.stdout
 
 
+@pytest.mark.slow
 def test_lines_of_different_pes_never_run_into_each_other():
     # Unbuffered, print writes its text and its newline separately; the launcher must still pass on whole lines.
     code = (
@@ -132,6 +135,7 @@ def test_single_process_without_launcher():
     ok_lines(proc.stdout, 1, "none (single process)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["kill", "raise"])
 def test_dead_pe_raises_peer_failure_everywhere(mode):
     before = segments()
@@ -245,6 +249,7 @@ def test_launcher_removes_segments_a_crashed_pe_left():
     assert not segments_left(before)
 
 
+@pytest.mark.slow
 def test_stalled_wait_warns_then_times_out():
     proc = launch(
         [FAILURES, "stall"], 1, timeout=60, env={"UNISHMEM_STALL_WARN": "0.3", "UNISHMEM_WAIT_TIMEOUT": "1.5"}
@@ -262,6 +267,7 @@ def test_stalled_wait_warns_then_times_out():
     ), proc.stdout
 
 
+@pytest.mark.slow
 def test_deadlock_is_reported_by_every_pe():
     proc = launch([FAILURES, "deadlock"], 3, timeout=60, env={"UNISHMEM_DEADLOCK_TIMEOUT": "1"})
     # each report runs from its DEADLOCK line to the next such line (NOTE [hang report])
@@ -290,6 +296,7 @@ def test_deadlock_is_reported_by_every_pe():
     assert proc.returncode == 5
 
 
+@pytest.mark.slow
 def test_a_stopped_pe_whose_wait_is_over_is_no_deadlock():
     # PE 0 is stopped in a wait that PE 1 then satisfies, and stays stopped for 3 deadlock timeouts
     # while PE 1 waits for it in a barrier: every PE waits, but PE 0 goes on once it runs.
@@ -298,6 +305,7 @@ def test_a_stopped_pe_whose_wait_is_over_is_no_deadlock():
     assert sorted(re.findall(r"^DONE pe=(\d)$", proc.stdout, re.M)) == ["0", "1"], proc.stdout
 
 
+@pytest.mark.slow
 def test_peer_failure_names_the_dead_pe_not_a_peer_that_reported_it_and_left():
     proc = launch([FAILURES, "blame"], 3, timeout=120)
     out = proc.stdout + proc.stderr
@@ -348,6 +356,7 @@ rt.finalize()
 """
 
 
+@pytest.mark.slow
 def test_heaps_beyond_dev_shm_fail_at_init_and_reserved_heaps_never_fault():
     prefix = _small_dev_shm("96M")
     run = [sys.executable, "-m", "unishmem", "run", "-n", "2", "-c", SHM_PROGRAM]
@@ -397,6 +406,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_torchrun():
     proc = subprocess.run(
         [
@@ -417,6 +427,7 @@ def test_torchrun():
     ok_lines(proc.stdout, 2, "torchrun")
 
 
+@pytest.mark.slow
 def test_existing_process_group_and_kernels_called_with_it():
     proc = subprocess.run(
         [
@@ -498,6 +509,7 @@ def _rendezvous_files(job: str) -> list[str]:
     return [path for path in _rendezvous_file(job, 0) if os.path.exists(path)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["kill", "raise"])
 def test_rank_0_dying_before_every_rank_came_leaves_no_rendezvous_file(how):
     """Rank 0 writes its rendezvous file, then dies before the first exchange; the file must still go

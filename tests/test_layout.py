@@ -113,3 +113,37 @@ def test_no_module_of_the_package_imports_itself_round_a_circle():
 
     circles = [c for c in map(circle_from, sorted(graph)) if c]
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_each_hot_call_takes_its_methods_arguments():
+    """NOTE [hot paths]: hot_<method> (fast_calls.cpp) takes the hot path's address, then the Runtime
+    method's parameters in order; called with one too many it names the count it takes."""
+    import inspect
+    import re
+
+    from unishmem import _hot
+    from unishmem._runtime import Runtime
+
+    module = importlib.import_module(backends.get("host").module)
+    for name, fast in _hot.HOT_METHODS.items():
+        params = list(inspect.signature(getattr(Runtime, name)).parameters)[1:]  # self excluded
+        with pytest.raises(TypeError, match=r"expected (\d+) arguments") as e:
+            getattr(module, f"hot_{name}")(*[None] * (len(params) + 2))
+        assert int(re.search(r"expected (\d+)", str(e.value)).group(1)) == 1 + len(params), (name, params)
+        assert fast is None or callable(getattr(module, fast)), name
+
+
+def test_only_the_runtimes_module_touches_its_private_attributes():
+    """NOTE [runtime helpers]: outside _runtime.py the package reaches a Runtime (rt, self.rt, ...) or a
+    Team only through public attributes and methods."""
+    import re
+
+    private = re.compile(r"\b(rt|self\.rt|self\._rt|_rt|runtime\(\)|team|candidate|parent|node)\._[a-z]\w*")
+    found = [
+        f"{path.relative_to(PKG)}:{number}: {line.strip()}"
+        for path in PKG.rglob("*.py")
+        if path.name != "_runtime.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if private.search(line)
+    ]
+    assert not found, "\n".join(found)

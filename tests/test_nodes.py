@@ -63,7 +63,7 @@ def test_the_node_team_and_what_load_store_reach(rt):
 @spmd(sizes=(4,))
 def test_every_kernel_runs_on_the_node_team(rt):
     node = rt.team_node
-    assert node._arena is not None, node._no_arena
+    assert rt.workspaces.arena_of(node) is not None, rt.workspaces.why_no_arena(node)
     pes = members(node)
     x = data(rt.my_pe, (5, 3), torch.float32, seed=20)
     xs = torch.stack([data(pe, (5, 3), torch.float32, seed=20) for pe in pes])

@@ -133,6 +133,7 @@ def test_bitcode_from_another_install_is_reported(tmp_path):
 
 @needs_wheel
 @pytest.mark.skipif(shutil.which("llvm-bcanalyzer") is None, reason="no llvm-bcanalyzer (Debian's llvm)")
+@pytest.mark.compile
 def test_bitcode_producer_is_what_llvm_bcanalyzer_reads():
     """NOTE [bitcode producer]: the LLVM that wrote each of the wheel's bitcode files, as LLVM's own tool
     reads the identification block."""

@@ -3,22 +3,16 @@ backend; the native backends below trust what they are given."""
 
 from __future__ import annotations
 
-import bisect
-import inspect
 import itertools
-import sys
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from . import _active, _config
-from ._arena import forget_team, free_arenas, split_arenas
 from ._checks import (
-    ITEMSIZE,
     address_of,
     allocation_of,
     as_index,
@@ -34,7 +28,10 @@ from ._checks import (
     to_bits,
 )
 from ._dtypes import ATOMIC_DTYPES, DTYPE_CODES, WAIT_DTYPES
+from ._heap import Allocation, SymmetricHeap
+from ._hot import HotPath
 from ._version import __version__
+from ._workspaces import WorkspaceStore
 from .enums import ATOMIC_OPS, CMP, SIGNAL
 from .errors import NotInitializedError, NotSymmetricError, UnishmemWarning
 from .hang import Diagnostics
@@ -50,16 +47,7 @@ Shape = int | Sequence[int]  # a tensor shape as torch takes it
 # objects where a cheaper test says the same.
 _SET = int(SIGNAL.SET)
 _U64 = 2**64
-_HOT_EPOCHS = itertools.count()  # NOTE [hot calls] (fast_calls.cpp): unique in the process
 _TEAM_IDS = itertools.count()  # a Team's key for its kernel workspaces: backend slots are reused
-
-
-@dataclass
-class _Allocation:
-    offset: int
-    nbytes: int
-    dtype: torch.dtype
-    live: bool = True
 
 
 class Team:
@@ -74,14 +62,15 @@ class Team:
         self.my_pe = rt.native.team_my_pe(slot)
         self.n_pes = rt.native.team_n_pes(slot)
         self._destroyed = False
-        self._id = next(_TEAM_IDS)
-        # unishmem.kernels' memory on a team smaller than the world, or why it has none (NOTE [workspaces])
-        self._arena = None
-        self._no_arena = "only teams made by a split, and a node team smaller than the world, get a team arena"
+        self.key = next(_TEAM_IDS)  # unique in the process: names it in workspace keys and custom ops
 
     def __repr__(self) -> str:
         state = " destroyed" if self._destroyed else ""
         return f"<unishmem.Team {self.name} handle={self.handle} my_pe={self.my_pe} n_pes={self.n_pes}{state}>"
+
+    @property
+    def destroyed(self) -> bool:
+        return self._destroyed
 
     def _check(self) -> int:
         self._rt._check_active()
@@ -93,7 +82,7 @@ class Team:
         """`pe` of this team as numbered in `other_team`; -1 if it is not a member."""
         h = self._check()
         check_pe(pe, self.n_pes, f"pe of {self.name}")
-        return self._rt.native.team_translate_pe(h, pe, self._rt._team(other_team)._slot)
+        return self._rt.native.team_translate_pe(h, pe, self._rt.checked_team(other_team)._slot)
 
     def device_args(self) -> tuple[int, int, int]:
         """(start, stride, size): the team's members are the world PEs start + i * stride for
@@ -128,10 +117,10 @@ class Team:
                 )
             return *args, self._arena_bytes()
 
-        start, stride, size, arena_bytes = self._rt._checked(h, check)
+        start, stride, size, arena_bytes = self._rt.checked(h, check)
         handle = self._rt.native.team_split_strided(h, start, stride, size)
         team = None if handle < 0 else Team(self._rt, handle, f"{self.name}[{start}::{stride}x{size}]")
-        split_arenas(self._rt, self, [(team, size < self._rt.n_pes)], arena_bytes)
+        self._rt.workspaces.split(self, [(team, size < self._rt.n_pes)], arena_bytes)
         return team
 
     def split_2d(self, xrange: int) -> tuple[Team, Team]:
@@ -145,14 +134,14 @@ class Team:
                 raise ValueError(f"split_2d: xrange={x} must be >= 1")
             return x, self._arena_bytes()
 
-        xrange, arena_bytes = self._rt._checked(h, check)
+        xrange, arena_bytes = self._rt.checked(h, check)
         width = min(xrange, self.n_pes)  # a wider row is the whole team
         x, y = self._rt.native.team_split_2d(h, width)
         x, y = Team(self._rt, x, f"{self.name}.x{xrange}"), Team(self._rt, y, f"{self.name}.y{xrange}")
         # known alike on every PE: a row is the world only if it is all of a world-sized team, a
         # column only if the rows of a world-sized team are 1 wide
-        split_arenas(
-            self._rt, self, [(x, width < self._rt.n_pes), (y, self.n_pes < self._rt.n_pes or width > 1)], arena_bytes
+        self._rt.workspaces.split(
+            self, [(x, width < self._rt.n_pes), (y, self.n_pes < self._rt.n_pes or width > 1)], arena_bytes
         )
         return x, y
 
@@ -169,7 +158,7 @@ class Team:
             raise ValueError(f"{self.name} team cannot be destroyed")
         self._rt.native.team_destroy(self._slot)
         self._destroyed = True
-        forget_team(self._rt, self)
+        self._rt.workspaces.forget_team(self)
 
     def __enter__(self) -> Team:
         return self
@@ -179,7 +168,13 @@ class Team:
 
 
 class Runtime:
-    """The process's handle on the symmetric heap and its peers. Made by unishmem.init()."""
+    """The process's handle on the symmetric heap and its peers. Made by unishmem.init().
+
+    NOTE [runtime helpers]: the runtime makes its helpers, each the owner of its state, and the
+    package's other modules use them through their methods: `native` (the backend), `heap`
+    (SymmetricHeap, _heap.py), `hot_path` (HotPath, _hot.py), `workspaces` (WorkspaceStore,
+    _workspaces.py) and `diagnostics` (hang.Diagnostics). Nothing outside this module reads or assigns
+    a Runtime's or a Team's private attributes (tests/test_layout.py checks the package's code)."""
 
     def __init__(self, opened: Opened, bootstrap: Bootstrap, hang_dir: str | None = None):
         native = opened.native
@@ -190,7 +185,7 @@ class Runtime:
         self.my_pe: int = native.my_pe
         self.n_pes: int = native.n_pes
         self.launcher = bootstrap.placement.launcher
-        self._bootstrap = bootstrap
+        self.bootstrap = bootstrap
         self.version: dict[str, Any] = {
             "unishmem": __version__,
             "backend": self.backend,
@@ -207,47 +202,18 @@ class Runtime:
         self.diagnostics = Diagnostics(self, hang_dir)
         self.heap_base = native.heap_base
         self.heap_size = native.heap_size
-        # NOTE [fast calls] (bindings.cpp): the hot calls go to plain functions of the backend's
-        # module, which take the backend's address first.
-        module = sys.modules[type(native).__module__]
-        self._address = native.address
-        self._fast_put, self._fast_get = module.fast_put, module.fast_get
-        self._fast_put_signal, self._fast_signal_op = module.fast_put_signal, module.fast_signal_op
-        self._fast_signal_wait_until = module.fast_signal_wait_until
-        # NOTE [hot calls] (fast_calls.cpp): the same calls taking tensors, for tensors checked before;
-        # on CPU runtimes only (GPU calls need the current stream, which torch must be asked for).
-        self._hot = module.HotPath(native.address, native.n_pes, torch, ITEMSIZE)
-        self._hot.epoch = next(_HOT_EPOCHS) if self._on_cpu else -1
-        if self._on_cpu:
-            self._install_hot_methods(module)
+        self.hot_path = HotPath(native, self._on_cpu)  # NOTE [hot paths] (_hot.py)
+        self.hot_path.install(self, Runtime)
         self._typed: dict[tuple[int, torch.dtype], torch.Tensor] = {}
-        self._allocs: dict[int, _Allocation] = {}
-        self._offsets: list[int] = []  # sorted keys of _allocs
+        self.heap = SymmetricHeap(self.heap_base, self.heap_size)  # its allocations (NOTE [address checks])
         self._finalized = False
-        self._workspaces: dict = {}  # unishmem.kernels' symmetric buffers (NOTE [workspaces])
-        self._arenas: list = []  # (world allocation, this PE's teams using it) per team arena, in split order
+        self.workspaces = WorkspaceStore(self)  # unishmem.kernels' symmetric buffers (NOTE [workspaces])
         self.team_world = Team(self, 0, "world")
         self.team_node = Team(self, 1, "node")
         # On several hosts (or simulated nodes) each node team is smaller than the world on every PE
         # alike, and init is the last point collective over the world before kernels may run on it.
         if self.team_node.n_pes < self.n_pes:
-            split_arenas(self, self.team_world, [(self.team_node, True)], _config.team_arena(self.heap_size))
-
-    _HOT_METHODS = ("put", "get", "put_signal", "signal_op", "signal_wait_until", "barrier_all", "sync_all")
-
-    def _install_hot_methods(self, module) -> None:
-        """NOTE [hot methods] (fast_calls.cpp): each of these methods, unless a subclass overrides it,
-        is shadowed on this instance by a C callable that tries the method's hot call first and
-        calls the method itself, which runs the full checks, otherwise."""
-        for name in self._HOT_METHODS:
-            method = getattr(type(self), name)
-            if method is not getattr(Runtime, name):
-                continue
-            params = list(inspect.signature(method).parameters.values())[1:]  # self excluded
-            names = tuple(p.name for p in params)
-            defaults = tuple(p.default for p in params if p.default is not inspect.Parameter.empty)
-            hot = module.make_hot_method(name, self._hot.address, method.__get__(self), names, defaults)
-            setattr(self, name, hot)
+            self.workspaces.split(self.team_world, [(self.team_node, True)], _config.team_arena(self.heap_size))
 
     def __repr__(self) -> str:
         return (
@@ -273,19 +239,17 @@ class Runtime:
         if self._finalized:
             return
         self.free_workspaces()
-        free_arenas(self)
+        self.workspaces.free_arenas()
         self._teardown(collective=True)
 
     def free_workspaces(self) -> None:
         """Collective: frees the symmetric workspaces unishmem.kernels made, empties the team
         arenas and frees those of teams destroyed everywhere (NOTE [workspaces])."""
-        from ._workspaces import free_workspaces
-
         self._check_active()
-        free_workspaces(self)
+        self.workspaces.free_workspaces()
 
     def _teardown(self, collective: bool) -> None:
-        live = [a for a in self._allocs.values() if a.live]
+        live = self.heap.live()
         if live and collective:
             warnings.warn(
                 f"PE {self.my_pe}: finalize freed {len(live)} symmetric allocation(s) still live "
@@ -296,13 +260,12 @@ class Runtime:
         for a in live:
             a.live = False
         self._finalized = True
-        self._hot.epoch = -1
-        self._hot.drop_allocations()
+        self.hot_path.end()
         _active.forget(self)
         try:
             (self.native.finalize if collective else self.native.abandon)()
         finally:
-            self._bootstrap.close()
+            self.bootstrap.close()
 
     @property
     def finalized(self) -> bool:
@@ -327,25 +290,22 @@ class Runtime:
     def empty(self, shape: Shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Collective: an uninitialised tensor in the symmetric heap."""
         self._check_active()
-        shape, nbytes = self._checked(0, lambda: allocation_of(shape, dtype))
+        shape, nbytes = self.checked(0, lambda: allocation_of(shape, dtype))
         return self._allocate(shape, dtype, nbytes)
 
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype, nbytes: int) -> torch.Tensor:
         offset = self.native.malloc(nbytes, DTYPE_CODES[dtype]) - self.heap_base
-        alloc = _Allocation(offset, nbytes, dtype)
-        self._allocs[offset] = alloc
-        bisect.insort(self._offsets, offset)
+        alloc = self.heap.add(offset, nbytes, dtype)
         # NOTE [allocation identity]: each allocation gets a storage of its own over its bytes (the
         # DLPack view of a slice of the heap, at least a byte: the allocator gives 0 bytes some) and
-        # that storage carries its _Allocation. Every tensor sharing it (views, dtype views,
+        # that storage carries its Allocation. Every tensor sharing it (views, dtype views,
         # detach(), .data) is then known as this allocation's, also once it is freed and its bytes
         # belong to another: _symmetric and rt.free ask the storage, in constant time.
         with torch.inference_mode(False):  # the heap never becomes an inference tensor
             storage = torch.from_dlpack(self.heap_of(self.my_pe)[offset : offset + max(nbytes, 1)]).untyped_storage()
             t = torch.empty(0, dtype=dtype, device=self.device).set_(storage, 0, shape, contiguous_strides(shape))
         storage._unishmem_allocation = alloc
-        if self._on_cpu:
-            self._hot.add_allocation(storage, self.heap_base + offset, nbytes)  # NOTE [view checks]
+        self.hot_path.add_allocation(storage, self.heap_base + offset, nbytes)  # NOTE [view checks]
         return t
 
     def _filled(self, shape, value, dtype, check_value: bool = True) -> torch.Tensor:
@@ -357,7 +317,7 @@ class Runtime:
                 check_fill(value, dtype)
             return args
 
-        dims, nbytes = self._checked(0, check)
+        dims, nbytes = self.checked(0, check)
         t = self._allocate(dims, dtype, nbytes)
         t.fill_(value)
         # No peer may write into it before every PE has filled its copy (on the current stream).
@@ -383,28 +343,25 @@ class Runtime:
                 raise ValueError(f"signals(n): n={count} must be >= 1")
             return count
 
-        return self._filled((self._checked(0, check),), 0, torch.uint64, check_value=False)
+        return self._filled((self.checked(0, check),), 0, torch.uint64, check_value=False)
 
     def free(self, t: torch.Tensor) -> None:
         """Collective and explicit: nothing is freed by garbage collection."""
         self._check_active()
-        alloc = self._checked(0, lambda: self._allocation_of(t))
+        alloc = self.checked(0, lambda: self._allocation_of(t))
         self.native.free(self.heap_base + alloc.offset)
-        alloc.live = False
-        self._hot.drop_allocation(self.heap_base + alloc.offset)  # NOTE [view checks]: its views miss
-        self._hot.epoch = next(_HOT_EPOCHS) if self._on_cpu else -1  # no hot call trusts a freed tensor
-        del self._allocs[alloc.offset]
-        self._offsets.remove(alloc.offset)
+        self.heap.remove(alloc)
+        self.hot_path.drop_allocation(self.heap_base + alloc.offset)  # NOTE [view checks]: its views miss
 
-    def _allocation_of(self, t) -> _Allocation:
+    def _allocation_of(self, t) -> Allocation:
         """The live allocation that `t` starts, for rt.free."""
         addr, nbytes = self._local(t, "tensor to free", contiguous=False)
-        if not self._in_heap(addr, nbytes):
+        if not self.heap.holds(addr, nbytes):
             raise NotSymmetricError(f"rt.free: the tensor at {addr:#x} is not in the symmetric heap")
         offset = addr - self.heap_base
         alloc = getattr(t.untyped_storage(), "_unishmem_allocation", None)  # NOTE [allocation identity]
         if alloc is None:  # a tensor the runtime did not make: by its address
-            alloc = self._allocs.get(offset)
+            alloc = self.heap.at(offset)
         elif not alloc.live:
             raise ValueError(
                 f"rt.free: the tensor at heap offset {offset} is not a live symmetric allocation: it was "
@@ -422,7 +379,7 @@ class Runtime:
         if not isinstance(t, torch.Tensor) or t.device != self.device or self._finalized:
             return False
         own = getattr(t.untyped_storage(), "_unishmem_allocation", None)  # NOTE [allocation identity]
-        return own.live if own is not None else self._in_heap(address_of(t), 0)
+        return own.live if own is not None else self.heap.holds(address_of(t), 0)
 
     def peer(self, t: torch.Tensor, pe: int) -> torch.Tensor | None:
         """PE `pe`'s copy of symmetric tensor `t`, for direct loads and stores; None if unreachable."""
@@ -435,9 +392,6 @@ class Runtime:
         return self._typed_heap(pe, t.dtype).as_strided(t.shape, t.stride(), offset // t.element_size())
 
     # ---- argument checks ----------------------------------------------------------------------
-
-    def _in_heap(self, addr: int, nbytes: int) -> bool:
-        return self.heap_base <= addr and addr + nbytes <= self.heap_base + self.heap_size
 
     def _local(self, t, name: str, contiguous: bool = True) -> tuple[int, int]:
         if type(t) is not torch.Tensor and not isinstance(t, torch.Tensor):  # the first test is the cheaper
@@ -460,44 +414,7 @@ class Runtime:
                 )
             if own.offset <= offset and offset + nbytes <= own.offset + own.nbytes:
                 return addr, nbytes  # fast path: inside the live allocation it was made by
-        return self._range(addr, nbytes, name), nbytes
-
-    # NOTE [address checks]: the checks below take addresses, not tensors. The host API calls them
-    # for what its tensors turn out to be; device functions under TRITON_INTERPRET=1 (language/_host.py),
-    # which get pointers, call the same ones, so both raise the same errors for the same memory.
-
-    def _heap(self, addr: int, nbytes: int, name: str) -> int:
-        """addr, if nbytes bytes from it lie in the symmetric heap."""
-        if nbytes < 0:
-            raise ValueError(f"{name}: negative size {nbytes}")
-        if not self._in_heap(addr, nbytes):
-            raise NotSymmetricError(
-                f"{name} (at {addr:#x}, {nbytes} bytes) is not in the symmetric heap; "
-                "allocate it with rt.empty()/zeros()/signals()"
-            )
-        return addr
-
-    def _range(self, addr: int, nbytes: int, name: str) -> int:
-        """addr, if nbytes bytes from it lie in one live symmetric allocation."""
-        self._heap(addr, nbytes, name)
-        offset = addr - self.heap_base
-        i = bisect.bisect_right(self._offsets, offset) - 1
-        alloc = self._allocs[self._offsets[i]] if i >= 0 else None
-        end = None if alloc is None else alloc.offset + alloc.nbytes
-        # an empty range may start one past the end (a zero-byte put that carries only its signal)
-        if alloc is None or offset > end or (offset == end and nbytes and alloc.nbytes):
-            raise NotSymmetricError(f"{name} (heap offset {offset}) is in no live allocation (freed?)")
-        if offset + nbytes > alloc.offset + alloc.nbytes:
-            raise ValueError(
-                f"{name} spans {nbytes} bytes from heap offset {offset}, past the end of its "
-                f"allocation ({alloc.nbytes} bytes at offset {alloc.offset})"
-            )
-        return addr
-
-    def _aligned(self, addr: int, size: int, name: str) -> int:
-        if addr % size:  # atomics and waits need a naturally aligned word
-            raise ValueError(f"{name} at heap offset {addr - self.heap_base} is not {size}-byte aligned")
-        return addr
+        return self.heap.check_range(addr, nbytes, name), nbytes
 
     def _signal(self, sig, name: str = "signal") -> int:
         addr, nbytes = self._symmetric(sig, name)
@@ -506,7 +423,7 @@ class Runtime:
                 f"{name} must be a 1-element torch.uint64 view of rt.signals(), got "
                 f"{sig.dtype} with {sig.numel()} elements"
             )
-        return self._aligned(addr, 8, name)
+        return self.heap.check_aligned(addr, 8, name)
 
     def _word(self, t, name: str, dtypes) -> int:
         addr, _ = self._symmetric(t, name)
@@ -515,28 +432,23 @@ class Runtime:
                 f"{name} must be a 1-element symmetric tensor of {', '.join(map(str, dtypes))}; got "
                 f"{t.dtype} with {t.numel()} elements"
             )
-        return self._aligned(addr, t.element_size(), name)
+        return self.heap.check_aligned(addr, t.element_size(), name)
 
-    def _live_teams(self):
+    def kernel_teams(self) -> Iterator[Team]:
         """The world, the node team and every live team with a team arena (NOTE [workspaces]): the
         teams unishmem.kernels can run on."""
         yield self.team_world
         yield self.team_node
-        for _, users in self._arenas:
-            yield from (team for team in users if not team._destroyed)
+        yield from self.workspaces.arena_teams()
 
-    def _team(self, team) -> Team:
+    def checked_team(self, team: Team | None) -> Team:
+        """The Team a call names: `team`, checked, or the world for None."""
         if team is None:
             return self.team_world
         if not isinstance(team, Team) or team._rt is not self:
             raise TypeError(f"team must be a unishmem.Team of this runtime or None, got {team!r}")
         team._check()
         return team
-
-    def _remember(self, t, addr: int, nbytes: int, symmetric: bool) -> None:
-        """NOTE [hot calls] (fast_calls.cpp): `t` passed the checks of its role; hot calls may trust it."""
-        if self._on_cpu and nbytes:
-            self._hot.remember(t, addr, nbytes, symmetric)
 
     @staticmethod
     def _same_kind(dest, source, what: str, dest_elems: int | None = None):
@@ -564,29 +476,31 @@ class Runtime:
         """Copy local `source` into PE `pe`'s `dest` (symmetric)."""
         if self._finalized:
             self._check_active()
+        hot = self.hot_path
         d, n = self._symmetric(dest, "dest")
         s, m = self._local(source, "source")
         if n != m or dest.dtype is not source.dtype:
             self._same_kind(dest, source, "put")
         if type(pe) is not int or not 0 <= pe < self.n_pes:
             pe = check_pe(pe, self.n_pes)
-        self._fast_put(self._address, d, s, n, pe, 0 if self._on_cpu else self._stream_of(stream))
-        self._remember(dest, d, n, True)
-        self._remember(source, s, n, False)
+        hot.fast_put(hot.backend, d, s, n, pe, 0 if self._on_cpu else self._stream_of(stream))
+        hot.remember(dest, d, n, True)
+        hot.remember(source, s, n, False)
 
     def get(self, dest: torch.Tensor, source: torch.Tensor, pe: int, stream: torch.cuda.Stream | None = None) -> None:
         """Copy PE `pe`'s `source` (symmetric) into local `dest`."""
         if self._finalized:
             self._check_active()
+        hot = self.hot_path
         d, n = self._local(dest, "dest")
         s, m = self._symmetric(source, "source")
         if n != m or dest.dtype is not source.dtype:
             self._same_kind(dest, source, "get")
         if type(pe) is not int or not 0 <= pe < self.n_pes:
             pe = check_pe(pe, self.n_pes)
-        self._fast_get(self._address, d, s, n, pe, 0 if self._on_cpu else self._stream_of(stream))
-        self._remember(dest, d, n, False)
-        self._remember(source, s, n, True)
+        hot.fast_get(hot.backend, d, s, n, pe, 0 if self._on_cpu else self._stream_of(stream))
+        hot.remember(dest, d, n, False)
+        hot.remember(source, s, n, True)
 
     def put_signal(
         self,
@@ -601,20 +515,19 @@ class Runtime:
         """put, then update PE `pe`'s `signal` once the data has arrived."""
         if self._finalized:
             self._check_active()
+        hot = self.hot_path
         d, n = self._symmetric(dest, "dest")
         s, m = self._local(source, "source")
         if n != m or dest.dtype is not source.dtype:
             self._same_kind(dest, source, "put_signal")
         sig = self._signal(signal)
-        value, code, pe = self._signal_args(value, op, pe)
-        self._fast_put_signal(
-            self._address, d, s, n, sig, value, code, pe, 0 if self._on_cpu else self._stream_of(stream)
-        )
-        self._remember(dest, d, n, True)
-        self._remember(source, s, n, False)
-        self._remember(signal, sig, 8, True)
+        value, code, pe = self.signal_args(value, op, pe)
+        hot.fast_put_signal(hot.backend, d, s, n, sig, value, code, pe, 0 if self._on_cpu else self._stream_of(stream))
+        hot.remember(dest, d, n, True)
+        hot.remember(source, s, n, False)
+        hot.remember(signal, sig, 8, True)
 
-    def _signal_args(self, value, op, pe) -> tuple[int, int, int]:
+    def signal_args(self, value: int, op: SIGNAL | int, pe: int) -> tuple[int, int, int]:
         """A signal update's value bits, op code and target PE, checked."""
         if type(value) is not int or not 0 <= value < _U64:
             value = to_bits(value, torch.uint64, "value")
@@ -633,10 +546,11 @@ class Runtime:
     ) -> None:
         if self._finalized:
             self._check_active()
+        hot = self.hot_path
         sig = self._signal(signal)
-        value, code, pe = self._signal_args(value, op, pe)
-        self._fast_signal_op(self._address, sig, value, code, pe, 0 if self._on_cpu else self._stream_of(stream))
-        self._remember(signal, sig, 8, True)
+        value, code, pe = self.signal_args(value, op, pe)
+        hot.fast_signal_op(hot.backend, sig, value, code, pe, 0 if self._on_cpu else self._stream_of(stream))
+        hot.remember(signal, sig, 8, True)
 
     def signal_wait_until(
         self, signal: torch.Tensor, cmp: CMP | int, value: int, stream: torch.cuda.Stream | None = None
@@ -644,14 +558,13 @@ class Runtime:
         """Wait until the local `signal` compares true against `value`; returns the value seen."""
         if self._finalized:
             self._check_active()
+        hot = self.hot_path
         sig = self._signal(signal)
         if type(value) is not int or not 0 <= value < _U64:
             value = to_bits(value, torch.uint64, "value")
         code = cmp_code(cmp)
-        self._remember(signal, sig, 8, True)  # before the wait, which may raise on a peer's failure
-        return self._fast_signal_wait_until(
-            self._address, sig, code, value, 0 if self._on_cpu else self._stream_of(stream)
-        )
+        hot.remember(signal, sig, 8, True)  # before the wait, which may raise on a peer's failure
+        return hot.fast_signal_wait_until(hot.backend, sig, code, value, 0 if self._on_cpu else self._stream_of(stream))
 
     def signal_fetch(self, signal: torch.Tensor) -> int:
         self._check_active()
@@ -678,7 +591,7 @@ class Runtime:
                 f"{', '.join(map(str, WAIT_DTYPES))}; got {ivars.dtype} of shape {list(ivars.shape)}"
             )
         addr, _ = self._symmetric(ivars, f"{what}: ivars")
-        self._aligned(addr, ivars.element_size(), f"{what}: ivars")
+        self.heap.check_aligned(addr, ivars.element_size(), f"{what}: ivars")
         n = ivars.numel()
         values = value.tolist() if isinstance(value, torch.Tensor) else value
         if isinstance(values, (list, tuple)):
@@ -771,7 +684,7 @@ class Runtime:
     # A PE whose arguments fail the checks still enters the collective, marked as rejected,
     # so that every member raises instead of waiting for it.
 
-    def _checked(self, slot: int, check: Callable):
+    def checked(self, slot: int, check: Callable[[], Any]) -> Any:
         """check()'s result; if it raises, this PE enters the collective on team `slot` as
         rejected first, so that the other members raise too and every barrier count stays equal."""
         try:

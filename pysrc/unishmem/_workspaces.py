@@ -1,5 +1,6 @@
-"""The symmetric buffers of unishmem.kernels, outside that package so that `rt.free_workspaces()` and
-finalize never import Triton.
+"""The symmetric buffers of unishmem.kernels and the team arenas they come from on teams smaller than
+the world: one store per runtime (`rt.workspaces`, a WorkspaceStore). Outside unishmem.kernels, so that
+init, splits, `rt.free_workspaces()` and finalize never import Triton.
 
 NOTE [workspaces]: the symmetric buffers a kernel needs (staging, receive slots, signals) come in
 size classes: a workspace is keyed by (kernel, dtype, team, variant, size class), where the class is
@@ -51,14 +52,66 @@ teams stays carved until the world allocation it lies in goes.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 
 import torch
 
 from . import _config
-from ._arena import AGREE_WIDTH, Arena, _aligned, _nbytes, reclaim_arenas
 from ._dtypes import DTYPE_CODES
-from .errors import CaptureError
+from .errors import CaptureError, HeapExhaustedError
+
+AGREE_WIDTH = 10  # int64 words of the longest description kernels exchange
+ALIGN = 256  # of every buffer in an arena, as the heap's allocator aligns allocations
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+class Arena:
+    """A team's symmetric bytes for its workspaces (NOTE [workspaces]): the agreement buffers,
+    then workspaces from `low` upwards; arenas of teams split from this one are carved off the top."""
+
+    def __init__(self, memory: torch.Tensor, n_pes: int, users: list):
+        self.memory = memory  # uint8, symmetric
+        self.users = users  # this PE's teams using the world allocation this arena lies in
+        agree = memory[: 8 * (1 + n_pes) * AGREE_WIDTH].view(torch.int64)
+        self.mine, self.everyone = agree[:AGREE_WIDTH], agree[AGREE_WIDTH:]
+        self.base = self.low = _aligned(agree.nbytes)  # (_give checked that the memory holds them)
+        self.high = memory.numel()
+
+    def carve(self, nbytes: int) -> torch.Tensor:
+        """nbytes (rounded down to ALIGN) off the top, for a nested team's arena."""
+        self.high -= nbytes // ALIGN * ALIGN
+        return self.memory[self.high : self.high + nbytes // ALIGN * ALIGN]
+
+    def take(self, rt, team, what: str, buffers: dict) -> dict[str, torch.Tensor]:
+        """Zeroed `buffers` (name -> (shape, dtype)) from the arena; every member calls it alike,
+        after `exchange`, so the offsets agree and every member raises alike when they do not fit."""
+        sizes = {name: _aligned(_nbytes(shape, dtype)) for name, (shape, dtype) in buffers.items()}
+        need = sum(sizes.values())
+        if need > self.high - self.low:
+            raise ValueError(
+                f"{what}: its workspace needs {need} bytes of symmetric memory, but the team arena of {team.name} "
+                f"has {self.high - self.low} of its {self.memory.numel()} bytes free; raise UNISHMEM_TEAM_ARENA "
+                f"(now {_config.team_arena(rt.heap_size)} bytes, reserved for each team smaller than the world "
+                "when it is split; a team split from such a team gets half of its free arena) or call "
+                "rt.free_workspaces()"
+            )
+        out = {}
+        for name, (shape, dtype) in buffers.items():
+            nbytes = _nbytes(shape, dtype)
+            out[name] = self.memory[self.low : self.low + nbytes].view(dtype).view(shape)
+            self.low += sizes[name]
+        self.memory[self.low - need : self.low].zero_()
+        rt.sync(team)  # no member writes into a copy that its owner has yet to zero
+        return out
+
+
+def _nbytes(shape, dtype) -> int:
+    return math.prod(shape) * dtype.itemsize
+
 
 # the numbers every PE's call is described by (a shape), compared across PEs, in a desc of
 # (kind, dtype, ndim, *dims, variant): the longest any kernel exchanges, which a team arena has room for
@@ -117,14 +170,14 @@ def buffer_bytes(buffers: dict) -> int:
 
 def held_bytes(rt) -> int:
     """The bytes rt's workspaces hold on the heap (team arenas' workspaces not counted)."""
-    return sum(ws.nbytes for ws in rt._workspaces.values() if ws.arena is None)
+    return sum(ws.nbytes for ws in rt.workspaces._by_key.values() if ws.arena is None)
 
 
 def room_problem(rt, team, what: str, buffers: dict) -> ValueError | None:
     """Why a new workspace of `buffers` for kernel `what` on `team` may not be allocated, or None:
     UNISHMEM_WORKSPACE_BYTES (NOTE [workspaces]). The same on every PE of a world-sized team; a
     team arena's workspaces are bounded by the arena instead (Arena.take)."""
-    if team._arena is not None:
+    if rt.workspaces.arena_of(team) is not None:
         return None
     need, held = buffer_bytes(buffers), held_bytes(rt)
     cap = _config.workspace_bytes(rt.heap_size)
@@ -148,7 +201,7 @@ def new_workspace(rt, team, what: str, buffers: dict, **extra) -> Workspace:
             f"unishmem.testing.capture: {what} allocates its workspace (symmetric memory, a collective) inside "
             "the capture; make one call of the same shapes before capturing"
         )
-    arena = team._arena
+    arena = rt.workspaces.arena_of(team)
     tensors = (
         arena.take(rt, team, what, buffers)
         if arena is not None
@@ -165,13 +218,14 @@ def keyed_workspace(rt, team, what: str, key: tuple, buffers, **extra) -> Worksp
     `_id` and a size class (`size_class`) rather than an exact shape, so that shapes share it;
     `buffers`: name -> (shape, dtype), sized for the class, or a function returning that, called only
     on first use."""
-    ws = rt._workspaces.get(key)
+    store = rt.workspaces
+    ws = store.get(key)
     if ws is None:
         spec = buffers() if callable(buffers) else buffers
         problem = room_problem(rt, team, what, spec)
         if problem is not None:
             raise problem
-        ws = rt._workspaces[key] = new_workspace(rt, team, what, spec, **extra)
+        ws = store._by_key[key] = new_workspace(rt, team, what, spec, **extra)
     return ws
 
 
@@ -188,7 +242,7 @@ def _exchange_through_bootstrap(rt, team, desc: list[int]) -> list[list[int]]:
     the bootstrap that started the job instead (JSON, over the launcher's rendezvous or torch.distributed)."""
     if team.n_pes != rt.n_pes:  # a sub-team's non-members would not take part
         raise ValueError(f"{team.name}: only world-sized teams can agree through the bootstrap")
-    everyone = rt._bootstrap.allgather(list(desc))
+    everyone = rt.bootstrap.allgather(list(desc))
     return [everyone[pe] for pe in _members(rt, team)]
 
 
@@ -198,16 +252,16 @@ def exchange(rt, team, what: str, desc: list[int], problem: Exception | None) ->
     with a negative number)."""
     if getattr(rt.native, "limited_mode", False):
         return _agreed(what, team, _exchange_through_bootstrap(rt, team, desc), problem)
-    width = len(desc)
-    if team._arena is not None:
-        mine, everyone = team._arena.mine[:width], team._arena.everyone[: team.n_pes * width]
+    width, store, arena = len(desc), rt.workspaces, rt.workspaces.arena_of(team)
+    if arena is not None:
+        mine, everyone = arena.mine[:width], arena.everyone[: team.n_pes * width]
     else:
-        key = ("agree", team._id, width)
-        if key not in rt._workspaces:
-            rt._workspaces[key] = new_workspace(
+        key = ("agree", team.key, width)
+        if key not in store._by_key:
+            store._by_key[key] = new_workspace(
                 rt, team, what, {"mine": ((width,), torch.int64), "everyone": ((team.n_pes * width,), torch.int64)}
             )
-        mine, everyone = rt._workspaces[key].buffers.values()
+        mine, everyone = store._by_key[key].buffers.values()
     mine.copy_(torch.tensor(desc, dtype=torch.int64))
     rt.fcollect(everyone, mine, team=team)
     return _agreed(what, team, everyone.view(team.n_pes, width).tolist(), problem)
@@ -265,8 +319,8 @@ def workspace(
             f"{what}: x must have at most {DESC_DIMS} dimensions and a dtype of the symmetric "
             f"heap; got {x.dtype} of shape {list(shape)}"
         )
-    full_key = (what, getattr(x, "dtype", None), team._id, *key)
-    ws = rt._workspaces.get(full_key)
+    full_key = (what, getattr(x, "dtype", None), team.key, *key)
+    ws = rt.workspaces.get(full_key)
     spec = None
     if ws is None and problem is None:
         spec = buffers()
@@ -288,21 +342,132 @@ def workspace(
     if ws is None or problem or desc not in ws.agreed or checks_every_call(rt):
         _agree(rt, team, what, list(desc), problem, label, variants)
     if ws is None:
-        ws = rt._workspaces[full_key] = new_workspace(rt, team, what, spec)
+        ws = rt.workspaces._by_key[full_key] = new_workspace(rt, team, what, spec)
     ws.agreed.add(desc)
     return ws
 
 
-def free_workspaces(rt) -> None:
-    """Collective over the world: frees every kernel workspace of this runtime, empties every team
-    arena and frees the world allocations of arenas whose teams were all destroyed."""
-    for ws in rt._workspaces.values():
-        ws.freed = True
-        if ws.arena is None:
-            for t in ws.buffers.values():
-                rt.free(t)
-    rt._workspaces.clear()
-    for _, users in rt._arenas:
-        for team in users:
-            team._arena.low = team._arena.base
-    reclaim_arenas(rt)
+class WorkspaceStore:
+    """A runtime's kernel workspaces, by key, and its team arenas (NOTE [workspaces]). The runtime
+    makes one; its splits, team destroys, free_workspaces and finalize call it, and the kernels reach
+    it through this module's functions."""
+
+    def __init__(self, rt):
+        self._rt = rt
+        self._by_key: dict[tuple, Workspace] = {}
+        self._arenas: list = []  # (world allocation, this PE's teams using it) per team arena, in split order
+        self._team_arenas: dict[int, Arena] = {}  # Team.key -> its arena
+        self._no_arena: dict[int, str] = {}  # Team.key -> why it has none (teams made by a split)
+
+    def get(self, key: tuple) -> Workspace | None:
+        return self._by_key.get(key)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def holds(self, ws: Workspace) -> bool:
+        """Whether ws is still one of this runtime's workspaces (not freed since it was made)."""
+        return any(v is ws for v in self._by_key.values())
+
+    def arena_of(self, team) -> Arena | None:
+        return self._team_arenas.get(team.key)
+
+    def why_no_arena(self, team) -> str:
+        return self._no_arena.get(
+            team.key, "only teams made by a split, and a node team smaller than the world, get a team arena"
+        )
+
+    def arena_teams(self):
+        """This PE's live teams that have a team arena, in split order."""
+        for _, users in self._arenas:
+            yield from (team for team in users if not team.destroyed)
+
+    def split(self, parent, teams: list, world_bytes: int | None) -> None:
+        """Inside a split of `parent` (collective over it), after the backend's, or at init for the node
+        team: gives each new team smaller than the world an arena. `teams`: (the new team on this PE or
+        None, whether that team is smaller than the world), the same list on every member of parent;
+        `world_bytes`: UNISHMEM_TEAM_ARENA where parent is as big as the world, else None."""
+        small = [team for team, smaller in teams if smaller]
+        if not small:
+            return
+        if world_bytes is not None:
+            self._reclaim()
+            for team in small:
+                memory, why = None, "UNISHMEM_TEAM_ARENA=0"
+                if world_bytes:
+                    try:
+                        memory = self._rt.empty(world_bytes, dtype=torch.uint8)
+                    except HeapExhaustedError:  # on every PE alike: the allocator is deterministic
+                        why = f"the heap had no room for its UNISHMEM_TEAM_ARENA={world_bytes} bytes when it was split"
+                users = []
+                if memory is not None:
+                    self._arenas.append((memory, users))
+                self._give(team, memory, users, why)
+            return
+        arena = self.arena_of(parent)
+        share = (arena.high - arena.low) // (2 * len(small)) if arena is not None else 0
+        for team in small:
+            memory = arena.carve(share) if arena is not None else None
+            self._give(
+                team,
+                memory,
+                arena.users if arena is not None else [],
+                f"{parent.name}, which it was split from, has no team arena to carve one from",
+            )
+
+    def _give(self, team, memory, users: list, why: str) -> None:
+        if team is None:  # this PE is not a member: it only took part in the allocation
+            return
+        agree = _aligned(8 * (1 + team.n_pes) * AGREE_WIDTH)
+        if memory is not None and memory.numel() < agree:
+            memory, why = None, f"its {memory.numel()} bytes are fewer than the {agree} its agreement buffers need"
+        if memory is None:
+            self._no_arena[team.key] = why
+            return
+        self._team_arenas[team.key] = Arena(memory, team.n_pes, users)
+        users.append(team)
+
+    def forget_team(self, team) -> None:
+        """After `team` was destroyed on this PE: its arena's workspaces go (the arena's world
+        allocation waits for _reclaim)."""
+        arena = self._team_arenas.get(team.key)
+        if arena is not None:
+            for key in [k for k, ws in self._by_key.items() if ws.arena is arena]:
+                self._by_key.pop(key).freed = True  # (NOTE [call plans] in kernels/collectives.py)
+
+    def _reclaim(self) -> None:
+        """Collective over the world: frees the world allocations of team arenas that no PE's live team uses."""
+        if not self._arenas:
+            return
+        rt = self._rt
+        used = rt.zeros(len(self._arenas), dtype=torch.int64)
+        used.copy_(torch.tensor([any(not team.destroyed for team in users) for _, users in self._arenas]))
+        rt.reduce(used, used, op="max")
+        keep = used.tolist()
+        rt.free(used)
+        for (memory, users), kept in zip(self._arenas, keep):
+            if not kept:
+                rt.free(memory)
+                for team in users:
+                    self._team_arenas.pop(team.key, None)
+        self._arenas[:] = [arena for arena, kept in zip(self._arenas, keep) if kept]
+
+    def free_workspaces(self) -> None:
+        """Collective over the world: frees every kernel workspace, empties every team arena and frees
+        the world allocations of arenas whose teams were all destroyed."""
+        for ws in self._by_key.values():
+            ws.freed = True
+            if ws.arena is None:
+                for t in ws.buffers.values():
+                    self._rt.free(t)
+        self._by_key.clear()
+        for arena in self._team_arenas.values():
+            arena.low = arena.base
+        self._reclaim()
+
+    def free_arenas(self) -> None:
+        """Collective over the world (finalize): frees the world allocation of every team arena."""
+        for memory, _ in self._arenas:
+            self._rt.free(memory)
+        self._arenas.clear()
+        self._team_arenas.clear()

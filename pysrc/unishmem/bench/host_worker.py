@@ -217,20 +217,21 @@ class HostBench:
         """Seconds per call of the point-to-point calls from Python, on PE 0 and with nothing to
         wait for, beside the same call straight to the binding with its arguments ready: what the
         Python layer's checks cost."""
-        rt, b, peer = self.rt, self.rt._address, 1  # the binding: NOTE [fast calls] (bindings.cpp)
+        rt, hot, peer = self.rt, self.rt.hot_path, 1  # the binding: NOTE [fast calls] (bindings.cpp)
+        b = hot.backend
         sym, local, sig = rt.zeros(PAYLOAD, dtype=torch.uint8), torch.ones(PAYLOAD, dtype=torch.uint8), rt.signals(1)
         d, s, a = sym.data_ptr(), local.data_ptr(), sig.data_ptr()
         add, ge = int(SIGNAL.ADD), int(CMP.GE)
         calls = {
-            "put": (lambda: rt.put(sym, local, peer), lambda: rt._fast_put(b, d, s, PAYLOAD, peer, 0)),
-            "get": (lambda: rt.get(local, sym, peer), lambda: rt._fast_get(b, s, d, PAYLOAD, peer, 0)),
+            "put": (lambda: rt.put(sym, local, peer), lambda: hot.fast_put(b, d, s, PAYLOAD, peer, 0)),
+            "get": (lambda: rt.get(local, sym, peer), lambda: hot.fast_get(b, s, d, PAYLOAD, peer, 0)),
             "put_signal": (
                 lambda: rt.put_signal(sym, local, sig, 0, peer, SIGNAL.ADD),
-                lambda: rt._fast_put_signal(b, d, s, PAYLOAD, a, 0, add, peer, 0),
+                lambda: hot.fast_put_signal(b, d, s, PAYLOAD, a, 0, add, peer, 0),
             ),
             "signal_wait_until": (
                 lambda: rt.signal_wait_until(sig, CMP.GE, 0),
-                lambda: rt._fast_signal_wait_until(b, a, ge, 0, 0),
+                lambda: hot.fast_signal_wait_until(b, a, ge, 0, 0),
             ),
         }
         noop = lambda: None  # noqa: E731

@@ -2,7 +2,7 @@
 (`torch.ops.unishmem.<name>`, registered in _ops.py) under torch.compile and where autograd must
 record it; otherwise straight to the kernel (an op's dispatch costs several microseconds a call).
 
-A team crosses the op boundary as its number (`Team._id`): custom ops take tensors, numbers and strings
+A team crosses the op boundary as its number (`Team.key`): custom ops take tensors, numbers and strings
 only. `team_number` registers the team it numbers; the ops look it up with `op_team`.
 """
 
@@ -13,13 +13,13 @@ import weakref
 import torch
 import torch._dynamo
 
-_TEAMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # Team._id -> Team
+_TEAMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # Team.key -> Team
 
 
 def team_number(team) -> int:
     """The number a custom op takes for `team` (a Team of the current runtime, already checked)."""
-    _TEAMS[team._id] = team
-    return team._id
+    _TEAMS[team.key] = team
+    return team.key
 
 
 def op_team(number: int):
@@ -45,7 +45,7 @@ def team_of(rt, team, group):
             "as its ranks (unishmem.init(group=...) or a launcher that sets both)"
         )
     ranks = dist.get_process_group_ranks(group)
-    for candidate in rt._live_teams():
+    for candidate in rt.kernel_teams():
         if [candidate.translate_pe(i, rt.team_world) for i in range(candidate.n_pes)] == ranks:
             return candidate
     raise ValueError(
@@ -60,7 +60,7 @@ def op_team_arg(team, group=None) -> int:
     from .. import runtime
 
     rt = runtime()
-    return team_number(rt._team(team_of(rt, team, group)))
+    return team_number(rt.checked_team(team_of(rt, team, group)))
 
 
 def needs_op(*tensors) -> bool:

@@ -372,11 +372,11 @@ def _pull_reduce(
 
 
 def _team(rt, team):
-    team = rt._team(team)
-    if team.n_pes != rt.n_pes and team._arena is None:  # every member raises alike: none is left waiting
+    team = rt.checked_team(team)
+    if team.n_pes != rt.n_pes and rt.workspaces.arena_of(team) is None:  # every member raises alike
         raise ValueError(
             f"unishmem.kernels: {team.name} ({team.n_pes} of {rt.n_pes} PEs) has no team arena for "
-            f"its workspaces (NOTE [workspaces]): {team._no_arena}"
+            f"its workspaces (NOTE [workspaces]): {rt.workspaces.why_no_arena(team)}"
         )
     return team
 
@@ -738,9 +738,9 @@ def all_reduce(
 def _reachable(rt, team) -> bool:
     """Whether this PE reaches every member of team by load/store (rt.peer is not None): the same on
     every member, as PEs reach each other by node. Asked once per team."""
-    found = _REACHABLE.get(team._id)
+    found = _REACHABLE.get(team.key)
     if found is None:
-        found = _REACHABLE[team._id] = all(
+        found = _REACHABLE[team.key] = all(
             rt.native.peer_ptr(rt.heap_base, team.translate_pe(i, rt.team_world)) != 0 for i in range(team.n_pes)
         )
     return found

@@ -374,7 +374,7 @@ def _handle_of(expert_out, C, pos, ids, weights, n_experts: int, max_tokens: int
 
     rt = runtime()
     n, K, H = team.n_pes, pos.shape[1], expert_out.shape[-1]
-    ws = rt._workspaces.get(("moe", expert_out.dtype, H, K, n_experts, size_class(max_tokens), team._id))
+    ws = rt.workspaces.get(("moe", expert_out.dtype, H, K, n_experts, size_class(max_tokens), team.key))
     if ws is None:
         raise ValueError("combine: no dispatch with these shapes and max_tokens has run (or its workspace was freed)")
     if weights is None:  # (per_copy: never read)
@@ -515,9 +515,9 @@ def _run_dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group)
     padded = max_tokens is not None
     T, H, K = (tokens.shape[0], tokens.shape[-1], topk_ids.shape[1]) if problem is None else (0, 0, 0)
     # NOTE [workspaces]: one workspace per size class of the capacity (a power of two of tokens a PE)
-    key = ("moe", getattr(tokens, "dtype", None), H, K, n_experts, size_class(max_tokens or 1), team._id)
+    key = ("moe", getattr(tokens, "dtype", None), H, K, n_experts, size_class(max_tokens or 1), team.key)
     agreed = (H, K, n_experts, max_tokens)  # what every PE must pass alike (T may differ)
-    ws = rt._workspaces.get(key) if padded and problem is None else None
+    ws = rt.workspaces.get(key) if padded and problem is None else None
     cap = max_tokens
     if not padded or problem or ws is None or agreed not in ws.agreed or checks_every_call(rt):
         if padded and problem is None and ws is None:
@@ -528,7 +528,7 @@ def _run_dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group)
         if mismatch:
             raise mismatch
         cap = max_tokens or _blocks(max(row[6] for row in rows))
-        key = key[:5] + (size_class(cap), team._id)
+        key = key[:5] + (size_class(cap), team.key)
         cls = key[5]
         # the programs per peer: by the most bytes one PE can send another (all of its copies)
         pieces = _pieces(cls * K * H, tokens.element_size())[0]
@@ -639,7 +639,7 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
         problem = ValueError(
             f"combine: the handle is from dispatch on {handle.team.name}, not on {team.name}: pass dispatch's team"
         )
-    if problem is None and not any(v is handle.ws for v in rt._workspaces.values()):
+    if problem is None and not rt.workspaces.holds(handle.ws):
         problem = ValueError("combine: the handle's workspace was freed (rt.free_workspaces()) after its dispatch")
     if problem is None and (tuple(expert_out.shape) != (handle.rows, handle.H) or expert_out.dtype != handle.dtype):
         problem = ValueError(

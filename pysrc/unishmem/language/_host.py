@@ -2,7 +2,7 @@
 
 The interpreter hands a device function Python values: pointers arrive here as (address, element
 size) of this PE's mapping. Addresses, PEs, codes and collective arguments go through the host API's
-own checks (NOTE [address checks] in _runtime.py), so a device function refuses what the host API
+own checks (NOTE [address checks] in _heap.py), so a device function refuses what the host API
 refuses with the same error; only what pointers alone have (their element type) is checked here.
 Values are converted to the word they go to, as a compiled call converts them, not range-checked."""
 
@@ -74,20 +74,20 @@ def remote_ptr(rt, ptr, pe):
     # Only in the heap, not in a live allocation: a block's masked-off lanes may point past its end.
     if not isinstance(ptr.addr, int):  # a block of pointers: every one in the heap, all moved alike
         for addr in (int(ptr.addr.min()), int(ptr.addr.max())):
-            rt._heap(addr, 0, "remote_ptr: ptr")
+            rt.heap.check_in_heap(addr, 0, "remote_ptr: ptr")
         base = rt.native.peer_ptr(rt.heap_base, check_pe(pe, rt.n_pes))
         return (
             np.zeros_like(ptr.addr, dtype=np.int64) if not base else ptr.addr.astype(np.int64) + (base - rt.heap_base)
         )
-    return rt.native.peer_ptr(rt._heap(ptr.addr, 0, "remote_ptr: ptr"), check_pe(pe, rt.n_pes))
+    return rt.native.peer_ptr(rt.heap.check_in_heap(ptr.addr, 0, "remote_ptr: ptr"), check_pe(pe, rt.n_pes))
 
 
 def put(rt, dest, source, nbytes, pe):
-    rt.native.put(rt._range(dest.addr, nbytes, "dest"), source.addr, nbytes, check_pe(pe, rt.n_pes), 0)
+    rt.native.put(rt.heap.check_range(dest.addr, nbytes, "dest"), source.addr, nbytes, check_pe(pe, rt.n_pes), 0)
 
 
 def get(rt, dest, source, nbytes, pe):
-    rt.native.get(dest.addr, rt._range(source.addr, nbytes, "source"), nbytes, check_pe(pe, rt.n_pes), 0)
+    rt.native.get(dest.addr, rt.heap.check_range(source.addr, nbytes, "source"), nbytes, check_pe(pe, rt.n_pes), 0)
 
 
 def put_elems(rt, dest, source, nelems, pe):
@@ -138,12 +138,12 @@ def g(rt, source, pe):
 def _signal(rt, sig: Ptr) -> int:
     if sig.itemsize != 8:  # as compiled: any 8-byte word is a signal's uint64
         raise TypeError(f"sig must point to a uint64 signal word, not {sig.dtype}")
-    return rt._aligned(rt._range(sig.addr, 8, "sig"), 8, "sig")
+    return rt.heap.check_aligned(rt.heap.check_range(sig.addr, 8, "sig"), 8, "sig")
 
 
 def put_signal(rt, dest, source, nbytes, sig, value, op, pe):
-    d = rt._range(dest.addr, nbytes, "dest")
-    rt.native.put_signal(d, source.addr, nbytes, _signal(rt, sig), *rt._signal_args(_bits(value), op, pe), 0)
+    d = rt.heap.check_range(dest.addr, nbytes, "dest")
+    rt.native.put_signal(d, source.addr, nbytes, _signal(rt, sig), *rt.signal_args(_bits(value), op, pe), 0)
 
 
 def put_signal_elems(rt, dest, source, nelems, sig, value, op, pe):
@@ -151,7 +151,7 @@ def put_signal_elems(rt, dest, source, nelems, sig, value, op, pe):
 
 
 def signal_op(rt, sig, value, op, pe):
-    rt.native.signal_op(_signal(rt, sig), *rt._signal_args(_bits(value), op, pe), 0)
+    rt.native.signal_op(_signal(rt, sig), *rt.signal_args(_bits(value), op, pe), 0)
 
 
 def signal_wait_until(rt, sig, cmp, value):
@@ -165,7 +165,9 @@ def signal_fetch(rt, sig):
 def _word(rt, ptr: Ptr) -> tuple[int, int]:
     if ptr.dtype not in WAIT_DTYPES:  # the atomics' too (enums.ATOMIC_DTYPES)
         raise TypeError(f"point-to-point waits and atomics take int32, int64, uint32 or uint64 words, not {ptr.dtype}")
-    return rt._aligned(rt._range(ptr.addr, ptr.itemsize, "ptr"), ptr.itemsize, "ptr"), DTYPE_CODES[ptr.dtype]
+    return rt.heap.check_aligned(rt.heap.check_range(ptr.addr, ptr.itemsize, "ptr"), ptr.itemsize, "ptr"), DTYPE_CODES[
+        ptr.dtype
+    ]
 
 
 def _bits(value: int) -> int:
@@ -197,7 +199,7 @@ def _words(rt, ivars: Ptr, nelems: int, what: str, values: Ptr | None = None, va
     addr, code = _word(rt, ivars)
     if nelems < 1:
         raise ValueError(f"{what}: nelems={nelems} must be >= 1")
-    rt._range(ivars.addr, nelems * ivars.itemsize, f"{what}: ivars")
+    rt.heap.check_range(ivars.addr, nelems * ivars.itemsize, f"{what}: ivars")
     if values is None:
         return addr, code, [_bits(value)] * nelems
     if values.dtype != ivars.dtype:
@@ -282,7 +284,7 @@ def _collective(rt, team: int, check):
     except ValueError:
         rt.native.reject_collective(0)  # no team to enter: the others are likely in the world
         raise
-    return rt._checked(team, check)  # on the host backend a team's handle is its slot
+    return rt.checked(team, check)  # on the host backend a team's handle is its slot
 
 
 def barrier(rt, team):
@@ -297,8 +299,8 @@ def sync(rt, team):
 
 def _pair(rt, dest: Ptr, source: Ptr, dest_bytes: int, source_bytes: int, what: str, in_place_ok: bool = False):
     """(dest, source, dtype code) of a collective, checked as the host API checks them."""
-    d = rt._range(dest.addr, dest_bytes, "dest")
-    s = rt._range(source.addr, source_bytes, "source")
+    d = rt.heap.check_range(dest.addr, dest_bytes, "dest")
+    s = rt.heap.check_range(source.addr, source_bytes, "source")
     if dest.dtype != source.dtype:
         raise TypeError(f"{what}: dest points to {dest.dtype} but source to {source.dtype}")
     if dest.dtype not in DTYPE_CODES:

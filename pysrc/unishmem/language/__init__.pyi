@@ -1,0 +1,278 @@
+# Generated from language/_table.py by `python -m unishmem.language._stubs --write`: do not edit.
+
+from typing import Any
+
+import triton.language as tl
+
+from ._build import atomic_function as atomic_function
+from ._build import device_function as device_function
+from ._table import ATOMICS as ATOMICS
+from ._table import ROWS as ROWS
+
+FUNCTIONS: list[str]
+SIGNAL_SET: tl.constexpr
+SIGNAL_ADD: tl.constexpr
+CMP_EQ: tl.constexpr
+CMP_NE: tl.constexpr
+CMP_GT: tl.constexpr
+CMP_GE: tl.constexpr
+CMP_LT: tl.constexpr
+CMP_LE: tl.constexpr
+
+__all__ = [
+    "my_pe",
+    "n_pes",
+    "team_my_pe",
+    "team_n_pes",
+    "team_translate_pe",
+    "remote_ptr",
+    "load_remote",
+    "store_remote",
+    "put_tile_block",
+    "barrier_all_grid",
+    "p",
+    "g",
+    "signal_op",
+    "signal_wait_until",
+    "signal_fetch",
+    "wait_until",
+    "test",
+    "fence",
+    "quiet",
+    "barrier_all",
+    "sync_all",
+    "barrier_all_block",
+    "sync_all_block",
+    "barrier",
+    "sync",
+    "broadcast",
+    "fcollect",
+    "alltoall",
+    "reduce",
+    "putmem",
+    "getmem",
+    "putmem_nbi",
+    "getmem_nbi",
+    "putmem_signal",
+    "putmem_signal_nbi",
+    "putmem_block",
+    "getmem_block",
+    "putmem_nbi_block",
+    "getmem_nbi_block",
+    "putmem_signal_block",
+    "putmem_signal_nbi_block",
+    "putmem_warp",
+    "getmem_warp",
+    "putmem_nbi_warp",
+    "getmem_nbi_warp",
+    "putmem_signal_warp",
+    "putmem_signal_nbi_warp",
+    "put_signal",
+    "put_signal_nbi",
+    "put_signal_block",
+    "put_signal_nbi_block",
+    "put_signal_warp",
+    "put_signal_nbi_warp",
+    "wait_until_all",
+    "wait_until_any",
+    "wait_until_some",
+    "wait_until_all_vector",
+    "wait_until_any_vector",
+    "wait_until_some_vector",
+    "iput",
+    "iget",
+    "iput_block",
+    "iget_block",
+    "put",
+    "get",
+    "put_nbi",
+    "get_nbi",
+    "put_block",
+    "get_block",
+    "put_nbi_block",
+    "get_nbi_block",
+    "atomic_fetch",
+    "atomic_set",
+    "atomic_swap",
+    "atomic_compare_swap",
+    "atomic_fetch_add",
+    "atomic_add",
+    "atomic_fetch_inc",
+    "atomic_inc",
+    "consume_token",
+    "SIGNAL_SET",
+    "SIGNAL_ADD",
+    "CMP_EQ",
+    "CMP_NE",
+    "CMP_GT",
+    "CMP_GE",
+    "CMP_LT",
+    "CMP_LE",
+]
+
+def my_pe() -> tl.tensor:
+    """This PE's number in the world team."""
+
+def n_pes() -> tl.tensor:
+    """The number of PEs in the world team."""
+
+def team_my_pe(team: Any) -> tl.tensor: ...
+def team_n_pes(team: Any) -> tl.tensor: ...
+def team_translate_pe(src_team: Any, pe: Any, dst_team: Any) -> tl.tensor: ...
+def remote_ptr(ptr: Any, pe: Any) -> tl.tensor:
+    """`ptr` (a pointer or a block of them) on PE `pe`, for direct loads and stores; null where not reachable."""
+
+def load_remote(ptr: Any, pe: Any, mask: Any = None, other: Any = None) -> tl.tensor:
+    """tl.load of `ptr` (a pointer or block of them) on PE `pe`, which must be reachable by load/store: when it
+    is not, a device assertion says so when compiled with TRITON_DEBUG=1, and a ValueError always does under
+    TRITON_INTERPRET=1."""
+
+def store_remote(ptr: Any, value: Any, pe: Any, mask: Any = None) -> None:
+    """tl.store of `value` to `ptr` on PE `pe`, which must be reachable by load/store."""
+
+def put_tile_block(dest: Any, dest_ld: Any, source: Any, source_ld: Any, rows: Any, row_bytes: Any, pe: Any) -> None:
+    """Put `rows` rows of `row_bytes` bytes, `source_ld` elements apart at source, to rows `dest_ld` elements
+    apart at PE `pe`'s dest; complete for the source on return."""
+
+def barrier_all_grid(counter: Any) -> None:
+    """Every program of the launch, then every PE, then every program again. `counter`: a zeroed int64 word (or
+    a uint64 signal word) of the symmetric heap kept for this use (never reset); the launch must be cooperative
+    (launch_cooperative_grid=True) so that all its programs are resident."""
+
+def p(dest: Any, value: Any, pe: Any) -> None:
+    """Store one element into PE `pe`'s `dest`."""
+
+def g(source: Any, pe: Any) -> tl.tensor:
+    """Load one element from PE `pe`'s `source`."""
+
+def signal_op(sig: Any, value: Any, op: Any, pe: Any) -> None: ...
+def signal_wait_until(sig: Any, cmp: Any, value: Any) -> tl.tensor:
+    """Wait until the local signal compares true with `value`; returns the signal's value."""
+
+def signal_fetch(sig: Any) -> tl.tensor: ...
+def wait_until(ptr: Any, cmp: Any, value: Any) -> None: ...
+def test(ptr: Any, cmp: Any, value: Any) -> tl.tensor:
+    """1 if the local value compares true, else 0."""
+
+def fence() -> None:
+    """Order this PE's puts to each peer before its later puts to that peer."""
+
+def quiet() -> None:
+    """Complete every put this PE issued."""
+
+def barrier_all() -> None: ...
+def sync_all() -> None: ...
+def barrier_all_block() -> None: ...
+def sync_all_block() -> None: ...
+def barrier(team: Any) -> None: ...
+def sync(team: Any) -> None: ...
+def broadcast(team: Any, dest: Any, source: Any, nelems: Any, root: Any) -> None: ...
+def fcollect(team: Any, dest: Any, source: Any, nelems: Any) -> None: ...
+def alltoall(team: Any, dest: Any, source: Any, nelems: Any) -> None: ...
+def reduce(team: Any, dest: Any, source: Any, nelems: Any, op: Any) -> None: ...
+def putmem(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
+def getmem(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
+def putmem_nbi(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
+def getmem_nbi(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
+def putmem_signal(dest: Any, source: Any, nbytes: Any, sig: Any, value: Any, op: Any, pe: Any) -> None: ...
+def putmem_signal_nbi(dest: Any, source: Any, nbytes: Any, sig: Any, value: Any, op: Any, pe: Any) -> None: ...
+def putmem_block(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
+def getmem_block(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
+def putmem_nbi_block(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
+def getmem_nbi_block(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
+def putmem_signal_block(dest: Any, source: Any, nbytes: Any, sig: Any, value: Any, op: Any, pe: Any) -> None: ...
+def putmem_signal_nbi_block(dest: Any, source: Any, nbytes: Any, sig: Any, value: Any, op: Any, pe: Any) -> None: ...
+def putmem_warp(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
+def getmem_warp(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
+def putmem_nbi_warp(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
+def getmem_nbi_warp(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
+def putmem_signal_warp(dest: Any, source: Any, nbytes: Any, sig: Any, value: Any, op: Any, pe: Any) -> None: ...
+def putmem_signal_nbi_warp(dest: Any, source: Any, nbytes: Any, sig: Any, value: Any, op: Any, pe: Any) -> None: ...
+def put_signal(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
+    """putmem_signal counted in elements."""
+
+def put_signal_nbi(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
+    """putmem_signal_nbi counted in elements."""
+
+def put_signal_block(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
+    """putmem_signal_block counted in elements."""
+
+def put_signal_nbi_block(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
+    """putmem_signal_nbi_block counted in elements."""
+
+def put_signal_warp(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
+    """putmem_signal_warp counted in elements."""
+
+def put_signal_nbi_warp(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
+    """putmem_signal_nbi_warp counted in elements."""
+
+def wait_until_all(ivars: Any, nelems: Any, cmp: Any, value: Any) -> None:
+    """Wait until each of the nelems words at ivars compares true."""
+
+def wait_until_any(ivars: Any, nelems: Any, cmp: Any, value: Any) -> tl.tensor:
+    """Wait until one of the nelems words at ivars compares true; returns its index."""
+
+def wait_until_some(ivars: Any, nelems: Any, indices: Any, cmp: Any, value: Any) -> tl.tensor:
+    """Wait until at least one of the nelems words at ivars compares true; writes the indices of those that do
+    to indices (int64) and returns how many."""
+
+def wait_until_all_vector(ivars: Any, nelems: Any, cmp: Any, values: Any) -> None:
+    """Wait until each of the nelems words at ivars compares true. Word i compares with values[i]."""
+
+def wait_until_any_vector(ivars: Any, nelems: Any, cmp: Any, values: Any) -> tl.tensor:
+    """Wait until one of the nelems words at ivars compares true; returns its index. Word i compares with
+    values[i]."""
+
+def wait_until_some_vector(ivars: Any, nelems: Any, indices: Any, cmp: Any, values: Any) -> tl.tensor:
+    """Wait until at least one of the nelems words at ivars compares true; writes the indices of those that do
+    to indices (int64) and returns how many. Word i compares with values[i]."""
+
+def iput(dest: Any, source: Any, dst_stride: Any, src_stride: Any, nelems: Any, pe: Any) -> None:
+    """Strided put: nelems elements, src_stride apart at source, to dst_stride apart at PE pe's dest (strides in
+    elements)."""
+
+def iget(dest: Any, source: Any, dst_stride: Any, src_stride: Any, nelems: Any, pe: Any) -> None:
+    """Strided get: the mirror of iput."""
+
+def iput_block(dest: Any, source: Any, dst_stride: Any, src_stride: Any, nelems: Any, pe: Any) -> None:
+    """Strided put: nelems elements, src_stride apart at source, to dst_stride apart at PE pe's dest (strides in
+    elements)."""
+
+def iget_block(dest: Any, source: Any, dst_stride: Any, src_stride: Any, nelems: Any, pe: Any) -> None:
+    """Strided get: the mirror of iput."""
+
+def put(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
+def get(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
+def put_nbi(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
+def get_nbi(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
+def put_block(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
+def get_block(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
+def put_nbi_block(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
+def get_nbi_block(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
+def atomic_fetch(dest: Any, pe: Any) -> tl.tensor:
+    """atomic_fetch(dest, pe): an atomic on PE pe's dest (NOTE [atomics])."""
+
+def atomic_set(dest: Any, value: Any, pe: Any) -> None:
+    """atomic_set(dest, value, pe): an atomic on PE pe's dest (NOTE [atomics])."""
+
+def atomic_swap(dest: Any, value: Any, pe: Any) -> tl.tensor:
+    """atomic_swap(dest, value, pe): an atomic on PE pe's dest (NOTE [atomics])."""
+
+def atomic_compare_swap(dest: Any, cond: Any, value: Any, pe: Any) -> tl.tensor:
+    """atomic_compare_swap(dest, cond, value, pe): an atomic on PE pe's dest (NOTE [atomics])."""
+
+def atomic_fetch_add(dest: Any, value: Any, pe: Any) -> tl.tensor:
+    """atomic_fetch_add(dest, value, pe): an atomic on PE pe's dest (NOTE [atomics])."""
+
+def atomic_add(dest: Any, value: Any, pe: Any) -> None:
+    """atomic_add(dest, value, pe): an atomic on PE pe's dest (NOTE [atomics])."""
+
+def atomic_fetch_inc(dest: Any, pe: Any) -> tl.tensor:
+    """atomic_fetch_inc(dest, pe): an atomic on PE pe's dest (NOTE [atomics])."""
+
+def atomic_inc(dest: Any, pe: Any) -> None:
+    """atomic_inc(dest, pe): an atomic on PE pe's dest (NOTE [atomics])."""
+
+def consume_token(x: Any, token: Any) -> tl.tensor:
+    """`x` unchanged, made data-dependent on `token` (a value a wait returned), so that loads addressed by `x`
+    cannot be issued before the wait (Triton's pipeliner would otherwise move them above it)."""

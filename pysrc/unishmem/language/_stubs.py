@@ -1,0 +1,78 @@
+"""Writes language/__init__.pyi: the device functions are made at import from _table.py, so type
+checkers, editors and grep find no definition of them without it.
+
+    python -m unishmem.language._stubs           # print the stub
+    python -m unishmem.language._stubs --write   # write language/__init__.pyi
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import triton.language as tl
+
+from .. import language
+from ._build import consume_token
+from ._table import ATOMICS, ROWS
+
+COMMAND = "python -m unishmem.language._stubs --write"
+PATH = Path(__file__).with_name("__init__.pyi")
+
+# no module docstring: editors would show it in place of __init__.py's
+HEADER = f"""# Generated from language/_table.py by `{COMMAND}`: do not edit.
+
+from typing import Any
+
+import triton.language as tl
+
+from ._build import atomic_function as atomic_function
+from ._build import device_function as device_function
+from ._table import ATOMICS as ATOMICS
+from ._table import ROWS as ROWS
+
+FUNCTIONS: list[str]
+"""
+
+
+def _def(name: str, params, returns: bool, doc: str) -> str:
+    """One stub function; params: (name, optional). Arguments are Any: kernels pass tensors,
+    pointers, Python ints and constexprs, and Triton ships no types for them anyway."""
+    args = ", ".join(f"{n}: Any = None" if optional else f"{n}: Any" for n, optional in params)
+    result = "tl.tensor" if returns else "None"
+    head = f"def {name}({args}) -> {result}:"
+    if len(head) > 120:  # one parameter a line, with a trailing comma: the formatter keeps that
+        head = f"def {name}(" + "".join(f"\n    {a}," for a in args.split(", ")) + f"\n) -> {result}:"
+    if not doc:
+        return head + " ...\n"
+    assert '"""' not in doc and "\\" not in doc, f"{name}: its doc cannot be a plain docstring"
+    body = textwrap.fill(" ".join(doc.split()), width=112, initial_indent='    """', subsequent_indent="    ")
+    return f'{head}\n{body}"""\n\n'  # the formatter's stub style: a blank line after a body only
+
+
+def stub() -> str:
+    defs = [_def(r.name, [(n, n in r.optional) for n, _ in r.params], r.result is not None, r.doc) for r in ROWS]
+    for name, (params, fetches) in ATOMICS.items():
+        defs.append(_def(name, [(n, False) for n in params], fetches, getattr(language, name).__doc__))
+    # not a row: its parameters are those Triton binds (without the _semantic/_generator it adds)
+    token = [(n, p.default is None) for n, p in consume_token.signature.parameters.items() if not n.startswith("_")]
+    defs.append(_def("consume_token", token, True, consume_token.__doc__))
+    constants = [name for name in language.__all__ if name not in language.FUNCTIONS]
+    for name in constants:
+        if not isinstance(getattr(language, name), tl.constexpr):
+            raise TypeError(f"unishmem.language.{name} is not a constexpr: teach _stubs.py its type")
+    # __all__ too, so that a star import takes what it takes at run time (not ROWS, device_function...)
+    exports = "__all__ = [\n" + "".join(f'    "{name}",\n' for name in language.__all__) + "]\n\n"
+    constants_text = "".join(f"{name}: tl.constexpr\n" for name in constants)
+    return HEADER + constants_text + "\n" + exports + "".join(defs).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write"]:
+        PATH.write_text(stub())
+        print(f"wrote {PATH}")
+    elif sys.argv[1:]:
+        sys.exit("usage: python -m unishmem.language._stubs [--write]")
+    else:
+        sys.stdout.write(stub())
