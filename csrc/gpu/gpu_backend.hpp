@@ -93,6 +93,8 @@ class GpuBackend final : public BackendBase {
   std::uint64_t atomic(AtomicOp op, DType type, Addr dest, std::uint64_t value, std::uint64_t cond,
                        int pe) override;
 
+  // The same overrides as HostBackend's (host_backend.hpp), on purpose: each backend implements the whole
+  // Backend interface; what they share is above it, in BackendBase (NOTE [shared layer]).
   void finalize() override;
   void abandon() override;
 

@@ -45,6 +45,8 @@ constexpr bool kReduceScatter = true;
 constexpr std::size_t kTeamDescriptorBytes = 0;
 
 // ---- device runtime --------------------------------------------------------------------------
+// rocshmem_map.hpp defines the same names over HIP's runtime: the one mapping per vendor (NOTE [vendor
+// mapping]) is what lets gpu_backend.cpp be written once.
 
 inline std::string rt_error(int e) {
   return std::string(cudaGetErrorName(cudaError_t(e))) + ": " + cudaGetErrorString(cudaError_t(e));

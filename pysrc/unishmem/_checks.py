@@ -46,20 +46,20 @@ def enum_code(value, kind: type[enum.IntEnum], what: str) -> int:
     return int(kind(operator.index(value)))  # ValueError for a number that is none of its values
 
 
-def signal_code(op) -> int:
-    if type(op) is SIGNAL or type(op) is int:
-        code = _SIGNAL_CODES.get(op)
+def _code(value, kind: type[enum.IntEnum], codes: dict, what: str) -> int:
+    if type(value) is kind or type(value) is int:
+        code = codes.get(value)
         if code is not None:
             return code
-    return enum_code(op, SIGNAL, "op")
+    return enum_code(value, kind, what)
+
+
+def signal_code(op) -> int:
+    return _code(op, SIGNAL, _SIGNAL_CODES, "op")
 
 
 def cmp_code(cmp) -> int:
-    if type(cmp) is CMP or type(cmp) is int:
-        code = _CMP_CODES.get(cmp)
-        if code is not None:
-            return code
-    return enum_code(cmp, CMP, "cmp")
+    return _code(cmp, CMP, _CMP_CODES, "cmp")
 
 
 _INT_RANGES = {

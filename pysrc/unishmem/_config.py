@@ -95,24 +95,19 @@ def resident(value, what: str) -> int:
     return number
 
 
-def _pes(name: str, text: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"{name}={text!r} is not a whole number of PEs >= 1")
-    return value
+def _at_least_one(of: str) -> Callable[[str, str], int]:
+    """The parser of a whole number >= 1 (`of`: what it counts, for the error)."""
 
+    def parse(name: str, text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ValueError(f"{name}={text!r} is not a whole number{of} >= 1")
+        return value
 
-def _count(name: str, text: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"{name}={text!r} is not a whole number >= 1")
-    return value
+    return parse
 
 
 def _flag(name: str, text: str) -> bool:
@@ -131,8 +126,8 @@ SECONDS, SECONDS_OR_OFF = _seconds(zero_ok=False), _seconds(zero_ok=True)
 BYTES = Kind(lambda: "bytes: 4096, 512M, 2G, 1.5GiB", _bytes)
 BYTES_OR_0 = Kind(lambda: "bytes, or 0", _bytes_or_0)
 PROGRAMS = Kind(lambda: f"programs, 1 to {MAX_RESIDENT_PROGRAMS}", lambda name, text: resident(text, name))
-PES = Kind(lambda: "PEs, >= 1", _pes)
-COUNT = Kind(lambda: "a whole number >= 1", _count)
+PES = Kind(lambda: "PEs, >= 1", _at_least_one(" of PEs"))
+COUNT = Kind(lambda: "a whole number >= 1", _at_least_one(""))
 FLAG = Kind(lambda: "0 or 1", _flag)
 BACKEND = Kind(lambda: ", ".join(("auto", *BACKEND_NAMES)), _backend)
 TEXT = Kind(lambda: "text", lambda name, text: text or None)  # empty: as if unset

@@ -472,6 +472,8 @@ class Runtime:
     # functions, which name what is wrong; then they remember the tensors that passed. On the
     # host backend streams do not exist: _stream_of is `lambda stream: 0` there.
 
+    # put, get and put_signal repeat their checks on purpose: a shared helper would cost each call a frame
+    # and its arguments (NOTE [hot paths]), and the three differ in which tensor is symmetric.
     def put(self, dest: torch.Tensor, source: torch.Tensor, pe: int, stream: torch.cuda.Stream | None = None) -> None:
         """Copy local `source` into PE `pe`'s `dest` (symmetric)."""
         if self._finalized:

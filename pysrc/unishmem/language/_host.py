@@ -236,6 +236,8 @@ def _wait_some(rt, ivars, nelems, indices, cmp, what, **target):
     return found.numel()
 
 
+# One host function per device function (its row's `host`): the table names each, so the forms of a
+# wait stand side by side, alike on purpose.
 def wait_until_all(rt, ivars, nelems, cmp, value):
     _wait_all(rt, ivars, nelems, cmp, "wait_until_all", value=value)
 

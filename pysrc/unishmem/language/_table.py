@@ -334,6 +334,7 @@ def _rows() -> list[DeviceFn]:
             "sync",
             {"nvshmem": Sym("nvshmem_team_sync"), "rocshmem": Triton("sync_impl")},
         ),
+        # The collectives' rows are alike on purpose: one row per function is the table (NOTE [device table]).
         DeviceFn(
             "broadcast",
             (("team", "team"), ("dest", "ptr"), ("source", "ptr"), ("nelems", "size"), ("root", "pe")),
