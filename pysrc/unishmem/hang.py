@@ -428,8 +428,8 @@ def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
 
 def _within(seconds: float, fn):
     """fn()'s result, or None if it has not returned after `seconds` (it is left running on a daemon
-    thread). A report must go out even where a device read blocks: on an H200 (2 PEs, limited mode)
-    the waiting PE's part never arrived once its kernel names were found; cause not established."""
+    thread): a report must go out even where a device read blocks (where it releases the GIL: see
+    Diagnostics.wait_table)."""
     import threading
 
     result = []
@@ -440,8 +440,8 @@ def _within(seconds: float, fn):
 
 
 def _read_word(rt, offset: int, dtype: int) -> int | None:
-    """The word's bits, read while the kernel may still spin on it: on a GPU through a copy on a
-    stream of its own (the kernel's stream is stuck)."""
+    """The word's bits, read while the kernel may still spin on it: on a GPU through a copy on the
+    stream made for it with the table (the kernel's stream is stuck)."""
     import torch
 
     size = 4 if dtype in _32_BIT else 8
@@ -450,7 +450,7 @@ def _read_word(rt, offset: int, dtype: int) -> int | None:
     heap = rt.heap_of(rt.my_pe)
     if heap.device.type == "cpu":
         return int.from_bytes(heap[offset : offset + size].numpy().tobytes(), "little")
-    with torch.cuda.stream(torch.cuda.Stream(rt.device)):
+    with torch.cuda.stream(rt.diagnostics.read_stream):
         return int.from_bytes(heap[offset : offset + size].cpu().numpy().tobytes(), "little")
 
 
@@ -572,6 +572,7 @@ class Diagnostics:
         self._rt, self._hang_dir = rt, hang_dir
         self._watchdog: Watchdog | None = None
         self.table = None  # the debug wait table, once a debug-waits kernel is launched
+        self.read_stream = None
 
     def watchdog(self) -> Watchdog | None:
         if self._hang_dir is not None and self._watchdog is None:
@@ -588,4 +589,8 @@ class Diagnostics:
             from . import _wait_table
 
             self.table = torch.zeros(_wait_table.TABLE_WORDS, dtype=torch.int64, pin_memory=True)
+            # The hang report reads waited-on words through this stream (torch's pool: not blocking on the
+            # default stream). Made now, not at the report: on an H200 (2 PEs, limited mode) making a stream
+            # while the kernel spun blocked holding the GIL, and the report never went out.
+            self.read_stream = torch.cuda.Stream(self._rt.device) if self._rt.device.type == "cuda" else None
         return self.table
