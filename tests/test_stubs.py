@@ -16,6 +16,8 @@ DEFS = {node.name: node for node in TREE.body if isinstance(node, ast.FunctionDe
 
 def test_stub_is_the_generators_output():
     assert STUB.read_text() == _stubs.stub(), f"{STUB} is out of date: run `{_stubs.COMMAND}`"
+    externs = _stubs.EXTERNS_PATH
+    assert externs.read_text() == _stubs.externs_stub(), f"{externs} is out of date: run `{_stubs.COMMAND}`"
 
 
 def test_stub_defines_every_public_name():

@@ -22,9 +22,10 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from .enums import CMP, DTYPES, WAIT, WAIT_DTYPES
+from .enums import SIGNAL as SIGNAL_OP
 
 CMP_TEXT = {CMP.EQ: "==", CMP.NE: "!=", CMP.GT: ">", CMP.GE: ">=", CMP.LT: "<", CMP.LE: "<="}
-SIGNAL_OPS = ("set", "add")  # by unishmem.SIGNAL's value
+SIGNAL_OPS = {int(op): op.name.lower() for op in SIGNAL_OP}  # a recorded signal's op, by its value
 WAIT_DTYPE_NAMES = {DTYPES[name]: name for name in WAIT_DTYPES}  # the dtype code of a waitable word -> name
 # what a wait is for (the host backend's WaitKind; the debug table's slot states)
 TURN, SIGNAL, VALUE, ANY, BARRIER = WAIT.TURN, WAIT.SIGNAL, WAIT.VALUE, WAIT.ANY, WAIT.BARRIER
@@ -311,7 +312,7 @@ def format_report(reports: list[PeReport], headline: str, n_pes: int | None = No
         lines.append(
             "signals last written: "
             + "; ".join(
-                f"PE {s.writer} -> PE {s.peer}: {SIGNAL_OPS[s.op] if s.op < 2 else s.op} {s.value} at heap offset "
+                f"PE {s.writer} -> PE {s.peer}: {SIGNAL_OPS.get(s.op, s.op)} {s.value} at heap offset "
                 f"{s.offset}"
                 for s in signals
             )

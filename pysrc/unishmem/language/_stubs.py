@@ -1,8 +1,8 @@
-"""Writes language/__init__.pyi: the device functions are made at import from _table.py, so type
-checkers, editors and grep find no definition of them without it.
+"""Writes language/__init__.pyi and language/_externs.pyi: the device functions are made at import from
+_table.py, so type checkers, editors and grep find no definition of them without these.
 
-    python -m unishmem.language._stubs           # print the stub
-    python -m unishmem.language._stubs --write   # write language/__init__.pyi
+    python -m unishmem.language._stubs           # print the package's stub
+    python -m unishmem.language._stubs --write   # write both
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from pathlib import Path
 import triton.language as tl
 
 from .. import language
-from ._build import consume_token
+from ._build import consume_token, implemented_in_triton
 from ._table import ATOMICS, ROWS
 
 COMMAND = "python -m unishmem.language._stubs --write"
 PATH = Path(__file__).with_name("__init__.pyi")
+EXTERNS_PATH = Path(__file__).with_name("_externs.pyi")
 
 # no module docstring: editors would show it in place of __init__.py's
 HEADER = f"""# Generated from language/_table.py by `{COMMAND}`: do not edit.
@@ -51,8 +52,19 @@ def _def(name: str, params, returns: bool, doc: str) -> str:
     return f'{head}\n{body}"""\n\n'  # the formatter's stub style: a blank line after a body only
 
 
+def _row_def(r) -> str:
+    return _def(r.name, [(n, n in r.optional) for n, _ in r.params], r.result is not None, r.doc)
+
+
+def externs_stub() -> str:
+    """_externs.pyi: the rows every vendor provides, which _triton_impl.py is written over."""
+    head = f"# Generated from language/_table.py by `{COMMAND}`: do not edit.\n\nfrom typing import Any\n\n"
+    head += "import triton.language as tl\n\n"
+    return head + "".join(_row_def(r) for r in ROWS if not implemented_in_triton(r)).rstrip() + "\n"
+
+
 def stub() -> str:
-    defs = [_def(r.name, [(n, n in r.optional) for n, _ in r.params], r.result is not None, r.doc) for r in ROWS]
+    defs = [_row_def(r) for r in ROWS]
     for name, (params, fetches) in ATOMICS.items():
         defs.append(_def(name, [(n, False) for n in params], fetches, getattr(language, name).__doc__))
     # not a row: its parameters are those Triton binds (without the _semantic/_generator it adds)
@@ -71,7 +83,8 @@ def stub() -> str:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
         PATH.write_text(stub())
-        print(f"wrote {PATH}")
+        EXTERNS_PATH.write_text(externs_stub())
+        print(f"wrote {PATH} and {EXTERNS_PATH}")
     elif sys.argv[1:]:
         sys.exit("usage: python -m unishmem.language._stubs [--write]")
     else:
