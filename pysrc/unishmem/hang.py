@@ -312,8 +312,7 @@ def format_report(reports: list[PeReport], headline: str, n_pes: int | None = No
         lines.append(
             "signals last written: "
             + "; ".join(
-                f"PE {s.writer} -> PE {s.peer}: {SIGNAL_OPS.get(s.op, s.op)} {s.value} at heap offset "
-                f"{s.offset}"
+                f"PE {s.writer} -> PE {s.peer}: {SIGNAL_OPS.get(s.op, s.op)} {s.value} at heap offset {s.offset}"
                 for s in signals
             )
         )

@@ -6,6 +6,60 @@ import triton.language as tl
 
 from ._build import atomic_function as atomic_function
 from ._build import device_function as device_function
+from ._externs import barrier_all as barrier_all
+from ._externs import barrier_all_block as barrier_all_block
+from ._externs import fence as fence
+from ._externs import g as g
+from ._externs import get as get
+from ._externs import get_block as get_block
+from ._externs import get_nbi as get_nbi
+from ._externs import get_nbi_block as get_nbi_block
+from ._externs import getmem as getmem
+from ._externs import getmem_block as getmem_block
+from ._externs import getmem_nbi as getmem_nbi
+from ._externs import getmem_nbi_block as getmem_nbi_block
+from ._externs import getmem_nbi_warp as getmem_nbi_warp
+from ._externs import getmem_warp as getmem_warp
+from ._externs import my_pe as my_pe
+from ._externs import n_pes as n_pes
+from ._externs import p as p
+from ._externs import put as put
+from ._externs import put_block as put_block
+from ._externs import put_nbi as put_nbi
+from ._externs import put_nbi_block as put_nbi_block
+from ._externs import put_signal as put_signal
+from ._externs import put_signal_block as put_signal_block
+from ._externs import put_signal_nbi as put_signal_nbi
+from ._externs import put_signal_nbi_block as put_signal_nbi_block
+from ._externs import put_signal_nbi_warp as put_signal_nbi_warp
+from ._externs import put_signal_warp as put_signal_warp
+from ._externs import putmem as putmem
+from ._externs import putmem_block as putmem_block
+from ._externs import putmem_nbi as putmem_nbi
+from ._externs import putmem_nbi_block as putmem_nbi_block
+from ._externs import putmem_nbi_warp as putmem_nbi_warp
+from ._externs import putmem_signal as putmem_signal
+from ._externs import putmem_signal_block as putmem_signal_block
+from ._externs import putmem_signal_nbi as putmem_signal_nbi
+from ._externs import putmem_signal_nbi_block as putmem_signal_nbi_block
+from ._externs import putmem_signal_nbi_warp as putmem_signal_nbi_warp
+from ._externs import putmem_signal_warp as putmem_signal_warp
+from ._externs import putmem_warp as putmem_warp
+from ._externs import quiet as quiet
+from ._externs import remote_ptr as remote_ptr
+from ._externs import signal_fetch as signal_fetch
+from ._externs import signal_op as signal_op
+from ._externs import signal_wait_until as signal_wait_until
+from ._externs import sync_all as sync_all
+from ._externs import sync_all_block as sync_all_block
+from ._externs import test as test
+from ._externs import wait_until as wait_until
+from ._externs import wait_until_all as wait_until_all
+from ._externs import wait_until_all_vector as wait_until_all_vector
+from ._externs import wait_until_any as wait_until_any
+from ._externs import wait_until_any_vector as wait_until_any_vector
+from ._externs import wait_until_some as wait_until_some
+from ._externs import wait_until_some_vector as wait_until_some_vector
 from ._table import ATOMICS as ATOMICS
 from ._table import ROWS as ROWS
 
@@ -110,18 +164,9 @@ __all__ = [
     "CMP_LE",
 ]
 
-def my_pe() -> tl.tensor:
-    """This PE's number in the world team."""
-
-def n_pes() -> tl.tensor:
-    """The number of PEs in the world team."""
-
 def team_my_pe(team: Any) -> tl.tensor: ...
 def team_n_pes(team: Any) -> tl.tensor: ...
 def team_translate_pe(src_team: Any, pe: Any, dst_team: Any) -> tl.tensor: ...
-def remote_ptr(ptr: Any, pe: Any) -> tl.tensor:
-    """`ptr` (a pointer or a block of them) on PE `pe`, for direct loads and stores; null where not reachable."""
-
 def load_remote(ptr: Any, pe: Any, mask: Any = None, other: Any = None) -> tl.tensor:
     """tl.load of `ptr` (a pointer or block of them) on PE `pe`, which must be reachable by load/store: when it
     is not, a device assertion says so when compiled with TRITON_DEBUG=1, and a ValueError always does under
@@ -139,94 +184,12 @@ def barrier_all_grid(counter: Any) -> None:
     a uint64 signal word) of the symmetric heap kept for this use (never reset); the launch must be cooperative
     (launch_cooperative_grid=True) so that all its programs are resident."""
 
-def p(dest: Any, value: Any, pe: Any) -> None:
-    """Store one element into PE `pe`'s `dest`."""
-
-def g(source: Any, pe: Any) -> tl.tensor:
-    """Load one element from PE `pe`'s `source`."""
-
-def signal_op(sig: Any, value: Any, op: Any, pe: Any) -> None: ...
-def signal_wait_until(sig: Any, cmp: Any, value: Any) -> tl.tensor:
-    """Wait until the local signal compares true with `value`; returns the signal's value."""
-
-def signal_fetch(sig: Any) -> tl.tensor: ...
-def wait_until(ptr: Any, cmp: Any, value: Any) -> None: ...
-def test(ptr: Any, cmp: Any, value: Any) -> tl.tensor:
-    """1 if the local value compares true, else 0."""
-
-def fence() -> None:
-    """Order this PE's puts to each peer before its later puts to that peer."""
-
-def quiet() -> None:
-    """Complete every put this PE issued."""
-
-def barrier_all() -> None: ...
-def sync_all() -> None: ...
-def barrier_all_block() -> None: ...
-def sync_all_block() -> None: ...
 def barrier(team: Any) -> None: ...
 def sync(team: Any) -> None: ...
 def broadcast(team: Any, dest: Any, source: Any, nelems: Any, root: Any) -> None: ...
 def fcollect(team: Any, dest: Any, source: Any, nelems: Any) -> None: ...
 def alltoall(team: Any, dest: Any, source: Any, nelems: Any) -> None: ...
 def reduce(team: Any, dest: Any, source: Any, nelems: Any, op: Any) -> None: ...
-def putmem(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
-def getmem(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
-def putmem_nbi(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
-def getmem_nbi(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
-def putmem_signal(dest: Any, source: Any, nbytes: Any, sig: Any, value: Any, op: Any, pe: Any) -> None: ...
-def putmem_signal_nbi(dest: Any, source: Any, nbytes: Any, sig: Any, value: Any, op: Any, pe: Any) -> None: ...
-def putmem_block(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
-def getmem_block(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
-def putmem_nbi_block(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
-def getmem_nbi_block(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
-def putmem_signal_block(dest: Any, source: Any, nbytes: Any, sig: Any, value: Any, op: Any, pe: Any) -> None: ...
-def putmem_signal_nbi_block(dest: Any, source: Any, nbytes: Any, sig: Any, value: Any, op: Any, pe: Any) -> None: ...
-def putmem_warp(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
-def getmem_warp(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
-def putmem_nbi_warp(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
-def getmem_nbi_warp(dest: Any, source: Any, nbytes: Any, pe: Any) -> None: ...
-def putmem_signal_warp(dest: Any, source: Any, nbytes: Any, sig: Any, value: Any, op: Any, pe: Any) -> None: ...
-def putmem_signal_nbi_warp(dest: Any, source: Any, nbytes: Any, sig: Any, value: Any, op: Any, pe: Any) -> None: ...
-def put_signal(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
-    """putmem_signal counted in elements."""
-
-def put_signal_nbi(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
-    """putmem_signal_nbi counted in elements."""
-
-def put_signal_block(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
-    """putmem_signal_block counted in elements."""
-
-def put_signal_nbi_block(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
-    """putmem_signal_nbi_block counted in elements."""
-
-def put_signal_warp(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
-    """putmem_signal_warp counted in elements."""
-
-def put_signal_nbi_warp(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
-    """putmem_signal_nbi_warp counted in elements."""
-
-def wait_until_all(ivars: Any, nelems: Any, cmp: Any, value: Any) -> None:
-    """Wait until each of the nelems words at ivars compares true."""
-
-def wait_until_any(ivars: Any, nelems: Any, cmp: Any, value: Any) -> tl.tensor:
-    """Wait until one of the nelems words at ivars compares true; returns its index."""
-
-def wait_until_some(ivars: Any, nelems: Any, indices: Any, cmp: Any, value: Any) -> tl.tensor:
-    """Wait until at least one of the nelems words at ivars compares true; writes the indices of those that do
-    to indices (int64) and returns how many."""
-
-def wait_until_all_vector(ivars: Any, nelems: Any, cmp: Any, values: Any) -> None:
-    """Wait until each of the nelems words at ivars compares true. Word i compares with values[i]."""
-
-def wait_until_any_vector(ivars: Any, nelems: Any, cmp: Any, values: Any) -> tl.tensor:
-    """Wait until one of the nelems words at ivars compares true; returns its index. Word i compares with
-    values[i]."""
-
-def wait_until_some_vector(ivars: Any, nelems: Any, indices: Any, cmp: Any, values: Any) -> tl.tensor:
-    """Wait until at least one of the nelems words at ivars compares true; writes the indices of those that do
-    to indices (int64) and returns how many. Word i compares with values[i]."""
-
 def iput(dest: Any, source: Any, dst_stride: Any, src_stride: Any, nelems: Any, pe: Any) -> None:
     """Strided put: nelems elements, src_stride apart at source, to dst_stride apart at PE pe's dest (strides in
     elements)."""
@@ -241,14 +204,6 @@ def iput_block(dest: Any, source: Any, dst_stride: Any, src_stride: Any, nelems:
 def iget_block(dest: Any, source: Any, dst_stride: Any, src_stride: Any, nelems: Any, pe: Any) -> None:
     """Strided get: the mirror of iput."""
 
-def put(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
-def get(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
-def put_nbi(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
-def get_nbi(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
-def put_block(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
-def get_block(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
-def put_nbi_block(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
-def get_nbi_block(dest: Any, source: Any, nelems: Any, pe: Any) -> None: ...
 def atomic_fetch(dest: Any, pe: Any) -> tl.tensor:
     """atomic_fetch(dest, pe): an atomic on PE pe's dest (NOTE [atomics])."""
 

@@ -30,7 +30,7 @@ import triton.language as tl
 
 from ._build import atomic_function as atomic_function
 from ._build import device_function as device_function
-from ._table import ATOMICS as ATOMICS
+{{externs}}from ._table import ATOMICS as ATOMICS
 from ._table import ROWS as ROWS
 
 FUNCTIONS: list[str]
@@ -64,7 +64,10 @@ def externs_stub() -> str:
 
 
 def stub() -> str:
-    defs = [_row_def(r) for r in ROWS]
+    """__init__.pyi: the vendors' own functions re-exported from _externs.pyi, the others defined here."""
+    names = sorted(r.name for r in ROWS if not implemented_in_triton(r))
+    externs = "".join(f"from ._externs import {name} as {name}\n" for name in names)
+    defs = [_row_def(r) for r in ROWS if implemented_in_triton(r)]
     for name, (params, fetches) in ATOMICS.items():
         defs.append(_def(name, [(n, False) for n in params], fetches, getattr(language, name).__doc__))
     # not a row: its parameters are those Triton binds (without the _semantic/_generator it adds)
@@ -77,7 +80,7 @@ def stub() -> str:
     # __all__ too, so that a star import takes what it takes at run time (not ROWS, device_function...)
     exports = "__all__ = [\n" + "".join(f'    "{name}",\n' for name in language.__all__) + "]\n\n"
     constants_text = "".join(f"{name}: tl.constexpr\n" for name in constants)
-    return HEADER + constants_text + "\n" + exports + "".join(defs).rstrip() + "\n"
+    return HEADER.replace("{externs}", externs) + constants_text + "\n" + exports + "".join(defs).rstrip() + "\n"
 
 
 if __name__ == "__main__":
