@@ -26,17 +26,22 @@ from .errors import (
 if TYPE_CHECKING:
     import torch
 
-    from ._runtime import Runtime, Team
+    from ._runtime import Runtime
+    from ._team import Team
     from .bootstrap import Bootstrap
 
 
 def __getattr__(name: str) -> Any:
     """Runtime and Team on first use: they import torch, which `unishmem run` and the CLI never need
     (torch's import is most of a launcher's start-up, and a job pays it before any PE starts)."""
-    if name in ("Runtime", "Team"):
-        from . import _runtime
+    if name == "Runtime":
+        from ._runtime import Runtime
 
-        return getattr(_runtime, name)
+        return Runtime
+    if name == "Team":
+        from ._team import Team
+
+        return Team
     raise AttributeError(f"module 'unishmem' has no attribute {name!r}")
 
 

@@ -1,9 +1,8 @@
-"""Runtime and Team: the public host API. Every argument check lives here, once, for every
-backend; the native backends below trust what they are given."""
+"""Runtime: the public host API (Team: _team.py). Every argument check is made here or in _checks.py,
+once, for every backend; the native backends below trust what they are given."""
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
@@ -30,6 +29,7 @@ from ._checks import (
 from ._dtypes import ATOMIC_DTYPES, DTYPE_CODES, WAIT_DTYPES
 from ._heap import Allocation, SymmetricHeap
 from ._hot import HotPath
+from ._team import Team
 from ._version import __version__
 from ._workspaces import WorkspaceStore
 from .enums import ATOMIC_OPS, CMP, SIGNAL
@@ -47,124 +47,6 @@ Shape = int | Sequence[int]  # a tensor shape as torch takes it
 # objects where a cheaper test says the same.
 _SET = int(SIGNAL.SET)
 _U64 = 2**64
-_TEAM_IDS = itertools.count()  # a Team's key for its kernel workspaces: backend slots are reused
-
-
-class Team:
-    """A set of PEs that can synchronise and run collectives together. `handle` is what Triton
-    kernels take. Teams made by a split can be destroyed, also as a context manager."""
-
-    def __init__(self, rt: Runtime, slot: int, name: str):
-        self._rt = rt
-        self._slot = slot  # the backend's number for the team
-        self.handle = rt.native.team_device_handle(slot)  # the vendor's (what kernels take); the slot on host
-        self.name = name
-        self.my_pe = rt.native.team_my_pe(slot)
-        self.n_pes = rt.native.team_n_pes(slot)
-        self._destroyed = False
-        self.key = next(_TEAM_IDS)  # unique in the process: names it in workspace keys and custom ops
-
-    def __repr__(self) -> str:
-        state = " destroyed" if self._destroyed else ""
-        return f"<unishmem.Team {self.name} handle={self.handle} my_pe={self.my_pe} n_pes={self.n_pes}{state}>"
-
-    @property
-    def destroyed(self) -> bool:
-        return self._destroyed
-
-    def _check(self) -> int:
-        self._rt._check_active()
-        if self._destroyed:
-            raise ValueError(f"{self!r} was destroyed")
-        return self._slot
-
-    def translate_pe(self, pe: int, other_team: Team) -> int:
-        """`pe` of this team as numbered in `other_team`; -1 if it is not a member."""
-        h = self._check()
-        check_pe(pe, self.n_pes, f"pe of {self.name}")
-        return self._rt.native.team_translate_pe(h, pe, self._rt.checked_team(other_team)._slot)
-
-    def device_args(self) -> tuple[int, int, int]:
-        """(start, stride, size): the team's members are the world PEs start + i * stride for
-        i < size, in team order. For kernels that need the team's shape themselves; it is also
-        the header of the device team descriptor (NOTE [team descriptor] in
-        unishmem/language/_triton_impl.py). Every unishmem team is such a progression."""
-        h = self._check()
-        world = self._rt.team_world._slot
-        start = self._rt.native.team_translate_pe(h, 0, world)
-        stride = self._rt.native.team_translate_pe(h, 1, world) - start if self.n_pes > 1 else 1
-        return start, stride, self.n_pes
-
-    def split_strided(self, start: int, stride: int, size: int) -> Team | None:
-        """Collective over this team: members start, start+stride, ... (size of them).
-        Returns None on PEs that are not members. A new team smaller than the world gets a team
-        arena for unishmem.kernels (NOTE [workspaces]), which every PE of this team allocates."""
-        h = self._check()
-
-        def check():
-            args = [
-                as_index(v, f"split_strided: {name}")
-                for name, v in (("start", start), ("stride", stride), ("size", size))
-            ]
-            for name, v, lo in zip(("start", "stride", "size"), args, (0, 1, 1)):
-                if v < lo:
-                    raise ValueError(f"split_strided: {name}={v} must be >= {lo}")
-            last = args[0] + (args[2] - 1) * args[1]
-            if last >= self.n_pes:
-                raise ValueError(
-                    f"split_strided(start={args[0]}, stride={args[1]}, size={args[2]}) reaches PE "
-                    f"{last} of {self.name}, which has {self.n_pes} PEs"
-                )
-            return *args, self._arena_bytes()
-
-        start, stride, size, arena_bytes = self._rt.checked(h, check)
-        handle = self._rt.native.team_split_strided(h, start, stride, size)
-        team = None if handle < 0 else Team(self._rt, handle, f"{self.name}[{start}::{stride}x{size}]")
-        self._rt.workspaces.split(self, [(team, size < self._rt.n_pes)], arena_bytes)
-        return team
-
-    def split_2d(self, xrange: int) -> tuple[Team, Team]:
-        """Collective over this team: (the row of `xrange` consecutive PEs, the column of PEs
-        `xrange` apart) that this PE belongs to; team arenas as for split_strided."""
-        h = self._check()
-
-        def check():
-            x = as_index(xrange, "split_2d: xrange")
-            if x < 1:
-                raise ValueError(f"split_2d: xrange={x} must be >= 1")
-            return x, self._arena_bytes()
-
-        xrange, arena_bytes = self._rt.checked(h, check)
-        width = min(xrange, self.n_pes)  # a wider row is the whole team
-        x, y = self._rt.native.team_split_2d(h, width)
-        x, y = Team(self._rt, x, f"{self.name}.x{xrange}"), Team(self._rt, y, f"{self.name}.y{xrange}")
-        # known alike on every PE: a row is the world only if it is all of a world-sized team, a
-        # column only if the rows of a world-sized team are 1 wide
-        self._rt.workspaces.split(
-            self, [(x, width < self._rt.n_pes), (y, self.n_pes < self._rt.n_pes or width > 1)], arena_bytes
-        )
-        return x, y
-
-    def _arena_bytes(self) -> int | None:
-        """UNISHMEM_TEAM_ARENA where a split of this team is collective over the world, else None."""
-        return _config.team_arena(self._rt.heap_size) if self.n_pes == self._rt.n_pes else None
-
-    def destroy(self) -> None:
-        """Collective over the team (every member destroys it, or none does)."""
-        if self._destroyed or self._rt._finalized:
-            return
-        if self is self._rt.team_world or self is self._rt.team_node:
-            self._rt.native.reject_collective(self._slot)
-            raise ValueError(f"{self.name} team cannot be destroyed")
-        self._rt.native.team_destroy(self._slot)
-        self._destroyed = True
-        self._rt.workspaces.forget_team(self)
-
-    def __enter__(self) -> Team:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.destroy()
 
 
 class Runtime:
@@ -174,7 +56,7 @@ class Runtime:
     package's other modules use them through their methods: `native` (the backend), `heap`
     (SymmetricHeap, _heap.py), `hot_path` (HotPath, _hot.py), `workspaces` (WorkspaceStore,
     _workspaces.py) and `diagnostics` (hang.Diagnostics). Nothing outside this module reads or assigns
-    a Runtime's or a Team's private attributes (tests/test_layout.py checks the package's code)."""
+    a Runtime's private attributes, nor outside _team.py a Team's (tests/test_layout.py checks)."""
 
     def __init__(self, opened: Opened, bootstrap: Bootstrap, hang_dir: str | None = None):
         native = opened.native
@@ -245,7 +127,7 @@ class Runtime:
     def free_workspaces(self) -> None:
         """Collective: frees the symmetric workspaces unishmem.kernels made, empties the team
         arenas and frees those of teams destroyed everywhere (NOTE [workspaces])."""
-        self._check_active()
+        self.check_active()
         self.workspaces.free_workspaces()
 
     def _teardown(self, collective: bool) -> None:
@@ -272,7 +154,8 @@ class Runtime:
         """Whether finalize() (or leaving after an error) has ended this runtime."""
         return self._finalized
 
-    def _check_active(self) -> None:
+    def check_active(self) -> None:
+        """NotInitializedError once this runtime is finalized."""
         if self._finalized:
             raise NotInitializedError("this runtime was finalized; call unishmem.init() for a new one")
 
@@ -289,7 +172,7 @@ class Runtime:
 
     def empty(self, shape: Shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Collective: an uninitialised tensor in the symmetric heap."""
-        self._check_active()
+        self.check_active()
         shape, nbytes = self.checked(0, lambda: allocation_of(shape, dtype))
         return self._allocate(shape, dtype, nbytes)
 
@@ -309,7 +192,7 @@ class Runtime:
         return t
 
     def _filled(self, shape, value, dtype, check_value: bool = True) -> torch.Tensor:
-        self._check_active()
+        self.check_active()
 
         def check():
             args = allocation_of(shape, dtype)
@@ -335,7 +218,7 @@ class Runtime:
 
     def signals(self, n: int) -> torch.Tensor:
         """Collective: n zeroed uint64 signal words."""
-        self._check_active()
+        self.check_active()
 
         def check():
             count = as_index(n, "signals(n): n")
@@ -347,7 +230,7 @@ class Runtime:
 
     def free(self, t: torch.Tensor) -> None:
         """Collective and explicit: nothing is freed by garbage collection."""
-        self._check_active()
+        self.check_active()
         alloc = self.checked(0, lambda: self._allocation_of(t))
         self.native.free(self.heap_base + alloc.offset)
         self.heap.remove(alloc)
@@ -383,7 +266,7 @@ class Runtime:
 
     def peer(self, t: torch.Tensor, pe: int) -> torch.Tensor | None:
         """PE `pe`'s copy of symmetric tensor `t`, for direct loads and stores; None if unreachable."""
-        self._check_active()
+        self.check_active()
         self._symmetric(t, "tensor", contiguous=False)
         check_pe(pe, self.n_pes)
         if self.native.peer_ptr(address_of(t), pe) == 0:
@@ -445,9 +328,9 @@ class Runtime:
         """The Team a call names: `team`, checked, or the world for None."""
         if team is None:
             return self.team_world
-        if not isinstance(team, Team) or team._rt is not self:
+        if not isinstance(team, Team) or team.runtime is not self:
             raise TypeError(f"team must be a unishmem.Team of this runtime or None, got {team!r}")
-        team._check()
+        team.check()
         return team
 
     @staticmethod
@@ -477,7 +360,7 @@ class Runtime:
     def put(self, dest: torch.Tensor, source: torch.Tensor, pe: int, stream: torch.cuda.Stream | None = None) -> None:
         """Copy local `source` into PE `pe`'s `dest` (symmetric)."""
         if self._finalized:
-            self._check_active()
+            self.check_active()
         hot = self.hot_path
         d, n = self._symmetric(dest, "dest")
         s, m = self._local(source, "source")
@@ -492,7 +375,7 @@ class Runtime:
     def get(self, dest: torch.Tensor, source: torch.Tensor, pe: int, stream: torch.cuda.Stream | None = None) -> None:
         """Copy PE `pe`'s `source` (symmetric) into local `dest`."""
         if self._finalized:
-            self._check_active()
+            self.check_active()
         hot = self.hot_path
         d, n = self._local(dest, "dest")
         s, m = self._symmetric(source, "source")
@@ -516,7 +399,7 @@ class Runtime:
     ) -> None:
         """put, then update PE `pe`'s `signal` once the data has arrived."""
         if self._finalized:
-            self._check_active()
+            self.check_active()
         hot = self.hot_path
         d, n = self._symmetric(dest, "dest")
         s, m = self._local(source, "source")
@@ -547,7 +430,7 @@ class Runtime:
         stream: torch.cuda.Stream | None = None,
     ) -> None:
         if self._finalized:
-            self._check_active()
+            self.check_active()
         hot = self.hot_path
         sig = self._signal(signal)
         value, code, pe = self.signal_args(value, op, pe)
@@ -559,7 +442,7 @@ class Runtime:
     ) -> int:
         """Wait until the local `signal` compares true against `value`; returns the value seen."""
         if self._finalized:
-            self._check_active()
+            self.check_active()
         hot = self.hot_path
         sig = self._signal(signal)
         if type(value) is not int or not 0 <= value < _U64:
@@ -569,24 +452,24 @@ class Runtime:
         return hot.fast_signal_wait_until(hot.backend, sig, code, value, 0 if self._on_cpu else self._stream_of(stream))
 
     def signal_fetch(self, signal: torch.Tensor) -> int:
-        self._check_active()
+        self.check_active()
         return self.native.signal_fetch(self._signal(signal))
 
     def wait_until(self, ivar: torch.Tensor, cmp: CMP | int, value: int) -> None:
         """Wait until the local 1-element int32/int64/uint32/uint64 `ivar` compares true against `value`."""
-        self._check_active()
+        self.check_active()
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
         self.native.wait_until(addr, DTYPE_CODES[ivar.dtype], cmp_code(cmp), to_bits(value, ivar.dtype, "value"))
 
     def test(self, ivar: torch.Tensor, cmp: CMP | int, value: int) -> bool:
-        self._check_active()
+        self.check_active()
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
         return self.native.test(addr, DTYPE_CODES[ivar.dtype], cmp_code(cmp), to_bits(value, ivar.dtype, "value"))
 
     def _words(self, ivars, cmp, value, what: str) -> tuple[int, list[int], int, int]:
         """(address, one value's bits per word, dtype code, cmp code) for a wait on every word of
         the 1-D symmetric `ivars`; `value` is one integer for all, or one per word (the _vector forms)."""
-        self._check_active()
+        self.check_active()
         if ivars.dtype not in WAIT_DTYPES or ivars.dim() != 1 or ivars.numel() == 0 or not ivars.is_contiguous():
             raise TypeError(
                 f"{what}: ivars must be a non-empty contiguous 1-D symmetric tensor of "
@@ -625,15 +508,15 @@ class Runtime:
         return [i for i, b in enumerate(bits) if i == first or self.native.test(addr + i * size, code, c, b)]
 
     def quiet(self, stream: torch.cuda.Stream | None = None) -> None:
-        self._check_active()
+        self.check_active()
         self.native.quiet(self._stream_of(stream))
 
     def fence(self) -> None:
-        self._check_active()
+        self.check_active()
         self.native.fence()
 
     def _atomic(self, op: str, dest, pe: int, value: int = 0, cond: int = 0) -> int:
-        self._check_active()
+        self.check_active()
         addr = self._word(dest, "dest", ATOMIC_DTYPES)
         v, c = to_bits(value, dest.dtype, "value"), to_bits(cond, dest.dtype, "cond")
         out = self._atomic_call(ATOMIC_OPS[op], DTYPE_CODES[dest.dtype], addr, v, c, check_pe(pe, self.n_pes))
@@ -696,20 +579,20 @@ class Runtime:
             raise
 
     def _collective(self, team, check: Callable[[Team], tuple], run: Callable) -> None:
-        self._check_active()
+        self.check_active()
         if team is None:
             team = self.team_world
-        elif not isinstance(team, Team) or team._rt is not self:
-            self.native.reject_collective(self.team_world._slot)  # no team to enter: the others are likely here
+        elif not isinstance(team, Team) or team.runtime is not self:
+            self.native.reject_collective(self.team_world.slot)  # no team to enter: the others are likely here
             raise TypeError(f"team must be a unishmem.Team of this runtime or None, got {team!r}")
         else:
-            team._check()  # a destroyed team was destroyed on every member: none is waiting in a call on it
+            team.check()  # a destroyed team was destroyed on every member: none is waiting in a call on it
         try:  # _checked, inline (NOTE [hot paths])
             args = check(team)
         except (TypeError, ValueError):
-            self.native.reject_collective(team._slot)
+            self.native.reject_collective(team.slot)
             raise
-        run(team._slot, *args)
+        run(team.slot, *args)
 
     # barrier_all and sync_all on the default stream have nothing to check: they skip _collective's
     # machinery, which costs more than the host barrier itself (about 0.3 us of 0.57 us at 2 PEs).
@@ -717,12 +600,12 @@ class Runtime:
     def barrier_all(self, stream: torch.cuda.Stream | None = None) -> None:
         if stream is not None or self._finalized:
             return self.barrier(None, stream)
-        self.native.barrier(self.team_world._slot, self._stream_of(None))
+        self.native.barrier(self.team_world.slot, self._stream_of(None))
 
     def sync_all(self, stream: torch.cuda.Stream | None = None) -> None:
         if stream is not None or self._finalized:
             return self.sync(None, stream)
-        self.native.sync(self.team_world._slot, self._stream_of(None))
+        self.native.sync(self.team_world.slot, self._stream_of(None))
 
     def barrier(self, team: Team | None = None, stream: torch.cuda.Stream | None = None) -> None:
         """Complete this PE's outstanding puts, then wait for every member of `team`."""
