@@ -20,7 +20,6 @@ class Team:
     kernels take. Teams made by a split can be destroyed, also as a context manager."""
 
     def __init__(self, rt: Runtime, slot: int, name: str):
-        self._rt = rt
         self.runtime = rt  # the Runtime it belongs to
         self.slot = slot  # the backend's number for the team
         self.handle = rt.native.team_device_handle(slot)  # the vendor's (what kernels take); the slot on host
@@ -40,7 +39,7 @@ class Team:
 
     def check(self) -> int:
         """The backend's slot for the team, once its runtime is active and it is not destroyed."""
-        self._rt.check_active()
+        self.runtime.check_active()
         if self._destroyed:
             raise ValueError(f"{self!r} was destroyed")
         return self.slot
@@ -49,7 +48,7 @@ class Team:
         """`pe` of this team as numbered in `other_team`; -1 if it is not a member."""
         h = self.check()
         check_pe(pe, self.n_pes, f"pe of {self.name}")
-        return self._rt.native.team_translate_pe(h, pe, self._rt.checked_team(other_team).slot)
+        return self.runtime.native.team_translate_pe(h, pe, self.runtime.checked_team(other_team).slot)
 
     def device_args(self) -> tuple[int, int, int]:
         """(start, stride, size): the team's members are the world PEs start + i * stride for
@@ -57,9 +56,9 @@ class Team:
         the header of the device team descriptor (NOTE [team descriptor] in
         unishmem/language/_triton_impl.py). Every unishmem team is such a progression."""
         h = self.check()
-        world = self._rt.team_world.slot
-        start = self._rt.native.team_translate_pe(h, 0, world)
-        stride = self._rt.native.team_translate_pe(h, 1, world) - start if self.n_pes > 1 else 1
+        world = self.runtime.team_world.slot
+        start = self.runtime.native.team_translate_pe(h, 0, world)
+        stride = self.runtime.native.team_translate_pe(h, 1, world) - start if self.n_pes > 1 else 1
         return start, stride, self.n_pes
 
     def split_strided(self, start: int, stride: int, size: int) -> Team | None:
@@ -84,10 +83,10 @@ class Team:
                 )
             return *args, self._arena_bytes()
 
-        start, stride, size, arena_bytes = self._rt.checked(h, check)
-        handle = self._rt.native.team_split_strided(h, start, stride, size)
-        team = None if handle < 0 else Team(self._rt, handle, f"{self.name}[{start}::{stride}x{size}]")
-        self._rt.workspaces.split(self, [(team, size < self._rt.n_pes)], arena_bytes)
+        start, stride, size, arena_bytes = self.runtime.checked(h, check)
+        handle = self.runtime.native.team_split_strided(h, start, stride, size)
+        team = None if handle < 0 else Team(self.runtime, handle, f"{self.name}[{start}::{stride}x{size}]")
+        self.runtime.workspaces.split(self, [(team, size < self.runtime.n_pes)], arena_bytes)
         return team
 
     def split_2d(self, xrange: int) -> tuple[Team, Team]:
@@ -101,31 +100,31 @@ class Team:
                 raise ValueError(f"split_2d: xrange={x} must be >= 1")
             return x, self._arena_bytes()
 
-        xrange, arena_bytes = self._rt.checked(h, check)
+        xrange, arena_bytes = self.runtime.checked(h, check)
         width = min(xrange, self.n_pes)  # a wider row is the whole team
-        x, y = self._rt.native.team_split_2d(h, width)
-        x, y = Team(self._rt, x, f"{self.name}.x{xrange}"), Team(self._rt, y, f"{self.name}.y{xrange}")
+        x, y = self.runtime.native.team_split_2d(h, width)
+        x, y = Team(self.runtime, x, f"{self.name}.x{xrange}"), Team(self.runtime, y, f"{self.name}.y{xrange}")
         # known alike on every PE: a row is the world only if it is all of a world-sized team, a
         # column only if the rows of a world-sized team are 1 wide
-        self._rt.workspaces.split(
-            self, [(x, width < self._rt.n_pes), (y, self.n_pes < self._rt.n_pes or width > 1)], arena_bytes
+        self.runtime.workspaces.split(
+            self, [(x, width < self.runtime.n_pes), (y, self.n_pes < self.runtime.n_pes or width > 1)], arena_bytes
         )
         return x, y
 
     def _arena_bytes(self) -> int | None:
         """UNISHMEM_TEAM_ARENA where a split of this team is collective over the world, else None."""
-        return _config.team_arena(self._rt.heap_size) if self.n_pes == self._rt.n_pes else None
+        return _config.team_arena(self.runtime.heap_size) if self.n_pes == self.runtime.n_pes else None
 
     def destroy(self) -> None:
         """Collective over the team (every member destroys it, or none does)."""
-        if self._destroyed or self._rt.finalized:
+        if self._destroyed or self.runtime.finalized:
             return
-        if self is self._rt.team_world or self is self._rt.team_node:
-            self._rt.native.reject_collective(self.slot)
+        if self is self.runtime.team_world or self is self.runtime.team_node:
+            self.runtime.native.reject_collective(self.slot)
             raise ValueError(f"{self.name} team cannot be destroyed")
-        self._rt.native.team_destroy(self.slot)
+        self.runtime.native.team_destroy(self.slot)
         self._destroyed = True
-        self._rt.workspaces.forget_team(self)
+        self.runtime.workspaces.forget_team(self)
 
     def __enter__(self) -> Team:
         return self
