@@ -42,9 +42,8 @@ class HotPath:
     def __init__(self, native, on_cpu: bool):
         self.module = sys.modules[type(native).__module__]
         self.backend = native.address  # what the fast calls take first
-        self.fast_put, self.fast_get = self.module.fast_put, self.module.fast_get
-        self.fast_put_signal, self.fast_signal_op = self.module.fast_put_signal, self.module.fast_signal_op
-        self.fast_signal_wait_until = self.module.fast_signal_wait_until
+        for fast in filter(None, HOT_METHODS.values()):  # self.fast_put = module.fast_put, ...
+            setattr(self, fast, getattr(self.module, fast))
         # GPU calls need the current stream, which torch must be asked for: no hot calls there
         self.on_cpu = on_cpu
         self.table = self.module.HotPath(native.address, native.n_pes, torch, ITEMSIZE)
