@@ -162,7 +162,7 @@ def test_ctrl_c_stops_every_pe(mode):
         stderr=subprocess.PIPE,
         text=True,
         # every PE waits on a signal nobody sends: a loaded machine must not let the deadlock check end it first
-        env=dict(os.environ, TRITON_INTERPRET="1", UNISHMEM_DEADLOCK_TIMEOUT="0"),
+        env=dict(os.environ, TRITON_INTERPRET="1", UNISHMEM_DEADLOCK_TIMEOUT="0", PYTHONFAULTHANDLER="1"),
     )
     pids, waiting = [], 0  # each PE says READY, then WAITING once it is inside its wait
     deadline = time.monotonic() + 60
@@ -174,13 +174,45 @@ def test_ctrl_c_stops_every_pe(mode):
         waiting += line.startswith("WAITING pe=")
     assert len(pids) == 4 and waiting == 4, (pids, waiting)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # it once took over 30 s on a loaded machine: say where it was
+        pytest.fail(_stuck_report(proc))
     assert proc.returncode == 130, err
     assert "interrupted; stopping 4 PE(s)" in err
     assert len(re.findall(r"^INTERRUPTED pe=\d", out, re.M)) == 4, out + err  # each PE saw KeyboardInterrupt
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
     assert not segments_left(before)
+
+
+def _stuck_report(proc: subprocess.Popen) -> str:
+    """Who still holds the launcher's output pipes open and in what state, then the launcher's own Python
+    stacks (faulthandler, on SIGABRT): what a stop that did not end shows of itself."""
+    ours = {os.readlink(f"/proc/self/fd/{f.fileno()}") for f in (proc.stdout, proc.stderr)}
+    holders = {proc.pid}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if int(pid) != os.getpid() and ours & {os.readlink(e.path) for e in os.scandir(f"/proc/{pid}/fd")}:
+                holders.add(int(pid))
+        except OSError:  # gone, or not ours to read
+            pass
+    lines = []
+    for pid in sorted(holders):
+        try:
+            stat_fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            wchan = open(f"/proc/{pid}/wchan").read()
+            cmdline = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+            lines.append(f"pid {pid} state {stat_fields[0]} ppid {stat_fields[1]} wchan {wchan}: {cmdline}")
+        except OSError:
+            lines.append(f"pid {pid}: gone")
+    proc.send_signal(signal.SIGABRT)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return "the launcher did not stop within 30 s of SIGINT\n" + "\n".join(lines) + "\n" + err[-6000:]
 
 
 # A PE that says READY, then sleeps until it is interrupted.
