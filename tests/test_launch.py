@@ -4,6 +4,7 @@ Ctrl-C, stalls, and shared-memory segments that must never outlive their job."""
 import fcntl
 import io
 import os
+import pathlib
 import re
 import shutil
 import signal
@@ -200,9 +201,10 @@ def _stuck_report(proc: subprocess.Popen) -> str:
     lines = []
     for pid in sorted(holders):
         try:
-            stat_fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            wchan = open(f"/proc/{pid}/wchan").read()
-            cmdline = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+            proc_dir = pathlib.Path(f"/proc/{pid}")
+            stat_fields = (proc_dir / "stat").read_text().rsplit(")", 1)[1].split()
+            wchan = (proc_dir / "wchan").read_text()
+            cmdline = (proc_dir / "cmdline").read_text().replace("\0", " ")
             lines.append(f"pid {pid} state {stat_fields[0]} ppid {stat_fields[1]} wchan {wchan}: {cmdline}")
         except OSError:
             lines.append(f"pid {pid}: gone")
