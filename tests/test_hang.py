@@ -8,9 +8,11 @@ arrival]), so that the job goes on in step. Buffers stay allocated to the end, s
 scenario's word reuses the heap offset of another's signals (the report shows the last signal to
 each peer)."""
 
+import glob
 import inspect
 import os
 import re
+import subprocess
 import time
 
 import pytest
@@ -183,6 +185,26 @@ def test_the_watchdog_reports_a_hung_kernel_and_ends_the_job():
             ), report
         assert took < 2 + 30, f"the job took {took:.0f} s"
         assert not segments_left(before)
+
+
+def _own_hang_dir_job(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """hung_kernel.py at 2 PEs that find their hang directory themselves (under the user's private
+    directory, here in tmp_path), as under mpirun or torchrun."""
+    env = {"XDG_RUNTIME_DIR": str(tmp_path), "HUNG_OWN_HANG_DIR": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "0"}
+    return launch(["--hang-timeout", "2", HUNG, *args], 2, timeout=120, env={**env, "UNISHMEM_SYMMETRIC_SIZE": "16M"})
+
+
+def test_a_jobs_own_hang_directory_is_removed_when_it_ends(tmp_path):
+    proc = _own_hang_dir_job(tmp_path, "--finish")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not glob.glob(str(tmp_path / "unishmem-*" / "hang-*"))
+
+
+@pytest.mark.slow
+def test_a_jobs_own_hang_directory_is_removed_after_its_report(tmp_path):
+    proc = _own_hang_dir_job(tmp_path)
+    assert proc.returncode == 124 and "[unishmem] hang:" in proc.stderr, proc.stdout + proc.stderr
+    assert not glob.glob(str(tmp_path / "unishmem-*" / "hang-*"))
 
 
 def _line_of(path: str, mark: str) -> int:

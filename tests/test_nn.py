@@ -63,23 +63,40 @@ def test_layers_equal_nn_linear_forward_and_every_gradient(rt):
     assert torch.equal(layer.bias, full.bias.chunk(rt.n_pes)[rt.my_pe])
 
 
+def test_functional_takes_torch_distributeds_parameters():
+    """Each name of unishmem.kernels.functional takes torch.distributed's parameters of that name, in
+    its order (torch 2.13 added all_gather_single and reduce_scatter_single)."""
+    import inspect
+
+    names = ["all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single"]
+    names += [name for name in ("all_gather_single", "reduce_scatter_single") if hasattr(dist, name)]  # torch >= 2.13
+    for name in names:
+        ours, theirs = (inspect.signature(getattr(module, name)).parameters for module in (F, dist))
+        assert list(ours) == list(theirs), name
+
+
 @spmd
 def test_functional_equals_torch_and_bad_sizes_are_named(rt):
     n, me = rt.n_pes, rt.my_pe
     xs = [seeded((2, 3), 4, torch.float32, pe) for pe in range(n)]
     out = torch.empty(2 * n, 3)
-    assert F.all_gather_into_tensor(out, xs[me]) is out and torch.equal(out, torch.cat(xs))
-    stacked = torch.empty(n, 2, 3)  # torch.distributed's other output form
-    F.all_gather_into_tensor(stacked, xs[me], group=None)
-    assert torch.equal(stacked, torch.stack(xs))
+    # torch 2.13's names, and the names they replaced
+    for all_gather in (F.all_gather_single, F.all_gather_into_tensor):
+        out.zero_()
+        assert all_gather(out, xs[me]) is out and torch.equal(out, torch.cat(xs))
+        stacked = torch.empty(n, 2, 3)  # torch.distributed's other output form
+        all_gather(stacked, xs[me], group=None)
+        assert torch.equal(stacked, torch.stack(xs))
     big = [seeded((2 * n, 3), 5, torch.float32, pe) for pe in range(n)]
     for op, reference in (("sum", torch.sum), (dist.ReduceOp.MAX, torch.amax), (dist.ReduceOp.PRODUCT, torch.prod)):
         expected = reference(torch.stack(big), 0).chunk(n)[me]
-        got = torch.empty(2, 3)
-        assert F.reduce_scatter_tensor(got, big[me], op=op) is got
-        assert torch.allclose(got, expected), op
-        F.reduce_scatter_tensor(got, big[me].view(n, 2, 3), op)  # the stacked input form
-        assert torch.allclose(got, expected), op
+        for reduce_scatter in (F.reduce_scatter_single, F.reduce_scatter_tensor):
+            got = torch.empty(2, 3)
+            assert reduce_scatter(got, big[me], op=op) is got
+            assert torch.allclose(got, expected), op
+            got.zero_()
+            reduce_scatter(got, big[me].view(n, 2, 3), op)  # the stacked input form
+            assert torch.allclose(got, expected), op
     for op, reference in ((dist.ReduceOp.SUM, torch.sum), (dist.ReduceOp.MIN, torch.amin), ("max", torch.amax)):
         t = xs[me].clone()
         assert F.all_reduce(t, op=op) is t and torch.allclose(t, reference(torch.stack(xs), 0)), op

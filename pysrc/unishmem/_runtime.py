@@ -147,6 +147,7 @@ class Runtime:
         try:
             (self.native.finalize if collective else self.native.abandon)()
         finally:
+            self.diagnostics.remove_hang_dir()
             self.bootstrap.close()
 
     @property

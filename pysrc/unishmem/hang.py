@@ -485,7 +485,7 @@ class Watchdog:
         import time
 
         marker = os.path.join(self.dir, "hang")
-        while not self.rt.finalized:
+        while not self.rt.finalized and os.path.isdir(self.dir):  # (gone: rank 0 has left the job)
             time.sleep(0.05)
             with self._lock:
                 for token, (_, _, done) in list(self.launches.items()):
@@ -554,10 +554,21 @@ class Watchdog:
                 f.write(text + "\n")
             sys.stderr.write(f"[unishmem] {text}\n")
             sys.stderr.flush()
+            # the others leave once they have seen the report, taking their parts with them
+            end = time.monotonic() + GATHER_S
+            while time.monotonic() < end and any(
+                os.path.exists(os.path.join(self.dir, f"pe{p}.json")) for p in range(1, n)
+            ):
+                time.sleep(0.005)
+            self.diagnostics.remove_hang_dir()
         else:  # leave only once rank 0 has read every part
             end = time.monotonic() + GATHER_S + 1
             while time.monotonic() < end and not os.path.exists(os.path.join(self.dir, "report.txt")):
                 time.sleep(0.005)
+            try:
+                os.remove(part)
+            except FileNotFoundError:
+                pass
         # The report is out: what the program's threads print as the peers leave (PeerFailure) is not news.
         os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
         os._exit(HANG_EXIT)
@@ -569,7 +580,11 @@ class Diagnostics:
     wait table (NOTE [debug waits]), made on first use."""
 
     def __init__(self, rt, hang_dir: str | None):
+        from ._config import protocol
+
         self._rt, self._hang_dir = rt, hang_dir
+        # made by init (no launcher gave one: `unishmem run` removes its own), so gone with the job
+        self._own_hang_dir = hang_dir is not None and protocol("UNISHMEM_HANG_DIR") is None
         self._watchdog: Watchdog | None = None
         self.table = None  # the debug wait table, once a debug-waits kernel is launched
         self.read_stream = None
@@ -594,3 +609,11 @@ class Diagnostics:
             # while the kernel spun blocked holding the GIL, and the report never went out.
             self.read_stream = torch.cuda.Stream(self._rt.device) if self._rt.device.type == "cuda" else None
         return self.table
+
+    def remove_hang_dir(self) -> None:
+        """Rank 0, as it leaves the job (every PE has finalized, or the report is out): the job's hang
+        directory, where init made it."""
+        if self._own_hang_dir and self._rt.my_pe == 0:
+            import shutil
+
+            shutil.rmtree(self._hang_dir, ignore_errors=True)

@@ -1,7 +1,7 @@
 """torch.distributed's collective names and argument order over unishmem.kernels, for one-for-one swaps:
 
-    dist.all_gather_into_tensor(out, x, group=g)  ->  functional.all_gather_into_tensor(out, x, group=g)
-    dist.reduce_scatter_tensor(out, x, group=g)   ->  functional.reduce_scatter_tensor(out, x, group=g)
+    dist.all_gather_single(out, x, group=g)       ->  functional.all_gather_single(out, x, group=g)
+    dist.reduce_scatter_single(out, x, group=g)   ->  functional.reduce_scatter_single(out, x, group=g)
     dist.all_reduce(x, op=ReduceOp.MAX)           ->  functional.all_reduce(x, op=ReduceOp.MAX)
     dist.all_to_all_single(out, x, group=g)       ->  functional.all_to_all_single(out, x, group=g)
 
@@ -19,6 +19,10 @@ history becomes the collective of the input, so a backward through it reaches th
 kernel's gradient (docs/kernels.md). The written tensor may not be a leaf that requires grad (as for
 any in-place op). For a new tensor instead, call unishmem.kernels.all_gather, reduce_scatter,
 all_reduce or all_to_all.
+
+torch 2.13 renamed all_gather_into_tensor and reduce_scatter_tensor to all_gather_single and
+reduce_scatter_single (same arguments; the old names are deprecated there): both names are here, the
+old ones as aliases, so code written for either torch keeps working.
 """
 
 from __future__ import annotations
@@ -53,25 +57,29 @@ def _sync(async_op, what: str):
         )
 
 
-def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+def all_gather_single(output_tensor, input_tensor, group=None, async_op=False):
     """Every member's input_tensor, concatenated along dim 0 in team order, into output_tensor: of
     shape [n * d0, ...] (a concatenation) or [n, *input_tensor.shape] (a stack), as
-    torch.distributed.all_gather_into_tensor takes it. Returns output_tensor."""
-    _sync(async_op, "all_gather_into_tensor")
+    torch.distributed.all_gather_single takes it. Returns output_tensor."""
+    _sync(async_op, "all_gather_single")
     stacked = output_tensor.dim() == input_tensor.dim() + 1 and output_tensor.shape[1:] == input_tensor.shape
     x = input_tensor.unsqueeze(0) if stacked else input_tensor
     collectives.all_gather(x, out=output_tensor, group=group)
     return output_tensor
 
 
-def reduce_scatter_tensor(output, input, op="sum", group=None, async_op=False):
+def reduce_scatter_single(output, input, op="sum", group=None, async_op=False):
     """Block i (along dim 0) of the elementwise reduction of every member's input, into member i's
     output; input is of shape [n * d0, ...] (a concatenation of the blocks) or [n, *output.shape] (a
-    stack), as torch.distributed.reduce_scatter_tensor takes it. Returns output."""
-    _sync(async_op, "reduce_scatter_tensor")
+    stack), as torch.distributed.reduce_scatter_single takes it. Returns output."""
+    _sync(async_op, "reduce_scatter_single")
     stacked = input.dim() == output.dim() + 1 and input.shape[1:] == output.shape
     collectives.reduce_scatter(input, op=_op(op), out=output.unsqueeze(0) if stacked else output, group=group)
     return output
+
+
+all_gather_into_tensor = all_gather_single  # torch's names before 2.13
+reduce_scatter_tensor = reduce_scatter_single
 
 
 def all_reduce(tensor, op="sum", group=None, async_op=False):
