@@ -66,10 +66,13 @@ def test_rma_into_a_freed_tensor_is_not_symmetric(rt):
     # address, as a device checks a pointer. (A view of x says it was freed: test_errors.py.)
     view = rt.peer(x, rt.my_pe)
     rt.free(x)
-    message = same_error(lambda: rt.put(view, local, 0), lambda: putmem[(1,)](x, local, 64, 0))
+    message = same_error(lambda: rt.put(view, local, 0), lambda: putmem[(1,)](view, local, 64, 0))
     assert "dest (heap offset" in message and "is in no live allocation" in message, message
-    message = same_error(lambda: rt.get(local, view, 0), lambda: getmem[(1,)](local, x, 64, 0))
+    message = same_error(lambda: rt.get(local, view, 0), lambda: getmem[(1,)](local, view, 64, 0))
     assert "source (heap offset" in message and "is in no live allocation" in message, message
+    # x itself now lies off the heap (NOTE [freed memory]): a kernel given it gets no heap address
+    with pytest.raises(unishmem.NotSymmetricError, match=r"dest \(at 0x\w+, 64 bytes\) is not in the symmetric heap"):
+        putmem[(1,)](x, local, 64, 0)
 
 
 @spmd(sizes=(2,))

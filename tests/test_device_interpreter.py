@@ -1,10 +1,12 @@
 """Every unishmem.language function under TRITON_INTERPRET=1 on the host backend, at 2 and 4 PEs."""
 
+import os
+
 import pytest
 import torch
 import triton
 import triton.language as tl
-from spmd import spmd
+from spmd import launch, spmd
 
 import unishmem
 import unishmem.language as shl
@@ -772,3 +774,34 @@ def test_every_device_function_is_exercised_here():
     source = open(__file__).read() + open(__file__.replace("interpreter", "v2")).read()
     missing = [f for f in shl.FUNCTIONS if not re.search(rf"shl\.{f}\(", source)]
     assert not missing, f"device functions no interpreter test calls: {missing}"
+
+
+IMPORT_ORDER = os.path.join(os.path.dirname(__file__), "programs", "import_order.py")
+
+
+@pytest.mark.parametrize("when", ["late", "unset"])
+def test_kernels_run_on_the_host_backend_whatever_imported_triton_first(when):
+    """NOTE [import order]: TRITON_INTERPRET set after triton's import, or never set: a kernel with a
+    plain triton.jit helper and tl.sum, all_reduce and ag_gemm (bfloat16 too) still run, right."""
+    proc = launch([IMPORT_ORDER, when], 2)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("OK")) == ["pe=0", "pe=1"]
+
+
+def test_float32_to_bfloat16_rounds_as_torch_does():
+    """NOTE [interpreter numerics]: the interpreter's float32 -> bfloat16 conversion, against torch's
+    (round to nearest even) on random bits, ties, the largest finite values, infinities, subnormals and NaN."""
+    import numpy as np
+
+    from unishmem import _interpreter
+
+    g = np.random.default_rng(0)
+    bits = g.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32)
+    ties = (g.integers(0, 2**16, 1000, dtype=np.uint32) << 16) | 0x8000
+    specials = np.array([0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0x00000001, 0x00008000, 0x80018000], dtype=np.uint32)
+    values = np.concatenate([bits, ties, specials]).view(np.float32)
+    got = _interpreter._float32_to_bfloat16_bits(values).view(np.int16)
+    ref = torch.from_numpy(values.copy()).to(torch.bfloat16).view(torch.int16).numpy()
+    nan = np.isnan(values)
+    assert np.array_equal(got[~nan], ref[~nan])
+    assert np.isnan(torch.from_numpy(got[nan].copy()).view(torch.bfloat16).float().numpy()).all()

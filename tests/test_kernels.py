@@ -6,6 +6,7 @@ in any order."""
 import os
 import re
 
+import pytest
 import torch
 from spmd import raises, spmd
 
@@ -114,6 +115,12 @@ def test_bad_arguments_raise_on_every_pe_and_the_job_goes_on(rt):
     raises(lambda: K.all_reduce(torch.zeros(3), algorithm="ring"), "algorithm='ring' is not one of")
     raises(lambda: K.all_reduce(torch.zeros(3), pull="yes"), "pull must be None, True or False, got 'yes'")
     raises(lambda: K.all_gather(torch.zeros(3), out=torch.zeros(2)), "out must be torch.float32 of shape")
+    # a dtype the heap does not hold is a TypeError (as torch's), too many dimensions a ValueError
+    for kernel in (K.all_gather, K.all_to_all):
+        with pytest.raises(TypeError, match="is torch.complex64, which the symmetric heap does not hold"):
+            kernel(torch.zeros(2 * rt.n_pes, dtype=torch.complex64))
+        with pytest.raises(ValueError, match=r"has 7 dimensions, more than the 6 a kernel takes"):
+            kernel(torch.zeros([rt.n_pes] + [1] * 6))
     x = data(rt.my_pe, (6,), torch.float32)
     assert torch.equal(K.all_reduce(x), torch.stack([data(pe, (6,), torch.float32) for pe in range(rt.n_pes)]).sum(0))
 
@@ -601,6 +608,40 @@ def test_a_pulling_one_shot_returns_only_once_no_peer_reads_its_input(rt):
 
 
 @spmd(sizes=(2, 4))
+def test_bfloat16_results_are_the_float32_result_rounded_to_nearest_even(rt):
+    """NOTE [interpreter numerics]: bit for bit what a GPU gives, where the interpreter truncated. The
+    float32 results here are exact integers above 256, where bfloat16's step is 2 or 4: many are ties,
+    which truncation, round-half-up and round-to-nearest-even each resolve their own way."""
+    n, me = rt.n_pes, rt.my_pe
+
+    def ints(pe, shape, low, high, seed):
+        g = torch.Generator().manual_seed(1000 * seed + pe)
+        return torch.randint(low, high + 1, shape, generator=g, dtype=torch.float32)  # exact in bfloat16
+
+    def same_bits(got, exact):
+        ref = exact.to(torch.bfloat16)  # torch rounds to nearest even
+        assert (ref.float() != exact).any(), "no rounding to check"
+        return got.dtype == torch.bfloat16 and torch.equal(got.view(torch.int16), ref.view(torch.int16))
+
+    xs = torch.stack([ints(pe, (4 * 64,), 64, 256, seed=7) for pe in range(n)])
+    x = xs[me].to(torch.bfloat16)
+    for algorithm, pull in (("one_shot", None), ("one_shot", False), ("two_shot", None)):
+        assert same_bits(K.all_reduce(x, algorithm=algorithm, pull=pull), xs.sum(0)), (algorithm, pull)
+    assert same_bits(K.reduce_scatter(x), xs.sum(0).chunk(n)[me])
+    shards = [ints(pe, (16, 4), 0, 15, seed=8) for pe in range(n)]
+    b = ints(0, (4, 32), 0, 15, seed=9)
+    assert same_bits(K.ag_gemm(shards[me].to(torch.bfloat16), b.to(torch.bfloat16)), torch.cat(shards) @ b)
+    # gemm_rs sends the other PEs' partial tiles in bfloat16: those are small (at most 4 * 3 * 15), so
+    # exact there; each PE's own partial (of its own rows) is large
+    a = [ints(pe, (16 * n, 4), 0, 3, seed=10) for pe in range(n)]
+    for pe in range(n):
+        a[pe].view(n, 16, 4)[pe] = ints(pe, (16, 4), 0, 15, seed=12)
+    b_shards = [ints(pe, (4, 32), 0, 15, seed=11) for pe in range(n)]
+    exact = sum(a[pe] @ b_shards[pe] for pe in range(n)).chunk(n)[me]
+    assert same_bits(K.gemm_rs(a[me].to(torch.bfloat16), b_shards[me].to(torch.bfloat16)), exact)
+
+
+@spmd(sizes=(2, 4))
 def test_16_bit_floats_reduce_in_float32(rt):
     # bfloat16 and float16 are reduced in float32 (the interpreter's bfloat16 arithmetic would work
     # on bit patterns) and rounded once
@@ -615,8 +656,7 @@ def test_16_bit_floats_reduce_in_float32(rt):
                 got = K.all_reduce(ints.to(dtype), op=op, algorithm=algorithm, pull=pull)
                 assert torch.equal(got, REFERENCE[op](xs).to(dtype)), (dtype, algorithm, op)
         assert torch.equal(K.reduce_scatter(ints.to(dtype)), xs.sum(0).chunk(n)[me].to(dtype)), dtype
-    # float16 (whose float32-to-16-bit rounding the interpreter does to nearest even; bfloat16's it
-    # truncates): 0.5 and n - 1 halves of float16's step at 0.5 (2**-11) sum exactly in float32, then
+    # float16: 0.5 and n - 1 halves of float16's step at 0.5 (2**-11) sum exactly in float32, then
     # round once, while a float16 running sum rounds each addition back to 0.5 (at 4 PEs: 0.5 + 2**-10
     # against 0.5)
     tiny = torch.full((64,), 2.0**-12 if me else 0.5).to(torch.float16)

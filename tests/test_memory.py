@@ -1,9 +1,13 @@
 """Runtime basics and the symmetric heap."""
 
+import mmap
+
+import pytest
 import torch
 from spmd import spmd
 
 import unishmem
+from unishmem import NotSymmetricError
 
 ALL_DTYPES = [
     torch.float16,
@@ -90,10 +94,11 @@ def test_peer_views_load_and_store(rt):
 def test_free_returns_space_deterministically(rt):
     free0 = rt.native.heap_free_bytes()
     ts = [rt.empty(1000 + 100 * i, dtype=torch.uint8) for i in range(5)]
+    hole = ts[1].data_ptr()  # a freed tensor's data_ptr() is off the heap (NOTE [freed memory])
     rt.free(ts[1])
     rt.free(ts[3])
     again = rt.empty(1100, dtype=torch.uint8)  # first fit: the hole ts[1] left
-    assert again.data_ptr() == ts[1].data_ptr()
+    assert again.data_ptr() == hole
     for t in (ts[0], ts[2], ts[4], again):
         rt.free(t)
     assert rt.native.heap_free_bytes() == free0
@@ -106,3 +111,66 @@ def test_zeroed_signals_are_ready_for_peers(rt):
     rt.signal_op(sig, 1, (rt.my_pe + 1) % rt.n_pes, unishmem.SIGNAL.ADD)
     assert rt.signal_wait_until(sig, unishmem.CMP.EQ, 1) == 1
     rt.free(sig)
+
+
+@spmd
+def test_torch_writes_through_a_freed_tensor_miss_the_allocation_that_reuses_its_bytes(rt):
+    """NOTE [freed memory] (issue 44): after rt.free, torch's own operations on any tensor of the freed
+    allocation (the tensor, a slice, a dtype view, detach(), .data) write into private memory, not into
+    the heap, whose bytes the next allocation of the same size takes; the library still refuses those
+    tensors. On a GPU only the refusal holds (docs/getting-started.md, Freed memory)."""
+    for free_through_heap_view in (False, True):  # rt.free given a tensor it knows by address only
+        a = rt.zeros(16)
+        stale = {"a": a, "a[4:8]": a[4:8], "a.view(int32)": a.view(torch.int32), "a.detach()": a.detach()}
+        stale["a.data[1:]"] = a.data[1:]
+        heap_offset = a.data_ptr() - rt.heap_base
+        rt.free(rt.peer(a, rt.my_pe) if free_through_heap_view else a)
+        b = rt.full(16, 7.0)
+        assert b.data_ptr() - rt.heap_base == heap_offset  # a's bytes, again
+        for t in stale.values():
+            offset = heap_offset + t.storage_offset() * 4
+            with pytest.raises(NotSymmetricError, match=rf"dest \(heap offset {offset}, \d+ bytes\) was freed"):
+                rt.put(t, t.clone(), 0)
+            assert not rt.is_symmetric(t)
+        with pytest.raises(ValueError, match=f"heap offset {heap_offset} is not a live symmetric allocation"):
+            rt.free(a)
+        if rt.device.type == "cpu":
+            a.fill_(3)
+            stale["a[4:8]"].add_(1)
+            stale["a.view(int32)"][2] = 5
+            stale["a.detach()"].copy_(torch.arange(16.0))
+            stale["a.data[1:]"].mul_(2)
+            with torch.inference_mode():
+                stale["a[4:8]"].zero_()
+            assert b.tolist() == [7.0] * 16
+            assert a.tolist() == [0.0, 2.0, 4.0, 6.0] + [0.0] * 4 + [2.0 * i for i in range(8, 16)]
+        rt.free(b)
+
+
+@spmd
+def test_freed_tensors_keep_no_memory(rt):
+    """NOTE [freed memory]: the private memory of a freed allocation goes with its last tensor, and
+    the heap's memory is never released through it."""
+    if rt.device.type != "cpu":
+        return  # a GPU runtime moves nothing off its heap
+
+    def resident_bytes() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * mmap.PAGESIZE
+
+    def mappings() -> int:
+        with open("/proc/self/maps") as f:
+            return len(f.readlines())
+
+    free_before, rss_before, maps_before = rt.native.heap_free_bytes(), resident_bytes(), mappings()
+    for _ in range(200):
+        t = rt.empty(1 << 20, dtype=torch.uint8)
+        rt.free(t)
+        t.fill_(1)  # commits the private pages of all 1 MiB
+        del t
+    assert rt.native.heap_free_bytes() == free_before
+    assert resident_bytes() - rss_before < 64 << 20, (rss_before, resident_bytes())  # 200 MiB if kept
+    assert mappings() - maps_before < 10, (maps_before, mappings())
+    x = rt.full(1 << 20, 5, dtype=torch.uint8)  # the heap is intact
+    assert int(x.sum()) == 5 << 20
+    rt.free(x)

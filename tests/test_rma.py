@@ -359,10 +359,10 @@ def test_views_made_in_the_call(rt):
     rt.barrier_all()
 
     # freed, and its bytes reallocated: views made afterwards from the old tensor miss, and raise
-    old = flat
+    old, where = flat, flat.data_ptr()  # freed, it lies off the heap (NOTE [freed memory])
     rt.free(buf)
     again = rt.zeros(6 * n, dtype=torch.int32)
-    assert again.data_ptr() == old.data_ptr()  # same bytes, new allocation (the allocator reuses them)
+    assert again.data_ptr() == where  # same bytes, new allocation (the allocator reuses them)
     assert hot.hot_put(addr, old[:n], src[:n], right, None) is NotImplemented
     with pytest.raises(NotSymmetricError, match="freed"):
         rt.put(old[:n], src[:n], right)

@@ -1,7 +1,10 @@
 """Teams: world, node, strided and 2-D splits, translation, team barriers."""
 
+import pytest
 import torch
 from spmd import spmd
+
+from unishmem import SymmetryError
 
 
 @spmd
@@ -121,3 +124,70 @@ def test_team_arenas_go_back_to_the_heap(rt):
             solo.destroy()
     rt.free_workspaces()
     assert rt.native.heap_free_bytes() == before
+
+
+def world_works(rt):
+    """Every PE: a world barrier, an allocation and a reduction give right results."""
+    rt.barrier()
+    x = rt.full(4, rt.my_pe + 1, dtype=torch.int64)
+    rt.reduce(x, x, "sum")
+    assert x.tolist() == [rt.n_pes * (rt.n_pes + 1) // 2] * 4
+    rt.free(x)
+
+
+def destroy_against_barrier(rt, team, destroy: bool):
+    """team.destroy() where `destroy`, else rt.barrier(team): the members disagree, so each raises
+    SymmetryError naming both calls, and the team lives on (NOTE [collective descriptor])."""
+    with pytest.raises(SymmetryError) as info:
+        team.destroy() if destroy else rt.barrier(team)
+    text = str(info.value)
+    assert f"called team_destroy on team {team.slot}" in text and f"called barrier on team {team.slot}" in text, text
+    assert ("The team was not destroyed" in text) == destroy, text
+    assert not team.destroyed
+
+
+@spmd(sizes=(2, 4))
+def test_a_destroy_refused_on_some_pes_can_be_retried_or_gone_on_from(rt):
+    rt.free_workspaces()
+    free_before = rt.native.heap_free_bytes()
+    team = rt.team_world.split_strided(0, 1, rt.n_pes)
+    destroy_against_barrier(rt, team, rt.my_pe == 0)  # PE 0 destroys, the others call a barrier
+    destroy_against_barrier(rt, team, rt.my_pe != 0)  # the other way round
+    team.destroy()  # every PE retries the destroy
+    assert team.destroyed
+    world_works(rt)
+    # a team of the last three PEs (at 2 PEs: both), which synchronises on its own channel at 4
+    # PEs (NOTE [barrier channel]) and has a team arena: only its last member destroys it
+    team = rt.team_world.split_strided(rt.n_pes - min(3, rt.n_pes), 1, min(3, rt.n_pes))
+    x = rt.full(4, rt.my_pe + 1, dtype=torch.int64)
+    if team is not None:
+        destroy_against_barrier(rt, team, team.my_pe == team.n_pes - 1)
+        rt.barrier(team)  # every member goes on with the team
+        rt.reduce(x, x, "sum", team=team)
+        assert x.tolist() == [sum(range(rt.n_pes - team.n_pes + 1, rt.n_pes + 1))] * 4
+        team.destroy()
+    rt.free(x)
+    world_works(rt)
+    rt.free_workspaces()  # the arena's allocation
+    assert rt.native.heap_free_bytes() == free_before
+
+
+@spmd(sizes=(2, 4))
+def test_a_destroy_against_a_split_makes_and_destroys_nothing(rt):
+    team = rt.team_world.split_strided(0, 1, rt.n_pes)
+    free_before = rt.native.heap_free_bytes()
+    with pytest.raises(SymmetryError) as info:
+        team.destroy() if rt.my_pe == 0 else team.split_strided(0, 1, 1)
+    text = str(info.value)
+    assert "PE 0 called team_destroy" in text and "called split_strided(start=0, stride=1, size=1)" in text, text
+    assert ("The team was not destroyed" if rt.my_pe == 0 else "No team was made") in text, text
+    assert not team.destroyed and rt.native.heap_free_bytes() == free_before  # no team arena either
+    solo = team.split_strided(0, 1, 1)  # every PE retries the split, then destroys both
+    assert (solo is not None) == (rt.my_pe == 0)
+    if solo is not None:
+        assert (solo.n_pes, solo.my_pe) == (1, 0)
+        rt.barrier(solo)
+        solo.destroy()
+    team.destroy()
+    world_works(rt)
+    rt.free_workspaces()

@@ -6,6 +6,8 @@ the pointers it is given with the same methods, so both raise the same errors fo
 from __future__ import annotations
 
 import bisect
+import mmap
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +21,28 @@ class Allocation:
     nbytes: int
     dtype: torch.dtype
     live: bool = True
+    storage: weakref.ref | None = None  # the storage its tensors share (NOTE [allocation identity])
+
+    def offset_of(self, t: torch.Tensor) -> int:
+        """The heap offset of `t`, a tensor over this allocation's storage: also once its storage
+        was moved off the heap (NOTE [freed memory]), when its data_ptr() is no heap address."""
+        return self.offset + t.storage_offset() * t.element_size()
+
+
+# NOTE [freed memory]: on a CPU runtime rt.free points the freed allocation's storage (NOTE
+# [allocation identity]), and with it every tensor over it, at private memory of the same size: an
+# anonymous mapping, whose pages are committed only where a stale write lands (it reads zeros at
+# first). torch's own operations on a freed tensor then never reach the heap, whose bytes may belong
+# to a new allocation. UntypedStorage._swap_data_ptr_ hands the heap's DataPtr to the private storage
+# made for it, which drops it on return: that releases the DLPack view of the heap, never the heap
+# (the backend owns its mapping), and the private mapping goes when the last tensor over the storage does.
+# finalize needs no swap: the host backend then maps private memory over its whole heap (Mapping::retire).
+# A GPU runtime does not do this: a same-size device buffer per free would take the device memory the
+# free gave back, and a smaller or null pointer faults. There a torch write through a freed tensor
+# reaches whatever allocation holds its bytes now (docs/getting-started.md, Freed memory).
+def move_off_heap(storage: torch.UntypedStorage) -> None:
+    private = torch.frombuffer(mmap.mmap(-1, storage.nbytes()), dtype=torch.uint8).untyped_storage()
+    storage._swap_data_ptr_(private)
 
 
 class SymmetricHeap:

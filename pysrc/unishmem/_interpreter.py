@@ -7,13 +7,33 @@ program id is per thread, and the function the executor calls only records each 
 last call runs them all on threads, started in program-id order with at most `resident` alive at
 once (as a GPU fills its SMs), so programs may wait on each other. The host backend counts them
 (NOTE [programs] in csrc/host/host_backend.hpp) so that its deadlock check stays exact.
+
+NOTE [import order]: triton.jit decides when it decorates a function whether it is interpreted, from
+TRITON_INTERPRET at that moment, and triton.language's own helpers (tl.sum, tl.cdiv, ...) are
+decorated when triton is imported. A program that imports triton before setting the variable
+(importing torch._dynamo.utils is enough) has compiled-only JITFunctions, which raise "Cannot call
+@triton.jit'd outside of the scope of a kernel" when an interpreted kernel calls them. So a launch
+here interprets a JITFunction kernel as Triton would have (`_interpreted`), and on a program's thread
+a JITFunction called by the kernel runs interpreted too (`_interpret_nested_jit_functions`); called
+anywhere else it keeps Triton's error. With that, the host backend runs every @unishmem.jit kernel
+under the interpreter whether or not TRITON_INTERPRET is set (triton_support.interpreting).
+
+NOTE [interpreter numerics]: the interpreter computes two things differently from a GPU, and is made
+to compute them as a GPU does: it converts float32 to bfloat16 by truncation (Triton 3.6 to 3.9, its
+"rtne" too: it rounds half up and drops the carry), where a GPU rounds to nearest even (cvt.rn.bf16.f32,
+Triton's default for a downcast); and tl.dot multiplies bfloat16 tiles as the integers that hold their
+bits (numpy has no bfloat16), where a GPU multiplies their values (exactly in float32) and accumulates
+in float32.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import threading
+
+import numpy as np
 
 from . import _active, _triton_compat
 from .errors import UnishmemError
@@ -83,6 +103,73 @@ def _serialise_rewrites() -> None:
     locked_patch_lang._unishmem_locked = True
     interpreter._patch_lang = locked_patch_lang
     interpreter.InterpretedFunction.rewrite = locked_rewrite
+
+
+def _interpret_nested_jit_functions() -> None:
+    """NOTE [import order]: a JITFunction called on a program's thread runs interpreted."""
+    from triton.runtime.jit import JITFunction
+
+    compiled_call = JITFunction.__call__
+    if getattr(compiled_call, "_unishmem_interprets", False):
+        return
+
+    def call(self, *args, **kwargs):
+        if getattr(_program, "launch", None) is None:  # not inside a kernel: Triton's own error
+            return compiled_call(self, *args, **kwargs)
+        return _interpreted(self.fn)(*args, **kwargs)
+
+    call._unishmem_interprets = True
+    JITFunction.__call__ = call
+
+
+@functools.cache
+def _interpreted(fn):
+    """The InterpretedFunction of a Python function that triton.jit made compiled-only (NOTE [import order])."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return InterpretedFunction(fn)
+
+
+def _round_like_a_gpu() -> None:
+    """NOTE [interpreter numerics]: float32 to bfloat16 rounds to nearest even; tl.dot widens bfloat16
+    tiles to float32 (exact) before it multiplies."""
+    from triton.runtime import interpreter
+
+    convert = interpreter._convert_float
+    if getattr(convert, "_unishmem_rounds", False):
+        return
+    tl = interpreter.tl
+    truncate = interpreter._ir.ROUNDING_MODE.RTZ
+
+    def convert_float(input, input_dtype, output_dtype, rounding_mode):
+        if input_dtype == tl.float32 and output_dtype == tl.bfloat16 and rounding_mode != truncate:
+            return _float32_to_bfloat16_bits(input)
+        return convert(input, input_dtype, output_dtype, rounding_mode)
+
+    convert_float._unishmem_rounds = True
+    interpreter._convert_float = convert_float
+
+    builder = interpreter.InterpreterBuilder
+    dot = builder.create_dot
+
+    def widened(x):
+        if x.dtype.scalar != tl.bfloat16:
+            return x
+        bits = np.ascontiguousarray(x.data).view(np.uint16).astype(np.uint32) << 16
+        return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
+
+    def create_dot(self, a, b, d, *args, **kwargs):
+        return dot(self, widened(a), widened(b), d, *args, **kwargs)
+
+    builder.create_dot = create_dot
+
+
+def _float32_to_bfloat16_bits(values) -> np.ndarray:
+    """The bfloat16 bits nearest each float32 value, ties to even (NaN stays NaN, quiet)."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    bits = values.view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return np.where(np.isnan(values), (bits >> 16) | 0x40, rounded).astype(np.uint16)
 
 
 class LaunchAborted(UnishmemError):
@@ -236,10 +323,12 @@ def run(jit_function, args, grid, kwargs, resident: int, kernel_name: str) -> No
         type(interpreter_builder).grid_idx = _ThreadGridIdx()
     _serialise_rewrites()
     _triton_compat.patch_interpreter()
-    fn = jit_function
+    _interpret_nested_jit_functions()
+    _round_like_a_gpu()
+    fn = jit_function if hasattr(jit_function, "rewrite") else _interpreted(jit_function.fn)  # NOTE [import order]
     launch = _Launch(resident, bool(kwargs.get("launch_cooperative_grid")), kernel_name)
     try:
-        GridExecutor(launch.programs(fn.rewrite()), fn.arg_names, grid, fn.pre_run_hooks)(*args, **kwargs)
+        GridExecutor(launch.programs(fn.rewrite()), fn.arg_names, grid, jit_function.pre_run_hooks)(*args, **kwargs)
     except InterpreterError as e:
         # Re-raise what a device function raised (PeerFailure, SymmetryError, bad arguments...)
         # as itself, not as the interpreter's wrapper.

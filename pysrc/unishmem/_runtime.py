@@ -4,6 +4,7 @@ once, for every backend; the native backends below trust what they are given."""
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from ._checks import (
     to_bits,
 )
 from ._dtypes import ATOMIC_DTYPES, DTYPE_CODES, WAIT_DTYPES
-from ._heap import Allocation, SymmetricHeap
+from ._heap import Allocation, SymmetricHeap, move_off_heap
 from ._hot import HotPath
 from ._team import Team
 from ._version import __version__
@@ -184,11 +185,13 @@ class Runtime:
         # DLPack view of a slice of the heap, at least a byte: the allocator gives 0 bytes some) and
         # that storage carries its Allocation. Every tensor sharing it (views, dtype views,
         # detach(), .data) is then known as this allocation's, also once it is freed and its bytes
-        # belong to another: _symmetric and rt.free ask the storage, in constant time.
+        # belong to another: _symmetric and rt.free ask the storage, in constant time. On a CPU
+        # runtime rt.free moves that storage off the heap (NOTE [freed memory], _heap.py).
         with torch.inference_mode(False):  # the heap never becomes an inference tensor
             storage = torch.from_dlpack(self.heap_of(self.my_pe)[offset : offset + max(nbytes, 1)]).untyped_storage()
             t = torch.empty(0, dtype=dtype, device=self.device).set_(storage, 0, shape, contiguous_strides(shape))
         storage._unishmem_allocation = alloc
+        alloc.storage = weakref.ref(storage)  # weak: the storage holds its allocation
         self.hot_path.add_allocation(storage, self.heap_base + offset, nbytes)  # NOTE [view checks]
         return t
 
@@ -236,21 +239,24 @@ class Runtime:
         self.native.free(self.heap_base + alloc.offset)
         self.heap.remove(alloc)
         self.hot_path.drop_allocation(self.heap_base + alloc.offset)  # NOTE [view checks]: its views miss
+        storage = alloc.storage()
+        if self._on_cpu and storage is not None:  # None: no tensor over it is left
+            move_off_heap(storage)  # NOTE [freed memory]: torch's writes through its tensors miss the heap
 
     def _allocation_of(self, t) -> Allocation:
         """The live allocation that `t` starts, for rt.free."""
         addr, nbytes = self._local(t, "tensor to free", contiguous=False)
+        alloc = getattr(t.untyped_storage(), "_unishmem_allocation", None)  # NOTE [allocation identity]
+        if alloc is not None and not alloc.live:  # its data_ptr() may lie off the heap (NOTE [freed memory])
+            raise ValueError(
+                f"rt.free: the tensor at heap offset {alloc.offset_of(t)} is not a live symmetric allocation: "
+                "it was freed already (its bytes may belong to another allocation now)"
+            )
         if not self.heap.holds(addr, nbytes):
             raise NotSymmetricError(f"rt.free: the tensor at {addr:#x} is not in the symmetric heap")
         offset = addr - self.heap_base
-        alloc = getattr(t.untyped_storage(), "_unishmem_allocation", None)  # NOTE [allocation identity]
         if alloc is None:  # a tensor the runtime did not make: by its address
             alloc = self.heap.at(offset)
-        elif not alloc.live:
-            raise ValueError(
-                f"rt.free: the tensor at heap offset {offset} is not a live symmetric allocation: it was "
-                "freed already (its bytes may belong to another allocation now)"
-            )
         if alloc is None or alloc.offset != offset:
             raise ValueError(
                 f"rt.free: the tensor at heap offset {offset} is not a live symmetric "
@@ -290,12 +296,12 @@ class Runtime:
         addr, nbytes = self._local(t, name, contiguous)
         own = getattr(t.untyped_storage(), "_unishmem_allocation", None)  # NOTE [allocation identity]
         if own is not None:
-            offset = addr - self.heap_base
-            if not own.live:
+            if not own.live:  # its data_ptr() may lie off the heap (NOTE [freed memory])
                 raise NotSymmetricError(
-                    f"{name} (heap offset {offset}, {nbytes} bytes) was freed (use after free; its bytes may "
-                    "belong to another allocation now): allocate it again with rt.empty()"
+                    f"{name} (heap offset {own.offset_of(t)}, {nbytes} bytes) was freed (use after free; its bytes "
+                    "may belong to another allocation now): allocate it again with rt.empty()"
                 )
+            offset = addr - self.heap_base
             if own.offset <= offset and offset + nbytes <= own.offset + own.nbytes:
                 return addr, nbytes  # fast path: inside the live allocation it was made by
         return self.heap.check_range(addr, nbytes, name), nbytes

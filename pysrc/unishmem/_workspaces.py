@@ -314,10 +314,13 @@ def workspace(
         shape = ()
     elif shape is None:
         shape = tuple(x.shape)
-    if problem is None and (len(shape) > DESC_DIMS or x.dtype not in DTYPE_CODES):
+    if problem is None and x.dtype not in DTYPE_CODES:  # a TypeError, as torch's for a dtype
+        names = ", ".join(str(dtype).removeprefix("torch.") for dtype in DTYPE_CODES)
+        problem = TypeError(f"{what}: x is {x.dtype}, which the symmetric heap does not hold (it holds {names})")
+    elif problem is None and len(shape) > DESC_DIMS:  # the cross-PE descriptor's room
         problem = ValueError(
-            f"{what}: x must have at most {DESC_DIMS} dimensions and a dtype of the symmetric "
-            f"heap; got {x.dtype} of shape {list(shape)}"
+            f"{what}: x of shape {list(shape)} has {len(shape)} dimensions, more than the {DESC_DIMS} a "
+            "kernel takes: reshape it to fewer"
         )
     full_key = (what, getattr(x, "dtype", None), team.key, *key)
     ws = rt.workspaces.get(full_key)

@@ -25,7 +25,12 @@ _hook_added = False
 
 
 def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """Whether @unishmem.jit kernels launch under Triton's interpreter: wherever TRITON_INTERPRET is set,
+    and on the host backend whether it is set or not (its only way to run them; NOTE [import order])."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return True
+    rt = _active.current()
+    return rt is not None and rt.backend == "host"
 
 
 def extern_libs(backend: str, arch) -> dict[str, str]:
@@ -54,12 +59,7 @@ def _device_target(backend_name: str, device) -> tuple[str, object]:
 
     from .backends import get
 
-    backend = get(backend_name)
-    if backend.triton_backend is None:
-        raise UnishmemError(
-            f"compiled Triton kernels need a GPU backend, and this runtime's is {backend_name!r}; "
-            "run with TRITON_INTERPRET=1 to execute them on the host backend"
-        )
+    backend = get(backend_name)  # a GPU backend's: the host backend's kernels are interpreted (interpreting())
     return backend.triton_backend, backend.device_arch(torch.cuda.get_device_properties(device))
 
 

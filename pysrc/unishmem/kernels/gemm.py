@@ -48,10 +48,6 @@ MAX_BLOCK = {"block_m": 64, "block_n": 64, "block_k": 32}
 INTERPRETER_BLOCK_SCALE = 2
 NUM_STAGES = 3  # software pipelining of the K loop on a GPU (the interpreter ignores it)
 MIN_CLASS_ROWS = 16  # the smallest size class of a workspace (rows of a shard; NOTE [workspaces])
-# Triton's interpreter cannot multiply bfloat16 tiles (numpy has no bfloat16): there they are widened
-# to float32 first, which gives what a GPU's bfloat16 dot with float32 accumulation gives (the
-# product of two bfloat16 values is exact in float32). Triton too picks the interpreter at import.
-_DOT_BF16 = tl.constexpr(not interpreting())
 
 
 @triton.jit
@@ -68,8 +64,6 @@ def _tile(a, rows, b, pn, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BL
         k_in = (k0 + rk) < K
         a_t = tl.load(a_ptrs, mask=m_in & k_in[None, :], other=0.0)
         b_t = tl.load(b_ptrs, mask=k_in[:, None] & n_in, other=0.0)
-        if not _DOT_BF16 and a_t.dtype == tl.bfloat16:
-            a_t, b_t = a_t.to(tl.float32), b_t.to(tl.float32)
         acc = tl.dot(a_t, b_t, acc)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K * N
