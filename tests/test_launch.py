@@ -242,7 +242,12 @@ def _start_sleepers(n: int, tmp: str) -> tuple[subprocess.Popen, list[int]]:
 
 
 def _gone(pid: int) -> bool:
-    return not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] == "Z"
+    """Exited (a zombie) or reaped; reading /proc races with the reaping, which then counts as gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
 
 
 def test_ctrl_c_again_and_again_still_stops_every_pe_and_cleans_up(tmp_path):

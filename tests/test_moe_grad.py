@@ -238,3 +238,38 @@ def test_torch_compile_traces_dispatch_and_combine_with_a_capacity_whole(rt):
         run(t).backward()
         grads.append([t.grad, *(p.grad.clone() for p in layer.parameters())])
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
+
+
+@spmd(sizes=(2, 4))
+def test_the_layers_errors_name_it_x_and_max_tokens_on_every_pe_and_the_job_goes_on(rt):
+    """More tokens than max_tokens, or a bad x, on PE 1 alone raise on every PE, none left in dispatch:
+    PE 1 says what is wrong with its x and what to change, the others what every PE's x must be; then
+    the layer's good call gives what it gave before, on every PE."""
+    from unishmem.nn import ExpertParallelMoE
+
+    n, me = rt.n_pes, rt.my_pe
+    for max_tokens in (CAPACITY, None):
+        torch.manual_seed(0)  # the same on every PE: the replicated router's init
+        layer = ExpertParallelMoE(H, 6, n_experts(n), TOPK, max_tokens=max_tokens)
+        name = f"ExpertParallelMoE(hidden={H}, ffn_hidden=6, n_experts={n_experts(n)}, top_k={TOPK}, max_tokens="
+        name += f"{max_tokens}) over {n} PEs"
+        must = f"[..., {H}] (last dim hidden)"
+        if max_tokens:
+            must += f" with at most max_tokens={CAPACITY} tokens (the product of its leading dims)"
+        x = torch.randn(2, H)
+        before = layer(x)
+        cases = []  # (PE 1's x, its own error)
+        if max_tokens:  # the issue's: dispatch's error named neither the layer nor max_tokens
+            more = CAPACITY + 1
+            cases.append((torch.randn(more, H), f"x of shape [{more}, {H}] holds {more} tokens on this PE, more than"))
+        cases.append((torch.randn(2, H + 1), f"x of shape [2, {H + 1}] must be {must}"))
+        for x1, own in cases:
+            raises(lambda: layer(x1 if me == 1 else x), f"{name}: {own if me == 1 else 'every PE must pass x ' + must}")
+        if max_tokens:  # every PE over: each says what to change (tokens count all the leading dims)
+            raises(
+                lambda: layer(torch.randn(CAPACITY, 2, H)),
+                f"holds {2 * CAPACITY} tokens on this PE, more than max_tokens={CAPACITY}, dispatch's capacity for "
+                "each PE's tokens: build the layer with max_tokens at least the most tokens any PE passes, or with "
+                "max_tokens=None",
+            )
+        assert torch.equal(layer(x), before), max_tokens  # and the job goes on

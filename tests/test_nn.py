@@ -53,7 +53,7 @@ def test_layers_equal_nn_linear_forward_and_every_gradient(rt):
     for cls in (ColumnParallelLinear, RowParallelLinear):
         for dtype in (torch.float32, torch.float64):
             check_layer(rt, cls, False, dtype)
-        check_layer(rt, cls, True, torch.float32)  # (the GEMM kernels take float16 and float32)
+        check_layer(rt, cls, True, torch.float32)  # (the GEMM kernels take float16, bfloat16 and float32)
     # built after the same seed, a layer holds the shards of the nn.Linear that seed builds
     torch.manual_seed(3)
     full = nn.Linear(8, 4 * rt.n_pes)
@@ -117,15 +117,59 @@ def test_functional_equals_torch_and_bad_sizes_are_named(rt):
     raises(lambda: F.all_reduce(xs[me].clone(), async_op=True), "async_op=True is not supported")
     raises(lambda: F.reduce_scatter_tensor(torch.empty(2, 3), xs[me], op="mean"), "op='mean'")
     # the layers name what does not split, and what does not fit
-    raises(lambda: ColumnParallelLinear(4, 8)(torch.ones(3, 5)), "last dim 4")
+    raises(lambda: ColumnParallelLinear(4, 8)(torch.ones(3, 5)), "x of shape [3, 5] must be [..., 4] (last dim")
     raises(lambda: RowParallelLinear(4 * n, 8, sequence_parallel=True)(torch.ones(4)), "at least 2-D")
     if n > 1:
         raises(lambda: ColumnParallelLinear(4, n + 1), f"out_features={n + 1} does not split into {n}")
         raises(lambda: RowParallelLinear(n + 1, 4), f"in_features={n + 1} does not split into {n}")
         raises(
             lambda: RowParallelLinear(4 * n, 8, sequence_parallel=True)(torch.ones(n + 1, 2, 4)),
-            f"dim 0 of the input ({n + 1}",
+            f"x of shape [{n + 1}, 2, 4] must be [s, ..., 4] (at least 2-D, last dim in_features / {n}, s a multiple",
         )
+
+
+@spmd(sizes=(2, 4))
+def test_errors_through_a_layer_name_it_and_x_on_every_pe_and_the_job_goes_on(rt):
+    """x that differ between the PEs, or that is bad on PE 1 alone, raise on every PE, none left in
+    the layer's collective kernel: PE 1 says what is wrong with its x, the others what every PE's x
+    must be; then each layer's good call gives what it gave before, on every PE."""
+    n, me = rt.n_pes, rt.my_pe
+    ones = torch.ones
+    column = ColumnParallelLinear(8, 4 * n, sequence_parallel=True)
+    row = RowParallelLinear(8 * n, 4, sequence_parallel=True)
+    summed = RowParallelLinear(8 * n, 4)
+    described = {  # layer: (how its errors name it, what its x must be)
+        column: (
+            f"ColumnParallelLinear(in_features=8, out_features={4 * n}, sequence_parallel=True) over {n} PEs",
+            f"[s / {n}, ..., 8] (its rows of dim 0; at least 2-D, last dim in_features)",
+        ),
+        row: (
+            f"RowParallelLinear(in_features={8 * n}, out_features=4, sequence_parallel=True) over {n} PEs",
+            f"[s, ..., 8] (at least 2-D, last dim in_features / {n}, s a multiple of {n})",
+        ),
+        summed: (
+            f"RowParallelLinear(in_features={8 * n}, out_features=4, sequence_parallel=False) over {n} PEs",
+            f"[..., 8] (last dim in_features / {n})",
+        ),
+    }
+    cases = [  # (layer, PE 1's x, the others' x, PE 1's own error; None: the x differ)
+        (column, ones(3, 8), ones(2, 8), None),  # the issue's: ag_gemm's error named neither layer nor x
+        (column, ones(2, 5), ones(2, 8), "x of shape [2, 5] must be"),
+        (column, ones(2, 8, dtype=torch.float64), ones(2, 8), "x is torch.float64 and the weight torch.float32"),
+        (row, ones(4 * n, 8), ones(2 * n, 8), None),
+        (row, ones(2 * n + 1, 8), ones(2 * n, 8), f"x of shape [{2 * n + 1}, 8] must be"),
+        (summed, ones(3, 8), ones(2, 8), None),
+        (summed, ones(2, 5), ones(2, 8), "x of shape [2, 5] must be"),
+    ]
+    before = {layer: layer(seeded((2 * n, 8), 3, torch.float32, me)) for layer in described}
+    for layer, x1, x, own in cases:
+        name, must = described[layer]
+        if own and me == 1:
+            raises(lambda: layer(x1), f"{name}: {own}" + (f" {must}" if own.endswith("must be") else ""))
+        else:
+            raises(lambda: layer(x1 if me == 1 else x), f"{name}: every PE must pass x {must}, of one shape and dtype")
+    for layer, y in before.items():  # and the job goes on
+        assert torch.equal(layer(seeded((2 * n, 8), 3, torch.float32, me)), y), described[layer][0]
 
 
 @spmd(sizes=(2,))
@@ -156,3 +200,25 @@ def test_a_compiled_block_has_no_graph_break_and_the_eager_gradients(rt):
         assert not counters["graph_break"], dict(counters["graph_break"])
         got = [p.grad / 2 for p in (*up.parameters(), *down.parameters())]
         assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got, expected)), sequence_parallel
+
+
+@spmd
+def test_a_fused_qkv_weight_laid_out_heads_first_gives_each_pe_whole_heads(rt):
+    """docs/nn.md's recipe: a [q; k; v] weight laid out [heads, (q, k, v), head_dim] before the split."""
+    n, me = rt.n_pes, rt.my_pe
+    heads, head_dim, hidden = 2 * n, 3, 5
+
+    def heads_first(t, heads):
+        return t.unflatten(0, (3, heads, -1)).transpose(0, 1).flatten(0, 2)
+
+    torch.manual_seed(5)
+    single = nn.Linear(hidden, 3 * heads * head_dim)
+    x = torch.randn(4, hidden)
+    expected = single(x).unflatten(-1, (3, heads, head_dim)).unbind(-3)  # q, k, v: [4, heads, head_dim]
+    qkv = nn.Linear(hidden, 3 * heads * head_dim)
+    qkv.weight.data, qkv.bias.data = heads_first(single.weight.data, heads), heads_first(single.bias.data, heads)
+    layer = ColumnParallelLinear.from_linear(qkv)
+    got = layer(x).unflatten(-1, (heads // n, 3, -1)).unbind(-2)
+    mine = slice(me * heads // n, (me + 1) * heads // n)
+    for name, g, e in zip("qkv", got, expected):
+        assert torch.allclose(g, e[:, mine], atol=1e-6), name

@@ -8,6 +8,12 @@ that convention where the kernels' own (the gradient of the sum of every PE's lo
 every PE's shard, Megatron's f) and `_Summed` (all_reduce forward, identity backward: partial sums
 becoming one replicated value, Megatron's g). Everything else is the kernels' autograd: ag_gemm's and
 gemm_rs's gradients go through each other.
+
+Errors name the layer, its input x and what x must be. A forward whose kernel is collective (the row
+layer's all_reduce, ag_gemm, gemm_rs; in moe.py dispatch) checks x on this PE and enters the kernel
+even when x is bad, with an operand the kernel rejects, so that the kernel's cross-PE check raises on
+every PE: a PE that raised before the call would leave the others waiting in it, or pair them with
+its next call (`_collective`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from torch import nn
 
 from .. import kernels
 from ..kernels._routing import team_of
+from ..kernels.gemm import DTYPES as GEMM_DTYPES
 
 
 class _Replicated(torch.autograd.Function):
@@ -39,6 +46,27 @@ class _Summed(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad, None
+
+
+def _collective(call, problem: Exception | None, layer: str, x, must: str):
+    """call(): a collective kernel's call, made on every PE, even where this PE found a `problem` with
+    its input x (the call then passes the kernel an operand it rejects, `_rejected`), so that the
+    kernel's cross-PE check raises on every PE; this PE then raises `problem`. On a PE whose x is fine
+    (another PE's x was rejected, or the PEs' x differ) the kernel's error comes back in its class,
+    naming the layer, what every PE's x `must` be and this PE's x, then the kernel's own words."""
+    try:
+        return call()
+    except (ValueError, TypeError) as e:
+        if problem is None:
+            shown = f"{x.dtype} of shape {list(x.shape)}"
+            raise type(e)(f"{layer}: every PE must pass x {must}; this PE passes {shown} ({e})") from e
+    raise problem  # (outside the except, so the kernel's error about the rejected operand is not chained)
+
+
+def _rejected(device) -> torch.Tensor:
+    """An operand the layers' kernels all reject (1-D, empty, bool): what a PE whose input is bad
+    passes them, so that their cross-PE check raises on every PE."""
+    return torch.empty(0, dtype=torch.bool, device=device)
 
 
 class _ParallelLinear(nn.Module):
@@ -126,15 +154,35 @@ class _ParallelLinear(nn.Module):
                 layer.bias.copy_(bias)
         return layer
 
-    def _check_input(self, x, features: int, what: str) -> None:
-        name = type(self).__name__
+    def _name(self) -> str:
+        """The layer as its errors name it."""
+        return (
+            f"{type(self).__name__}(in_features={self.in_features}, out_features={self.out_features}, "
+            f"sequence_parallel={self.sequence_parallel}) over {self.n_pes} PEs"
+        )
+
+    def _problem(self, x, must: str):
+        """What is wrong with this PE's input x, which `must` be of that shape, or None. Where a
+        collective kernel follows, it is raised through `_collective`, never before the call."""
+        name, features = self._name(), self.weight.shape[1]
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name}: input must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() < (2 if self.sequence_parallel else 1) or x.shape[-1] != features:
-            raise ValueError(
-                f"{name}: input of shape {list(x.shape)} must be {what} (last dim {features}"
-                + (", at least 2-D with sequence_parallel)" if self.sequence_parallel else ")")
+            return TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}")
+        bad = x.dim() < (2 if self.sequence_parallel else 1) or x.shape[-1] != features
+        if not bad and self.sequence_parallel and self._split == "in_features":
+            bad = x.shape[0] % self.n_pes != 0  # (the row layer's output: this PE's block of dim 0)
+        if bad:
+            return ValueError(f"{name}: x of shape {list(x.shape)} must be {must}")
+        # (under autocast F.linear casts x; the GEMM kernels never do)
+        if x.dtype != self.weight.dtype and (self.sequence_parallel or not torch.is_autocast_enabled(x.device.type)):
+            return TypeError(
+                f"{name}: x is {x.dtype} and the weight {self.weight.dtype}: pass x in {self.weight.dtype}"
             )
+        if self.sequence_parallel and x.dtype not in GEMM_DTYPES:
+            return TypeError(
+                f"{name}: with sequence_parallel x and the weight must be float16, bfloat16 or float32 (the GEMM "
+                f"kernels' dtypes), not {x.dtype}: convert the layer (layer.to(torch.float32)) and x"
+            )
+        return None
 
     def extra_repr(self) -> str:
         return (
@@ -154,7 +202,7 @@ class ColumnParallelLinear(_ParallelLinear):
     Megatron's [s, b, h] layout; a 2-D [tokens / n, in_features] is the same), every PE with the same
     shape; unishmem.kernels.ag_gemm gathers the rows inside the GEMM, and the output is
     [s, ..., out_features / n] (all rows). Its gradients are ag_gemm's: the input's by gemm_rs.
-    The GEMM kernels take float16 and float32.
+    The GEMM kernels take float16, bfloat16 and float32 (x in the weight's dtype).
 
     team / group: the PEs the layer is split over (a unishmem.Team, or a torch.distributed
     ProcessGroup whose ranks map to one; default the world). Parameters are created on the
@@ -166,11 +214,21 @@ class ColumnParallelLinear(_ParallelLinear):
         super().__init__(in_features, out_features, bias, sequence_parallel, dtype, team, group, "out_features")
 
     def forward(self, x):
-        if not self.sequence_parallel:
-            self._check_input(x, self.in_features, "[..., in_features]")
+        if not self.sequence_parallel:  # no collective in forward: a bad x raises here
+            problem = self._problem(x, f"[..., {self.in_features}] (last dim in_features)")
+            if problem:
+                raise problem
             return F.linear(_Replicated.apply(x, self._team), self.weight, self.bias)
-        self._check_input(x, self.in_features, "[s / n_pes, ..., in_features]")
-        y = kernels.ag_gemm(x.reshape(-1, self.in_features), self.weight.t(), team=self._team)
+        must = f"[s / {self.n_pes}, ..., {self.in_features}] (its rows of dim 0; at least 2-D, last dim in_features)"
+        problem = self._problem(x, must)
+        a = _rejected(self.weight.device) if problem else x.reshape(-1, self.in_features)
+        y = _collective(
+            lambda: kernels.ag_gemm(a, self.weight.t(), team=self._team),
+            problem,
+            self._name(),
+            x,
+            must + ", of one shape and dtype",
+        )
         y = y.view(self.n_pes * x.shape[0], *x.shape[1:-1], self.weight.shape[0])
         return y if self.bias is None else y + self.bias
 
@@ -186,8 +244,8 @@ class RowParallelLinear(_ParallelLinear):
     sequence_parallel=True: x [s, ..., in_features / n] (all rows; s a multiple of n); the sum is
     reduce-scattered along dim 0 inside the GEMM (unishmem.kernels.gemm_rs), so the output is this
     PE's rows, [s / n, ..., out_features]; its gradients are gemm_rs's (the input's by ag_gemm), and
-    the replicated bias's gradient is all-reduced over the PEs' rows. The GEMM kernels take float16
-    and float32.
+    the replicated bias's gradient is all-reduced over the PEs' rows. The GEMM kernels take float16,
+    bfloat16 and float32 (x in the weight's dtype).
 
     team / group / dtype: as for ColumnParallelLinear."""
 
@@ -199,15 +257,22 @@ class RowParallelLinear(_ParallelLinear):
     def forward(self, x):
         features = self.weight.shape[1]
         if not self.sequence_parallel:
-            self._check_input(x, features, "[..., in_features / n_pes]")
-            y = _Summed.apply(F.linear(x, self.weight), self._team)
-            return y if self.bias is None else y + self.bias
-        self._check_input(x, features, "[s, ..., in_features / n_pes]")
-        if x.shape[0] % self.n_pes:
-            raise ValueError(
-                f"RowParallelLinear: with sequence_parallel, dim 0 of the input ({x.shape[0]}, of shape "
-                f"{list(x.shape)}) must split into {self.n_pes} equal shards"
+            must = f"[..., {features}] (last dim in_features / {self.n_pes})"
+            problem = self._problem(x, must)
+            partial = _rejected(self.weight.device) if problem else F.linear(x, self.weight)
+            y = _collective(
+                lambda: _Summed.apply(partial, self._team), problem, self._name(), x, must + ", of one shape and dtype"
             )
-        y = kernels.gemm_rs(x.reshape(-1, features), self.weight.t(), team=self._team)
+            return y if self.bias is None else y + self.bias
+        must = f"[s, ..., {features}] (at least 2-D, last dim in_features / {self.n_pes}, s a multiple of {self.n_pes})"
+        problem = self._problem(x, must)
+        a = _rejected(self.weight.device) if problem else x.reshape(-1, features)
+        y = _collective(
+            lambda: kernels.gemm_rs(a, self.weight.t(), team=self._team),
+            problem,
+            self._name(),
+            x,
+            must + ", of one shape and dtype",
+        )
         y = y.view(x.shape[0] // self.n_pes, *x.shape[1:-1], self.out_features)
         return y if self.bias is None else y + _Replicated.apply(self.bias, self._team)

@@ -21,7 +21,7 @@ from torch import nn
 
 from .. import kernels
 from ..kernels._routing import team_of
-from .linear import _Replicated
+from .linear import _collective, _rejected, _Replicated
 
 
 def _expert(hidden, ffn_hidden, dtype=None, device=None):
@@ -117,14 +117,51 @@ class ExpertParallelMoE(nn.Module):
         self.router = full.router.to(rt.device)
         self.experts = nn.ModuleList(full.experts[self.rank * L : self.rank * L + L]).to(rt.device)
 
+    def _name(self) -> str:
+        """The layer as its errors name it."""
+        return (
+            f"ExpertParallelMoE(hidden={self.hidden}, ffn_hidden={self.ffn_hidden}, n_experts={self.n_experts}, "
+            f"top_k={self.top_k}, max_tokens={self.max_tokens}) over {self.n_pes} PEs"
+        )
+
+    def _problem(self, x, must: str):
+        """What is wrong with this PE's input x, which `must` be of that shape, or None; raised
+        through `_collective` (linear.py), never before dispatch."""
+        name, dtype = self._name(), self.router.weight.dtype
+        if not isinstance(x, torch.Tensor):
+            return TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() < 1 or x.shape[-1] != self.hidden:
+            return ValueError(f"{name}: x of shape {list(x.shape)} must be {must}")
+        if x.dtype != dtype and not torch.is_autocast_enabled(x.device.type):  # (autocast casts x)
+            return TypeError(f"{name}: x is {x.dtype} and the parameters {dtype}: pass x in {dtype}")
+        tokens = x.numel() // self.hidden
+        if self.max_tokens is not None and tokens > self.max_tokens:
+            return ValueError(
+                f"{name}: x of shape {list(x.shape)} holds {tokens} tokens on this PE, more than max_tokens="
+                f"{self.max_tokens}, dispatch's capacity for each PE's tokens: build the layer with max_tokens "
+                "at least the most tokens any PE passes, or with max_tokens=None (the exact layout, which reads "
+                "the counts on the host)"
+            )
+        return None
+
     def forward(self, x):
-        _check_input("ExpertParallelMoE", x, self.hidden)
-        flat = x.reshape(-1, self.hidden)
-        # the router is one value replicated on every PE: its gradient is the sum of every PE's
-        weight, bias = (_Replicated.apply(p, self._team) for p in (self.router.weight, self.router.bias))
-        weights, ids = _route(F.linear(flat, weight, bias), self.top_k)
-        expert_tokens, counts, handle = kernels.dispatch(
-            flat, ids, weights, self.n_experts, max_tokens=self.max_tokens, team=self._team
+        must = f"[..., {self.hidden}] (last dim hidden)"
+        if self.max_tokens is not None:
+            must += f" with at most max_tokens={self.max_tokens} tokens (the product of its leading dims)"
+        problem = self._problem(x, must)
+        if problem is None:
+            flat = x.reshape(-1, self.hidden)
+            # the router is one value replicated on every PE: its gradient is the sum of every PE's
+            weight, bias = (_Replicated.apply(p, self._team) for p in (self.router.weight, self.router.bias))
+            weights, ids = _route(F.linear(flat, weight, bias), self.top_k)
+        else:
+            flat = ids = weights = _rejected(self.router.weight.device)
+        expert_tokens, counts, handle = _collective(
+            lambda: kernels.dispatch(flat, ids, weights, self.n_experts, max_tokens=self.max_tokens, team=self._team),
+            problem,
+            self._name(),
+            x,
+            f"{must}, in one dtype",
         )
         if self.max_tokens is None:
             pieces = expert_tokens.split(counts.sum(1).tolist())  # rows grouped by local expert
