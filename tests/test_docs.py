@@ -13,3 +13,17 @@ def test_readme_links_resolve():
     assert local, "the README links into docs/"
     missing = [t for t in local if not (ROOT / t).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def _state_table(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("| ")]
+
+
+def test_readme_and_the_guide_say_the_same_about_what_works():
+    """One "What works today" table in two places (README's links go into docs/): what was compiled, what
+    ran and what never ran is stated once."""
+    readme = _state_table((ROOT / "README.md").read_text())
+    index = [
+        re.sub(r"\]\((?![a-z]+:|#)", "](docs/", line) for line in _state_table((ROOT / "docs/index.md").read_text())
+    ]
+    assert readme and readme == index

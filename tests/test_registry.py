@@ -114,7 +114,9 @@ def test_rocm_bitcode_that_is_missing_names_the_arch(tmp_path):
         env={"ROCM_PATH": str(tmp_path), "ROCSHMEM_LIB_DIR": str(tmp_path)},
     )
     assert proc.returncode == 0, proc.stderr
-    assert "UNAVAILABLE rocSHMEM: no device bitcode for gfx942 (found none" in proc.stdout, proc.stdout
+    # the arch without its feature suffix, and every path searched
+    searched = f"{tmp_path}/librocshmem_device_gfx942.bc, {tmp_path}/lib/librocshmem_device_gfx942.bc"
+    assert f"UNAVAILABLE rocSHMEM: no device bitcode for gfx942: none of {searched} exists" in proc.stdout
 
 
 def test_the_runtime_is_made_from_the_opened_backend():

@@ -2,9 +2,11 @@
 
 SETTINGS is the one table of what a user may set: name, kind of value, default and meaning.
 PROTOCOL lists what `unishmem run` sets for the processes it starts, which nobody else should.
-docs/settings.md is both tables as `unishmem settings` prints them (tests/test_config.py checks
-that it matches). Each is read when it is needed, not at import: a program or a test may
-change one before the next init, split or launch. The C++ backends read no variable: they get values.
+FOREIGN lists the variables of other tools (vendor libraries, launchers, Triton) that the package
+reads or sets elsewhere, with what it does with them. docs/settings.md is the three tables as
+`unishmem settings` prints them (tests/test_config.py checks that it matches, and finds in the code
+every variable the package reads or sets, which the tables must name). Each is read when it is
+needed, not at import: a program or a test may change one before the next init, split or launch. The C++ backends read no variable: they get values.
 
 A leaf: it imports nothing of the package, so `unishmem settings` and the launcher read it without
 the compiled extension or torch. The two facts it needs from elsewhere are constants here, and
@@ -267,6 +269,176 @@ PROTOCOL = {
     "UNISHMEM_SECRET": "(also a setting) the secret the launcher made for the job",
 }
 
+# What the GPU backends add to unishmem's heap when they size the vendor library's own (backends.py, and the
+# table below says it): the library's own symmetric allocations and unishmem's control buffer.
+LIBRARY_HEAP_MARGIN = 64 << 20
+# The interface the nvshmem backend gives NVSHMEM's bootstrap on one host (its registry's single_host_env).
+LOOPBACK = "lo"
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """Variables of another tool that unishmem reads or sets: `whose` says whose they are and what they
+    hold, `use` what unishmem does with them."""
+
+    names: tuple[str, ...]
+    whose: str
+    use: str
+
+
+# Other tools' variables, by what they belong to. unishmem reads them when it needs them, as it does its
+# own, and never checks them for another tool. tests/test_config.py finds the variables the package reads
+# or sets in its code and fails on any this table leaves out.
+FOREIGN = {
+    "Vendor libraries": (
+        "Where the GPU backends find their library.",
+        (
+            Foreign(
+                ("NVSHMEM_HOME",),
+                "NVSHMEM's install prefix (the build reads it too)",
+                "the `nvshmem` backend loads `libnvshmem_host.so.3` from its `lib` or `lib64`, and the device "
+                "bitcode beside it; it wins over any search. Unset: where cuda-pathfinder finds NVSHMEM "
+                "(the `nvidia-nvshmem-cu13` wheel)",
+            ),
+            Foreign(
+                ("ROCM_PATH",),
+                "ROCm's install prefix",
+                "the `rocshmem` backend's headers in `$ROCM_PATH/include/rocshmem` and device bitcode in "
+                "`$ROCM_PATH/lib`. Unset or empty: `/opt/rocm`",
+            ),
+            Foreign(
+                ("ROCSHMEM_LIB_DIR",),
+                "a directory of rocSHMEM's device bitcode",
+                "searched before `$ROCM_PATH/lib` for `librocshmem_device_<gfx>.bc`; the first file found for "
+                "an arch is the one linked",
+            ),
+        ),
+    ),
+    "Vendor settings unishmem sets": (
+        "`init()` of the `nvshmem` or `rocshmem` backend sets these before it starts the library.",
+        (
+            Foreign(
+                ("NVSHMEM_SYMMETRIC_SIZE", "ROCSHMEM_HEAP_SIZE"),
+                "NVSHMEM's and rocSHMEM's own symmetric heap size",
+                f"unset: set to the heap size plus {LIBRARY_HEAP_MARGIN >> 20}M (the library's own allocations); "
+                "set to less than that (a byte count as for `UNISHMEM_SYMMETRIC_SIZE`): `BackendUnavailable`",
+            ),
+            Foreign(
+                ("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME",),
+                "NVSHMEM: the network interface of its bootstrap",
+                f"unset and every PE on one host: set to `{LOOPBACK}`",
+            ),
+        ),
+    ),
+    "Launchers": (
+        "`init()` asks, in this order, who started the process: `unishmem run` (`UNISHMEM_RENDEZVOUS`), "
+        "torchrun, Open MPI, MPICH, Slurm; none of them: a job of one PE ([Launching a job](launching.md)).",
+        (
+            Foreign(
+                ("TORCHELASTIC_RUN_ID",),
+                "torchrun: the job's id",
+                "set: torchrun started the process; names the job's rendezvous (on several hosts, the key "
+                "under which rank 0 publishes its address in torchrun's store)",
+            ),
+            Foreign(
+                ("TORCHELASTIC_RESTART_COUNT",),
+                "torchrun: how often the job restarted",
+                "tells the rendezvous of each restart apart. Unset: 0",
+            ),
+            Foreign(
+                ("RANK", "WORLD_SIZE"),
+                "torchrun, or set by hand: the rank and the number of ranks",
+                "both set with `MASTER_ADDR` and `MASTER_PORT`: a job like torchrun's, without `TORCHELASTIC_RUN_ID`",
+            ),
+            Foreign(
+                ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+                "torchrun: the rank on this host and the ranks on this host",
+                "unset: `RANK` modulo the ranks on this host, and `WORLD_SIZE` (one host); with "
+                "`init(group=...)`, unset: the group's rank and size",
+            ),
+            Foreign(
+                ("MASTER_ADDR", "MASTER_PORT"),
+                "torchrun, or set by hand: an address and port every host reaches",
+                "where a job on several hosts meets: rank 0 serves there, or under torchrun (whose agent holds "
+                "the port) on a free port it publishes in the agent's store. An Open MPI, MPICH or Slurm job "
+                "meets there whenever both are set; a torchrun job on one host only names its rendezvous by them",
+            ),
+            Foreign(
+                (
+                    "OMPI_COMM_WORLD_RANK",
+                    "OMPI_COMM_WORLD_SIZE",
+                    "OMPI_COMM_WORLD_LOCAL_RANK",
+                    "OMPI_COMM_WORLD_LOCAL_SIZE",
+                ),
+                "Open MPI's `mpirun`: the rank, the ranks, the rank on this host, the ranks on this host",
+                "the placement when the first two are set. Here and in the next two rows, the ranks on this "
+                "host unset: every rank on one host; the rank on this host unset: the rank modulo them",
+            ),
+            Foreign(
+                ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+                "MPICH's `mpirun` (Hydra): the same four",
+                "the placement when the first two are set",
+            ),
+            Foreign(
+                ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
+                "Slurm's `srun`: the same four",
+                "the placement when the first two are set; a `SLURM_NTASKS_PER_NODE` that is not one number "
+                "counts as unset",
+            ),
+            Foreign(
+                ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_PORT"),
+                "Open MPI, Slurm, MPICH: the job's ids",
+                "with the parent process's id, they name the rendezvous of an Open MPI, MPICH or Slurm job on "
+                "one host, so that concurrent jobs never meet",
+            ),
+        ),
+    ),
+    "Triton": (
+        "",
+        (
+            Foreign(
+                ("TRITON_INTERPRET",),
+                "Triton: 1 runs kernels in its interpreter",
+                "anything but empty or 0: `@unishmem.jit` kernels launch under the interpreter (on the host "
+                "backend they always do). `unishmem compile` sets 0 in its workers; `unishmem bench --kernels` "
+                "sets 1 where there is no GPU, unless it is set",
+            ),
+            Foreign(
+                ("TRITON_CACHE_DIR",),
+                "Triton's cache of compiled kernels",
+                "unset or empty: `unishmem compile` compiles into a new temporary directory",
+            ),
+            Foreign(
+                ("DISABLE_PTXAS_OPT",),
+                "Triton: 1 runs ptxas without optimisation",
+                "`unishmem compile --fast` sets 1 in its workers",
+            ),
+        ),
+    ),
+    "Processes": (
+        "",
+        (
+            Foreign(
+                ("OMP_NUM_THREADS",),
+                "OpenMP and BLAS: threads per process",
+                "unset: `unishmem run` gives each PE its share of the cores it may use (at least 1); "
+                "`unishmem bench` gives its jobs 1, set or not",
+            ),
+            Foreign(
+                ("PYTHONUNBUFFERED",),
+                "Python: unbuffered output",
+                "unset: `unishmem run` sets 1 for its PEs, so their output arrives as it is written",
+            ),
+            Foreign(
+                ("XDG_RUNTIME_DIR",),
+                "the login session's private directory",
+                "holds `unishmem-<uid>`, this user's directory of rendezvous files and hang reports. Unset or "
+                "empty: the temporary directory",
+            ),
+        ),
+    ),
+}
+
 
 def get(name: str):
     """The value of setting `name`: its default when unset, else its text checked."""
@@ -317,11 +489,11 @@ def _default_text(setting: Setting) -> str:
 
 
 def markdown() -> str:
-    """docs/settings.md: both tables."""
+    """docs/settings.md: the three tables."""
     lines = [
         "# Settings",
         "",
-        "<!-- generated by `unishmem settings > docs/settings.md`: edit SETTINGS in pysrc/unishmem/_config.py -->",
+        "<!-- generated by `unishmem settings > docs/settings.md`: edit the tables in pysrc/unishmem/_config.py -->",
         "",
         "unishmem reads these environment variables when it needs them (at `init()`, a team split or a kernel",
         "launch). A value that is not of its kind raises a `ValueError` naming the variable and the value.",
@@ -343,4 +515,15 @@ def markdown() -> str:
         "|---|---|",
     ]
     lines += [f"| `{name}` | {meaning} |" for name, meaning in PROTOCOL.items()]
+    lines += [
+        "",
+        "## Other tools' variables",
+        "",
+        "unishmem also reads these, and sets some where it says so. They belong to the tools named; unishmem",
+        "does not check them on their behalf.",
+    ]
+    for group, (intro, rows) in FOREIGN.items():
+        lines += ["", f"### {group}", ""] + ([intro, ""] if intro else [])
+        lines += ["| Variable | Whose | What unishmem does with it |", "|---|---|---|"]
+        lines += [f"| {', '.join(f'`{n}`' for n in row.names)} | {row.whose} | {row.use} |" for row in rows]
     return "\n".join(lines) + "\n"

@@ -26,20 +26,44 @@ import mmap
 import re
 from pathlib import Path
 
-import triton
-
 from .errors import BackendUnavailable
+from .vendor_libs import triton_provider
 
 SUPPORTED = ((3, 6), (3, 9))  # the oldest and newest minor releases of the matrix
+_RANGE = f"{SUPPORTED[0][0]}.{SUPPORTED[0][1]} to {SUPPORTED[1][0]}.{SUPPORTED[1][1]}"
+
+try:
+    import triton
+except ImportError as e:
+    raise ImportError(
+        f"unishmem's device library and kernels need Triton ({_RANGE}), and it does not import here: {e}. "
+        "torch's CUDA and ROCm wheels bring their own; beside torch's CPU wheel, `pip install 'unishmem[triton]'`"
+    ) from e
+
+
+def release(text: str) -> tuple[int, int] | None:
+    """'3.6.0+git9a3c' -> (3, 6); None where the text names no release."""
+    m = re.match(r"(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def version() -> tuple[int, int]:
-    major, minor = re.match(r"(\d+)\.(\d+)", triton.__version__).groups()
-    return int(major), int(minor)
+    return release(triton.__version__)
 
 
 def in_matrix() -> bool:
     return SUPPORTED[0] <= version() <= SUPPORTED[1]
+
+
+# Checked at import, before anything uses Triton: on another release the device library would fail in
+# ways that do not name the cause (NOTE [Triton releases]; NOTE [Triton distributions] in vendor_libs.py).
+if release(getattr(triton, "__version__", "")) is None or not in_matrix():
+    raise ImportError(
+        f"unishmem supports Triton {_RANGE}; the Triton here is {getattr(triton, '__version__', 'of no version')} "
+        f"({triton.__file__}, installed by {triton_provider(triton.__file__)}): install the torch that brings a "
+        "Triton in that range, or beside torch's CPU wheel `pip install 'triton>=3.6,<3.10'` "
+        "(docs/nvidia.md#support-matrix)"
+    )
 
 
 @functools.cache

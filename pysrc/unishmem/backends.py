@@ -196,9 +196,6 @@ def _load_nvshmem() -> vendor_libs.Install:
     return vendor_libs.find_nvshmem().require()
 
 
-_LIBRARY_HEAP_MARGIN = 64 << 20  # the library's own symmetric allocations and unishmem's control buffer
-
-
 def torch_build() -> str | None:
     """'cuda' or 'hip' for a GPU build of torch (the torch.version attribute it sets), None for a CPU-only one."""
     builds = (b.torch_build for b in BACKENDS.values() if b.torch_build)
@@ -254,7 +251,7 @@ def open_vendor(vendor: Backend, boot: Bootstrap, heap_size: int, device: Any) -
         raise SymmetryError(f"PEs asked for different heap sizes: {sizes} (by rank)")
     one_host = len(set(boot.allgather(hostname()))) == 1
     # The library's own symmetric heap must hold unishmem's heap (NOTE [vendor heap] in csrc/gpu).
-    need = heap_size + _LIBRARY_HEAP_MARGIN
+    need = heap_size + _config.LIBRARY_HEAP_MARGIN
     if heap_env in os.environ:
         if _config.parse_size(os.environ[heap_env]) < need:
             raise BackendUnavailable(
@@ -329,7 +326,7 @@ BACKENDS: dict[str, Backend] = {
         torch_build="cuda",
         load=_load_nvshmem,
         heap_env="NVSHMEM_SYMMETRIC_SIZE",
-        single_host_env=(("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo"),),
+        single_host_env=(("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", _config.LOOPBACK),),
         triton_backend="cuda",
         triton_binary="cubin",
         device_arch=lambda props: props.major * 10 + props.minor,  # compute capability, e.g. 90

@@ -1,4 +1,4 @@
-"""Command line: `unishmem run | info | bench | compile`."""
+"""Command line: `unishmem run | info | doctor | settings | bench | compile`."""
 
 from __future__ import annotations
 
@@ -266,7 +266,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument("program", nargs=argparse.REMAINDER, help="prog.py [args], -m module [args], or a command")
     sub.add_parser("info", help="backends built, libraries found, devices")
-    sub.add_parser("settings", help="the UNISHMEM_* environment variables, as docs/settings.md (markdown)")
+    doctor = sub.add_parser(
+        "doctor",
+        help="whether each backend can run here and, where one cannot, every missing part and how to get it",
+        description="For each backend (host, nvshmem, rocshmem): whether it can run on this machine, and every "
+        "part that is missing with how to get it. Exit status 1 when the backend asked for (--backend, else "
+        "UNISHMEM_BACKEND; auto: the one init() would pick) cannot run.",
+    )
+    doctor.add_argument("--backend", choices=("auto", "host", "nvshmem", "rocshmem"), help="the backend to judge")
+    doctor.add_argument(
+        "--arch",
+        type=lambda text: [a for a in text.split(",") if a],
+        default=[],
+        metavar="A,A",
+        help="also check device bitcode for these GPU archs (sm_90, gfx942), e.g. where no GPU is visible yet",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the same findings as JSON")
+    sub.add_parser("settings", help="every environment variable unishmem reads or sets, as docs/settings.md (markdown)")
     bench = sub.add_parser(
         "bench",
         help="measure the host backend beside memcpy, raw atomics, Open MPI and gloo",
@@ -340,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(_split_program(argv if argv is not None else sys.argv[1:]))
     if args.command == "info":
         return _info()
+    if args.command == "doctor":
+        from . import doctor as doctor_module
+
+        return doctor_module.run(args.backend, args.arch, args.json)
     if args.command == "settings":
         from ._config import markdown
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 import functools
 import os
 
+# isort: off
+from . import _triton_compat  # first: Triton is there, and of a release unishmem supports
 import triton
 
-from . import _active, _config, _interpreter, _triton_compat
+# isort: on
+from . import _active, _config, _interpreter
 from .errors import UnishmemError
 
 _KERNEL_NAMES: set[str] = set()

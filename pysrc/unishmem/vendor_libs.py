@@ -353,6 +353,40 @@ def llvm_release(producer: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+# ---- Triton --------------------------------------------------------------------------------------
+# NOTE [Triton distributions]: three distributions install the one `triton` package: `triton` (PyPI; what
+# torch's CUDA wheels require), `pytorch-triton-rocm` (what ROCm's torch wheels require) and `pytorch-triton`
+# (torch's nightlies). pip treats them as unrelated, so two of them can be installed over each other in the
+# same directory, files mixed; unishmem requires none of them (pyproject.toml) and names the one it finds.
+
+
+@dataclass
+class TritonDistribution:
+    name: str
+    version: str
+    init: Path  # the triton/__init__.py it installed
+
+
+def triton_distributions() -> list[TritonDistribution]:
+    """Every installed distribution that installs the `triton` package, found without importing it."""
+    found = []
+    for name in sorted(set(importlib.metadata.packages_distributions().get("triton", ()))):
+        dist = importlib.metadata.distribution(name)
+        found.append(
+            TritonDistribution(dist.metadata["Name"], dist.version, Path(dist.locate_file("triton/__init__.py")))
+        )
+    return found
+
+
+def triton_provider(init_file: str) -> str:
+    """Which distribution installed the `triton` package whose __init__.py is `init_file`, for messages."""
+    here = Path(init_file).resolve()
+    owners = [d for d in triton_distributions() if d.init.resolve() == here]
+    if not owners:
+        return "no installed distribution (a source tree or a copy on the path?)"
+    return " and ".join(f"the {d.name} {d.version} distribution" for d in owners)
+
+
 # ---- rocSHMEM -----------------------------------------------------------------------------------
 
 
@@ -360,9 +394,19 @@ def rocm_path() -> Path:
     return Path(os.environ.get(ROCSHMEM_ENV[0]) or "/opt/rocm")
 
 
+def rocshmem_bitcode_dirs() -> list[Path]:
+    """Where librocshmem_device_<gfx>.bc is looked for, first match wins: ROCSHMEM_LIB_DIR, $ROCM_PATH/lib."""
+    return [Path(d) for d in (os.environ.get(ROCSHMEM_ENV[1]), str(rocm_path() / "lib")) if d]
+
+
+def rocshmem_prefixes() -> list[Path]:
+    """The rocSHMEM installs whose headers say its release: the prefix above ROCSHMEM_LIB_DIR, ROCM_PATH."""
+    return list(dict.fromkeys(d.parent for d in rocshmem_bitcode_dirs()))
+
+
 def find_rocshmem() -> Install:
     inst = Install("rocSHMEM", prefix=rocm_path(), origin=f"ROCM_PATH={rocm_path()}")
-    dirs = [Path(d) for d in (os.environ.get(ROCSHMEM_ENV[1]), str(rocm_path() / "lib")) if d]
+    dirs = rocshmem_bitcode_dirs()
     for d in dirs:
         for bc in sorted(glob.glob(str(d / "librocshmem_device_*.bc"))):
             arch = re.search(r"librocshmem_device_(.+)\.bc$", bc).group(1)
@@ -401,12 +445,17 @@ def rocshmem_header_version(prefix: Path) -> str | None:
     return m.group(1) if m else None
 
 
-def rocshmem_features(version: str) -> list[str]:
-    """One line per rocSHMEM feature unishmem uses: the release that brings it, and whether `version` has it."""
+def rocshmem_release(version: str) -> tuple[int, int]:
+    """'3.2.0' -> (3, 2)."""
     m = re.match(r"(\d+)\.(\d+)", version)
     if m is None:
         raise ValueError(f"rocSHMEM version {version!r} is not MAJOR.MINOR[.PATCH]")
-    have = (int(m.group(1)), int(m.group(2)))
+    return int(m.group(1)), int(m.group(2))
+
+
+def rocshmem_features(version: str) -> list[str]:
+    """One line per rocSHMEM feature unishmem uses: the release that brings it, and whether `version` has it."""
+    have = rocshmem_release(version)
     lines = [
         f"{'yes' if have >= since else 'no ':3s} {since[0]}.{since[1]}: {what}" for since, what in ROCSHMEM_FEATURES
     ]
@@ -428,8 +477,9 @@ def rocshmem_bitcode(gcn_arch_name: str) -> Path:
     inst = find_rocshmem()
     arch = gfx_arch(gcn_arch_name)
     if arch not in inst.bitcode:
+        searched = ", ".join(str(d / f"librocshmem_device_{arch}.bc") for d in rocshmem_bitcode_dirs())
         raise BackendUnavailable(
-            f"rocSHMEM: no device bitcode for {arch} (found {sorted(inst.bitcode) or 'none'}; "
-            "set ROCSHMEM_LIB_DIR or ROCM_PATH)"
+            f"rocSHMEM: no device bitcode for {arch}: none of {searched} exists (found for: "
+            f"{', '.join(sorted(inst.bitcode)) or 'no arch'}; set ROCSHMEM_LIB_DIR or ROCM_PATH)"
         )
     return inst.bitcode[arch]

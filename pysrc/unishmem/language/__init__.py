@@ -12,7 +12,11 @@ Launch kernels that use it with @unishmem.jit.
         shl.signal_wait_until(sig, shl.CMP_EQ, 1)
 """
 
+# isort: off
+from .. import _triton_compat  # noqa: F401 - first: Triton is there, and of a release unishmem supports
 import triton.language as tl
+
+# isort: on
 
 from ..enums import CMP as _CMP
 from ..enums import SIGNAL as _SIGNAL
