@@ -1,5 +1,5 @@
 """Installing unishmem keeps the Triton that torch brought (NOTE [Triton distributions] in vendor_libs.py),
-and the device library names the Triton it cannot use.
+the device library names the Triton it cannot use, and TRITON_INTERPRET means what Triton reads it as.
 
 The resolution tests ask pip's own resolver, offline, in fresh virtual environments that hold what a
 machine has before `pip install unishmem`: stand-in distributions made here (metadata only, plus the one
@@ -156,3 +156,24 @@ def test_triton_inside_the_range_imports(tmp_path):
     proc = _import("import unishmem._triton_compat as c, triton; print(c.version(), triton.__file__)")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[-1] == triton.__file__
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [("1", True), ("true", True), ("on", True), ("0", False), ("false", False), ("off", False), ("", False)],
+)
+def test_interpreting_reads_triton_interpret_as_triton_does(value, expected):
+    """Without a runtime, kernels run interpreted exactly where Triton's own knob says so (not wherever the
+    variable is set: TRITON_INTERPRET=false compiles)."""
+    import os
+
+    code = "import triton, unishmem.triton_support as s; print(s.interpreting(), bool(triton.knobs.runtime.interpret))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TRITON_INTERPRET=value),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(expected)] * 2

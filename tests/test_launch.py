@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import termios
+import textwrap
 import threading
 import time
 
@@ -706,3 +707,20 @@ def test_run_rejects_bad_arguments_without_a_traceback(argv, message):
     assert proc.returncode == 2, proc.stderr
     assert f"unishmem run: {message}" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_group_job_with_a_bad_local_rank_names_the_variable():
+    code = textwrap.dedent("""
+        import torch.distributed as dist, unishmem
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            unishmem.init(group=dist.group.WORLD)
+        except ValueError as e:
+            print("ValueError:", e)
+        finally:
+            dist.destroy_process_group()
+    """)
+    env = {**os.environ, "LOCAL_RANK": "first"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "ValueError: LOCAL_RANK='first' is not an integer"

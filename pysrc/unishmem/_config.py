@@ -398,8 +398,8 @@ FOREIGN = {
         (
             Foreign(
                 ("TRITON_INTERPRET",),
-                "Triton: 1 runs kernels in its interpreter",
-                "anything but empty or 0: `@unishmem.jit` kernels launch under the interpreter (on the host "
+                "Triton: 1 (or true, on, yes) runs kernels in its interpreter",
+                "as Triton reads it: `@unishmem.jit` kernels launch under the interpreter (on the host "
                 "backend they always do). `unishmem compile` sets 0 in its workers; `unishmem bench --kernels` "
                 "sets 1 where there is no GPU, unless it is set",
             ),

@@ -207,7 +207,7 @@ class GroupBootstrap(Bootstrap):
         import torch.distributed as dist
 
         rank, size = dist.get_rank(group), dist.get_world_size(group)
-        local = int(os.environ.get("LOCAL_RANK", rank)), int(os.environ.get("LOCAL_WORLD_SIZE", size))
+        local = _int_var("LOCAL_RANK", rank), _int_var("LOCAL_WORLD_SIZE", size)
         super().__init__(Placement(rank, size, local[0], local[1], "torch.distributed group"), init)
         self._group = group
 

@@ -28,9 +28,10 @@ _hook_added = False
 
 
 def interpreting() -> bool:
-    """Whether @unishmem.jit kernels launch under Triton's interpreter: wherever TRITON_INTERPRET is set,
-    and on the host backend whether it is set or not (its only way to run them; NOTE [import order])."""
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    """Whether @unishmem.jit kernels launch under Triton's interpreter: wherever Triton's knob says so
+    (TRITON_INTERPRET as Triton reads it: 1, true, on or yes), and on the host backend whatever it says
+    (its only way to run them; NOTE [import order])."""
+    if triton.knobs.runtime.interpret:
         return True
     rt = _active.current()
     return rt is not None and rt.backend == "host"
