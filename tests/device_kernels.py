@@ -158,6 +158,17 @@ def strided_and_direct(buf, src, sig, ivar, team, N: tl.constexpr):
     shl.barrier_all_grid(ivar)
 
 
+# A spin on a peer's word through load_remote (the port of Triton-distributed's wait on symm_at): every
+# load of the word must reach memory, not a cached or hoisted copy.
+@triton.jit
+def spin_on_a_peer(buf, src, sig, ivar, team, N: tl.constexpr):
+    peer = (shl.my_pe() + 1) % shl.n_pes()
+    seen = shl.load_remote(sig, peer)
+    while seen == 0:
+        seen = shl.load_remote(sig, peer)
+    tl.store(ivar, seen.to(tl.int64))
+
+
 # A block of signal pointers given to a scalar wait: compiling it must fail, not wait per element.
 @triton.jit
 def block_wait(buf, src, sig, ivar, team, N: tl.constexpr):

@@ -111,6 +111,8 @@ def builds(request):
     named["half_p"] = ("half_p", "hip", "gfx942", False, {"hbuf": "*fp16", "pe": "i32"}, {})
     for kernel in ("constant_team", "grid_barrier_on_a_signal"):
         named[kernel] = (kernel, "hip", HIP_ARCHS[0], False)
+    named[("spin_on_a_peer", "cuda")] = ("spin_on_a_peer", "cuda", 90, True)
+    named[("spin_on_a_peer", "hip")] = ("spin_on_a_peer", "hip", "gfx942", False)
     aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
     for guard in (False, True):
         constants = dict(device_kernels.GEMM_CONSTANTS, GUARD=guard)
@@ -222,6 +224,17 @@ def test_consume_token_keeps_guarded_loads_after_their_waits(builds):
     seen = order(guarded["ttgir"])
     assert len(seen) >= 3 and all(waits > i for i, waits in enumerate(seen)), seen
     assert "ttg.async_copy_global_to_local" in guarded["ttgir"]
+
+
+def test_a_spin_on_load_remote_reads_memory_every_time(builds):
+    """load_remote is a volatile load on both vendors: a loop may spin on a peer's word (a weak PTX ld.global may
+    keep returning an L1 copy, a plain LLVM load may be hoisted out of the loop)."""
+    ptx = builds[("spin_on_a_peer", "cuda")]["llir"]  # Triton's NVIDIA loads are PTX in inline asm
+    loads = re.findall(r"ld((?:\.\w+)*?)\.global\.b64", ptx)
+    assert len(loads) == 2 and all(".volatile" in q for q in loads), loads  # before the loop and in it
+    amd = builds[("spin_on_a_peer", "hip")]["llir"]
+    loads = re.findall(r"= load (volatile )?<1 x i64>, ptr addrspace\(1\)", amd)
+    assert len(loads) == 2 and all(loads), loads
 
 
 def test_a_block_of_pointers_to_a_scalar_wait_fails_to_compile(builds):

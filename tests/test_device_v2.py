@@ -318,3 +318,57 @@ def test_a_block_passed_to_a_scalar_wait_is_refused(rt):
         raise AssertionError("a block of pointers was accepted")
     rt.barrier_all()
     rt.free(ivars)
+
+
+@unishmem.jit
+def wait_on_a_peer(sig, words, out, N: tl.constexpr):
+    me = shl.my_pe()
+    right = (me + 1) % shl.n_pes()
+    offs = tl.arange(0, N)
+    tl.store(words + offs, tl.full((N,), 1, tl.int64) * (me + 1))
+    shl.signal_op(sig, me + 1, shl.SIGNAL_SET, me)
+    theirs = shl.remote_ptr(sig, right)  # the neighbour's own words, waited on where they are
+    seen = shl.signal_wait_until(theirs, shl.CMP_EQ, right + 1)
+    shl.wait_until(shl.remote_ptr(words, right) + N - 1, shl.CMP_EQ, right + 1)
+    shl.wait_until_all(shl.remote_ptr(words, right), N, shl.CMP_EQ, right + 1)
+    tl.store(out, seen.to(tl.int64))
+    tl.store(out + 1, shl.signal_fetch(theirs).to(tl.int64))
+    tl.store(out + 2, shl.test(shl.remote_ptr(words, right), shl.CMP_EQ, right + 1).to(tl.int64))
+
+
+@spmd(sizes=SIZES)
+def test_waits_on_a_peers_words(rt):
+    """A wait on a word of a peer (through remote_ptr), as compiled waits load from any address the GPU
+    reaches: the interpreter waits on that PE's word, checked as this PE's copy of it is."""
+    right, _ = ring(rt)
+    sig, words, out = rt.signals(1), rt.zeros(8, dtype=torch.int64), rt.zeros(3, dtype=torch.int64)
+    wait_on_a_peer[(1,)](sig, words, out, N=8)
+    assert out.tolist() == [right + 1, right + 1, 1]
+    rt.barrier_all()
+    for t in (sig, words, out):
+        rt.free(t)
+
+
+@unishmem.jit
+def wait_forever_on_a_peer(sig):
+    right = (shl.my_pe() + 1) % shl.n_pes()
+    shl.signal_wait_until(shl.remote_ptr(sig, right), shl.CMP_EQ, 5)
+
+
+@spmd(sizes=(2,))
+def test_a_hang_on_a_peers_word_names_the_peer(rt):
+    right, _ = ring(rt)
+    sig = rt.signals(1)
+    offset = sig.data_ptr() - rt.heap_base
+    try:
+        wait_forever_on_a_peer[(1,)](sig)
+    except unishmem.DeadlockError as e:
+        report = str(e)
+    else:
+        raise AssertionError("no DeadlockError")
+    mine = next(line for line in report.splitlines() if line.startswith(f"PE {rt.my_pe} waits for "))
+    assert mine.startswith(f"PE {rt.my_pe} waits for signal at heap offset {offset} of PE {right} to become == 5"), (
+        report
+    )
+    assert report.splitlines()[report.splitlines().index(mine) + 1].startswith("  can never be satisfied: "), report
+    rt.free(sig)

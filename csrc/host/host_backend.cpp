@@ -579,12 +579,21 @@ std::optional<std::uint64_t> HostBackend::signal_ready(Addr sig, Cmp cmp, std::u
   return compare(seen, cmp, value) ? std::optional(seen) : std::nullopt;
 }
 
+std::pair<int, std::uint64_t> HostBackend::owner(Addr addr) const {
+  const auto offset = [&](int pe) { return addr - reinterpret_cast<Addr>(heap(pe)); };  // below a heap: wraps
+  if (offset(pe_) < heap_size()) return {pe_, offset(pe_)};
+  for (int pe = 0; pe < n_pes(); ++pe)
+    if (offset(pe) < heap_size()) return {pe, offset(pe)};
+  return {pe_, offset(pe_)};
+}
+
 std::uint64_t HostBackend::signal_wait_until(Addr sig, Cmp cmp, std::uint64_t value, Stream) {
   auto& word = *reinterpret_cast<std::uint64_t*>(sig);
   std::uint64_t seen = 0;
-  const WaitCond cond{kControlBytes + (sig - heap_base()), value, pe_, int(DType::u64), int(cmp), kWaitSignal};
+  const auto [pe, offset] = owner(sig);
+  const WaitCond cond{kControlBytes + offset, value, pe, int(DType::u64), int(cmp), kWaitSignal};
   wait([&] { return compare(seen = load_acquire(word), cmp, value); },
-       [&] { return signal_wait_text(sig, cmp, value, load_acquire(word)); }, cond);
+       [&] { return of_pe(signal_wait_text(heap_base() + offset, cmp, value, load_acquire(word)), pe); }, cond);
   return seen;
 }
 
@@ -600,9 +609,11 @@ void HostBackend::wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value)
     using T = decltype(zero);
     T& word = *reinterpret_cast<T*>(ptr);
     const T target = from_bits<T>(value);
-    const WaitCond cond{kControlBytes + (ptr - heap_base()), value, pe_, int(type), int(cmp), kWaitValue};
+    const auto [pe, offset] = owner(ptr);
+    const WaitCond cond{kControlBytes + offset, value, pe, int(type), int(cmp), kWaitValue};
     wait([&] { return compare(load_acquire(word), cmp, target); },
-         [&] { return value_wait_text(ptr, type, cmp, value, to_bits(load_acquire(word))); }, cond);
+         [&] { return of_pe(value_wait_text(heap_base() + offset, type, cmp, value, to_bits(load_acquire(word))), pe); },
+         cond);
     return 0;
   });
 }
@@ -610,12 +621,13 @@ void HostBackend::wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value)
 std::size_t HostBackend::wait_until_any(Addr ptr, std::size_t stride, DType type, Cmp cmp,
                                        const std::vector<std::uint64_t>& values) {
   std::vector<WaitCond> conds(values.size());
+  const auto [pe, offset] = owner(ptr);
   for (std::size_t i = 0; i < values.size(); ++i)
-    conds[i] = WaitCond{kControlBytes + (ptr + i * stride - heap_base()), values[i], pe_, int(type), int(cmp),
-                        kWaitAny};
+    conds[i] = WaitCond{kControlBytes + offset + i * stride, values[i], pe, int(type), int(cmp), kWaitAny};
   std::optional<std::size_t> found;
   wait([&] { return (found = first_ready(ptr, stride, type, cmp, values)).has_value(); },
-       [&] { return any_wait_text(ptr, stride, cmp, values); }, conds.data(), conds.size());
+       [&] { return of_pe(any_wait_text(heap_base() + offset, stride, cmp, values), pe); }, conds.data(),
+       conds.size());
   return *found;
 }
 

@@ -209,6 +209,13 @@ class HostBackend final : public BackendBase {
   Addr translate(Addr local, int pe) const {
     return local - reinterpret_cast<Addr>(heap(pe_)) + reinterpret_cast<Addr>(heap(pe));
   }
+  // The PE whose heap holds `addr`, in this PE's mapping of it (its own heap, or a peer's as peer_ptr gives it:
+  // a wait may read a peer's word), and the offset of addr in that heap. The address was checked by the caller.
+  std::pair<int, std::uint64_t> owner(Addr addr) const;
+  // A wait's text names the word by heap offset, and by PE where it is a peer's.
+  std::string of_pe(std::string text, int pe) const {
+    return pe == pe_ ? text : text + " (a word of PE " + std::to_string(pe) + ")";
+  }
   bool same_node(int pe) const { return pe / node_size_ == pe_ / node_size_; }
   Team& team_ref(int team) { return team_in(teams_, team); }
   const Team& team_ref(int team) const { return team_in(teams_, team); }

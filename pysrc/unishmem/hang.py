@@ -204,7 +204,8 @@ def deadlock_error(views: list[dict], seconds: float):
 # ---- the report -----------------------------------------------------------------------------
 
 
-def _describe_word(kind: int, w: Word, n_words: int = 1) -> str:
+def _describe_word(kind: int, w: Word, n_words: int = 1, me: int | None = None) -> str:
+    """One word a wait is for; `me`: the waiting PE, so that a wait on a peer's word names the peer."""
     cmp = CMP_TEXT[w.cmp]
     if kind == BARRIER:
         if w.offset is None and w.actual is not None:  # the host backend's arrival counter of PE w.pe
@@ -213,22 +214,24 @@ def _describe_word(kind: int, w: Word, n_words: int = 1) -> str:
             )
         return f"PE {w.pe} to reach the barrier"
     what = "signal" if kind == SIGNAL else f"{WAIT_DTYPE_NAMES.get(w.dtype, 'word')}"
-    where = f"at heap offset {w.offset}" + (f" of PE {w.pe}" if kind not in (SIGNAL, VALUE, ANY) else "")
+    theirs = kind not in (SIGNAL, VALUE, ANY) or (me is not None and w.pe != me)
+    where = f"at heap offset {w.offset}" + (f" of PE {w.pe}" if theirs else "")
     seen = "unknown" if w.actual is None else str(w.actual)
     if n_words > 1:
-        return f"any of {n_words} {what}s from heap offset {w.offset} to become {cmp} {w.value} (the first is {seen})"
+        start = f"heap offset {w.offset}" + (f" of PE {w.pe}" if theirs else "")
+        return f"any of {n_words} {what}s from {start} to become {cmp} {w.value} (the first is {seen})"
     return f"{what} {where} to become {cmp} {w.value} (it is {seen})"
 
 
-def describe(wait: Wait) -> str:
+def describe(wait: Wait, me: int | None = None) -> str:
     if wait.kind == TURN and not wait.words:
         return wait.what or "another program of this PE to finish its collective call"
     if not wait.words:
         return wait.what
     pending = wait.pending() or wait.words
     if wait.kind == ANY:
-        return _describe_word(ANY, wait.words[0], len(wait.words))
-    return "; ".join(_describe_word(wait.kind, w) for w in pending)
+        return _describe_word(ANY, wait.words[0], len(wait.words), me)
+    return "; ".join(_describe_word(wait.kind, w, me=me) for w in pending)
 
 
 def _phrase(report: PeReport | None) -> str:
@@ -253,7 +256,7 @@ def verdict(wait: Wait, pe: int, reports: dict[int, PeReport], stuck: bool) -> s
         if other is None or other.status != "waiting":
             return f"{never}: PE {m} {_phrase(other)} without reaching this barrier"
         if not any(w.kind == BARRIER for w in other.waits):
-            waits = "; ".join(describe(w) + _where(w) for w in other.waits)
+            waits = "; ".join(describe(w, m) + _where(w) for w in other.waits)
             return f"{never}: PE {m} is not in a barrier; it waits for {waits or 'something this report cannot see'}"
         return f"{never}: PE {m} waits in a barrier too, a different one" if stuck else ""
     if wait.kind not in (SIGNAL, VALUE, ANY) or not pending:
@@ -303,7 +306,7 @@ def format_report(reports: list[PeReport], headline: str, n_pes: int | None = No
             lines.append(f"PE {pe} {_phrase(r) if r is None or r.status != 'waiting' else 'waits (nothing recorded)'}")
             continue
         for w in r.waits:
-            lines.append(f"PE {pe} waits for {describe(w)}{_where(w)}")
+            lines.append(f"PE {pe} waits for {describe(w, pe)}{_where(w)}")
             v = verdict(w, pe, by_pe, stuck)
             if v:
                 lines.append(f"  {v}")

@@ -168,9 +168,11 @@ def team_my_pe(team: Any) -> tl.tensor: ...
 def team_n_pes(team: Any) -> tl.tensor: ...
 def team_translate_pe(src_team: Any, pe: Any, dst_team: Any) -> tl.tensor: ...
 def load_remote(ptr: Any, pe: Any, mask: Any = None, other: Any = None) -> tl.tensor:
-    """tl.load of `ptr` (a pointer or block of them) on PE `pe`, which must be reachable by load/store: when it
-    is not, a device assertion says so when compiled with TRITON_DEBUG=1, and a ValueError always does under
-    TRITON_INTERPRET=1."""
+    """A volatile tl.load of `ptr` (a pointer or block of them) on PE `pe`, which must be reachable by
+    load/store: when it is not, a device assertion says so when compiled with TRITON_DEBUG=1, and a ValueError
+    always does under TRITON_INTERPRET=1. Every call reads memory (PTX ld.volatile, relaxed at system scope; an
+    LLVM volatile load on AMD), so a loop may spin on it; it orders nothing: loads of data the value guards need
+    consume_token or fence."""
 
 def store_remote(ptr: Any, value: Any, pe: Any, mask: Any = None) -> None:
     """tl.store of `value` to `ptr` on PE `pe`, which must be reachable by load/store."""

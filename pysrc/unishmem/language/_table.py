@@ -192,9 +192,11 @@ def _rows() -> list[DeviceFn]:
             in_triton("load_remote"),
             optional=("mask", "other"),
             blocks=True,
-            doc="tl.load of `ptr` (a pointer or block of them) on PE `pe`, which must be reachable by "
-            "load/store: when it is not, a device assertion says so when compiled with TRITON_DEBUG=1, "
-            "and a ValueError always does under TRITON_INTERPRET=1.",
+            doc="A volatile tl.load of `ptr` (a pointer or block of them) on PE `pe`, which must be reachable "
+            "by load/store: when it is not, a device assertion says so when compiled with TRITON_DEBUG=1, "
+            "and a ValueError always does under TRITON_INTERPRET=1. Every call reads memory (PTX "
+            "ld.volatile, relaxed at system scope; an LLVM volatile load on AMD), so a loop may spin on "
+            "it; it orders nothing: loads of data the value guards need consume_token or fence.",
         ),
         DeviceFn(
             "store_remote",

@@ -281,7 +281,7 @@ def _reachable(remote):
 
 @triton.jit
 def load_remote(ptr, pe, mask=None, other=None):
-    return tl.load(_reachable(shl.remote_ptr(ptr, pe)), mask=mask, other=other)
+    return tl.load(_reachable(shl.remote_ptr(ptr, pe)), mask=mask, other=other, volatile=True)
 
 
 @triton.jit
