@@ -169,6 +169,35 @@ def spin_on_a_peer(buf, src, sig, ivar, team, N: tl.constexpr):
     tl.store(ivar, seen.to(tl.int64))
 
 
+# A range wait's token guards a load (consume_token); and what consume_token refuses, compiled as
+# tests/test_device_v2.py runs the same bodies interpreted, with the same words.
+CONSUME_NOTHING = "consume_token: token must be a scalar run-time value, such as what a wait returned, not None"
+CONSUME_A_DESCRIPTOR = (
+    "consume_token: x must be a pointer or an integer (a block of them is fine), not a tensor descriptor; to order "
+    "the loads of a tensor descriptor, make it from a pointer passed through consume_token: "
+    "tl.make_tensor_descriptor(shl.consume_token(base, token), ...)"
+)
+
+
+@triton.jit
+def range_wait_token(buf, src, sig, ivar, team, N: tl.constexpr):
+    token = shl.wait_until_all(ivar, 1, shl.CMP_GE, 1)
+    offs = tl.arange(0, N)
+    tl.store(src + offs, tl.load(shl.consume_token(buf, token) + offs))
+
+
+@triton.jit
+def consume_nothing(buf, src, sig, ivar, team, N: tl.constexpr):
+    tl.store(src, tl.load(shl.consume_token(buf, None)))
+
+
+@triton.jit
+def consume_a_descriptor(buf, src, sig, ivar, team, N: tl.constexpr):
+    desc = tl.make_tensor_descriptor(buf, shape=[N], strides=[1], block_shape=[N])
+    token = shl.signal_wait_until(sig, shl.CMP_GE, 0)
+    tl.store(src + tl.arange(0, N), shl.consume_token(desc, token).load([0]))
+
+
 # A block of signal pointers given to a scalar wait: compiling it must fail, not wait per element.
 @triton.jit
 def block_wait(buf, src, sig, ivar, team, N: tl.constexpr):

@@ -113,6 +113,8 @@ def builds(request):
         named[kernel] = (kernel, "hip", HIP_ARCHS[0], False)
     named[("spin_on_a_peer", "cuda")] = ("spin_on_a_peer", "cuda", 90, True)
     named[("spin_on_a_peer", "hip")] = ("spin_on_a_peer", "hip", "gfx942", False)
+    named[("range_wait_token", "cuda")] = ("range_wait_token", "cuda", 90, True)
+    named[("range_wait_token", "hip")] = ("range_wait_token", "hip", "gfx942", False)
     aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
     for guard in (False, True):
         constants = dict(device_kernels.GEMM_CONSTANTS, GUARD=guard)
@@ -235,6 +237,30 @@ def test_a_spin_on_load_remote_reads_memory_every_time(builds):
     amd = builds[("spin_on_a_peer", "hip")]["llir"]
     loads = re.findall(r"= load (volatile )?<1 x i64>, ptr addrspace\(1\)", amd)
     assert len(loads) == 2 and all(loads), loads
+
+
+def test_a_range_wait_returns_a_token_that_orders_the_load(builds):
+    for backend in ("cuda", "hip"):
+        out = builds[("range_wait_token", backend)]
+        assert "error" not in out, out.get("error")
+        lines = _instructions(out["ttgir"])
+        wait = next(i for i, line in enumerate(lines) if re.search(r'symbol = "\w*wait_until_all"', line))
+        token = next(
+            i for i, line in enumerate(lines) if "tt.elementwise_inline_asm" in line and "pure = false" in line
+        )
+        load = next(i for i, line in enumerate(lines) if re.match(r"%\S+ = (tt\.load|amdg(pu)?\.buffer_load) ", line))
+        assert wait < token < load, (backend, lines[wait], lines[token], lines[load])
+
+
+def test_consume_token_refuses_what_the_interpreter_refuses():
+    """The same words as under the interpreter (tests/test_device_v2.py), not an error from inside Triton."""
+    refused = (
+        ("consume_nothing", device_kernels.CONSUME_NOTHING),
+        ("consume_a_descriptor", device_kernels.CONSUME_A_DESCRIPTOR),
+    )
+    for kernel, message in refused:
+        out = _compile(kernel, "cuda", 90, False)
+        assert message in out.get("error", ""), (kernel, out.get("error"))
 
 
 def test_a_block_of_pointers_to_a_scalar_wait_fails_to_compile(builds):

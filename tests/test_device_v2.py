@@ -3,6 +3,7 @@ signal, waits on many words, strided and tile puts, direct remote loads and stor
 barrier, consume_token, the once-per-launch rule for device collectives; and the host waits on
 many words. References are computed with torch from what each PE sent."""
 
+import device_kernels
 import torch
 import triton.language as tl
 from spmd import spmd
@@ -372,3 +373,62 @@ def test_a_hang_on_a_peers_word_names_the_peer(rt):
     )
     assert report.splitlines()[report.splitlines().index(mine) + 1].startswith("  can never be satisfied: "), report
     rt.free(sig)
+
+
+@unishmem.jit
+def token_of_a_range_wait(words, values, out, VECTOR: tl.constexpr, N: tl.constexpr):
+    me = shl.my_pe()
+    offs = tl.arange(0, N)
+    tl.store(words + offs, offs + me)
+    if VECTOR:
+        token = shl.wait_until_all_vector(words, N, shl.CMP_EQ, values)
+    else:
+        token = shl.wait_until_all(words + N - 1, 1, shl.CMP_EQ, N - 1 + me)
+    tl.store(out, token.to(tl.int64))
+    tl.store(out + 1, tl.load(shl.consume_token(words, token) + N - 1))
+
+
+@spmd(sizes=SIZES)
+def test_a_range_wait_returns_a_token_consume_token_takes(rt):
+    n = 8
+    words, values, out = rt.zeros(n, dtype=torch.int64), rt.empty(n, dtype=torch.int64), rt.zeros(2, dtype=torch.int64)
+    values.copy_(torch.arange(n) + rt.my_pe)
+    for vector in (False, True):
+        token_of_a_range_wait[(1,)](words, values, out, VECTOR=vector, N=n)
+        assert out.tolist() == [n if vector else 1, n - 1 + rt.my_pe], (vector, out)
+    rt.barrier_all()
+    for t in (words, values, out):
+        rt.free(t)
+
+
+# What consume_token refuses, in the same words interpreted as compiled (tests/test_device_compile.py
+# compiles the same bodies, device_kernels' consume_nothing and consume_a_descriptor).
+@unishmem.jit
+def consume_nothing(buf, out, sig, N: tl.constexpr):
+    tl.store(out, tl.load(shl.consume_token(buf, None)))
+
+
+@unishmem.jit
+def consume_a_descriptor(buf, out, sig, N: tl.constexpr):
+    desc = tl.make_tensor_descriptor(buf, shape=[N], strides=[1], block_shape=[N])
+    token = shl.signal_wait_until(sig, shl.CMP_GE, 0)
+    tl.store(out + tl.arange(0, N), shl.consume_token(desc, token).load([0]))
+
+
+@spmd(sizes=(2,))
+def test_consume_token_refuses_what_the_compiler_refuses(rt):
+    buf, out, sig = rt.zeros(8), rt.zeros(8), rt.signals(1)
+    refused = (
+        (consume_nothing, device_kernels.CONSUME_NOTHING),
+        (consume_a_descriptor, device_kernels.CONSUME_A_DESCRIPTOR),
+    )
+    for kernel, message in refused:
+        try:
+            kernel[(1,)](buf, out, sig, N=8)
+        except (TypeError, ValueError) as e:
+            assert message in str(e), (kernel, e)
+        else:
+            raise AssertionError(f"{kernel} ran")
+    rt.barrier_all()
+    for t in (buf, out, sig):
+        rt.free(t)

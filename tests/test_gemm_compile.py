@@ -82,8 +82,9 @@ def test_every_gemm_kernel_links_for_sm_90_pipelined(builds):
 def test_ag_gemm_a_loads_stay_after_their_wait(builds):
     ttgir = _lines(builds[("_ag_gemm", "cuda", 90)]["ttgir"])
     wait = [i for i, line in enumerate(ttgir) if 'symbol = "nvshmem_signal_wait_until"' in line]
-    # consume_token's identity is an empty inline asm (the thread id that single-issues quiet is another)
-    token = [i for i, line in enumerate(ttgir) if 'tt.elementwise_inline_asm ""' in line]
+    # consume_token's identity is an empty pure inline asm taking the token (the thread id that single-issues
+    # quiet is another asm; the token a wait_until makes is an impure one of one operand)
+    token = [i for i, line in enumerate(ttgir) if 'tt.elementwise_inline_asm ""' in line and '"=l,0,l"' in line]
     a_loads = [
         i
         for i, line in enumerate(ttgir)

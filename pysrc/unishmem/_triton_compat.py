@@ -13,6 +13,10 @@ CUDA wheels pin 3.6.0. The releases differ in what this module holds, and nowher
   rocSHMEM's bitcode stops at LLVM IR (`compile_asm`), the last stage that needs no rocSHMEM;
 - 3.6's to 3.8's LLVM fail an assertion compiling NVSHMEM's half and bfloat16 `p` (language/_vendor.py's
   P_AS_BITS sends their bits instead, on every release);
+- 3.6's to 3.8's AMD backend drops `volatile` from tl.load (a plain LLVM load, which may be hoisted or served
+  from a cache: a spin on it may never end) unless the load is also `.cv`; their NVIDIA backend drops `.cv`
+  beside `volatile` (3.6, 3.7) or hands ptxas `ld.volatile.cv`, which it refuses (3.8, 3.9). So a volatile
+  load takes `volatile_cache_modifier` of its target (checked for each release's PTX and gfx942 IR);
 - 3.6's to 3.8's pipeliner cannot schedule a loop (num_stages > 1) whose loads depend on a device wait
   through consume_token ("pipeliner doesn't know how to predicate this op": the compile fails, nothing runs
   wrong); 3.9 pipelines it. There, such a loop takes `tl.range(..., num_stages=1)`.
@@ -127,6 +131,11 @@ def patch_interpreter() -> None:
 
     patch_lang_tensor._unishmem_index = True
     interpreter._patch_lang_tensor = patch_lang_tensor
+
+
+def volatile_cache_modifier(amd: bool) -> str:
+    """The cache modifier of a volatile tl.load for an AMD or an NVIDIA target (NOTE [Triton releases])."""
+    return ".cv" if amd and version() < (3, 9) else ""
 
 
 def assembles_undefined_calls(backend: str) -> bool:

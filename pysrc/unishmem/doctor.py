@@ -217,7 +217,7 @@ def _nvshmem(report: Report, archs: list[str]) -> None:
             remedy,
         )
     if not archs and inst.bitcode:
-        found = ", ".join(sorted(inst.bitcode))
+        found = ", ".join(sorted(inst.bitcode, key=lambda arch: (len(arch), arch)))  # sm_75 before sm_100
         report.add(True, f"NVSHMEM device bitcode for {found} (no GPU to take the arch from; --arch sm_90 checks one)")
     for arch in archs:
         try:

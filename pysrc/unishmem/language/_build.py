@@ -14,7 +14,7 @@ import inspect
 import numpy as np
 import triton.language as tl
 
-from .. import _interpreter, enums
+from .. import _interpreter, _triton_compat, enums
 from .._wait_table import SIGNALS, WAIT_KINDS
 from ..errors import NotAvailableError
 from . import _debug, _host
@@ -29,6 +29,7 @@ from ._vendor import (
     SIGNAL_VALUES,
     TEAM_CONSTANT_REFUSED,
     TEAM_TYPE,
+    TOKEN_CONSTRAINTS,
     TYPE_TABLES,
     VENDOR_OF_BACKEND,
     WARP_SIZE,
@@ -106,7 +107,15 @@ def _team_arg(semantic, value, vendor: str, what: str):
 
 
 def _result_type(result: str | None, elem):
-    return {None: tl.int32, "i32": tl.int32, "i64": tl.int64, "u64": tl.uint64, "val": elem, "ptr": tl.int64}[result]
+    return {
+        None: tl.int32,
+        "i32": tl.int32,
+        "i64": tl.int64,
+        "u64": tl.uint64,
+        "val": elem,
+        "ptr": tl.int64,
+        "token": tl.int64,
+    }[result]
 
 
 def _warp_size(semantic, vendor: str) -> int:
@@ -200,14 +209,15 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator, triton_impl):
             else _extern_arg(semantic, s.arg_kinds.get(n, kinds[n]), args[n], elem, vendor, f"{fn.name}: {n}")
             for n in names
         ]
-        ret = tl.int32 if s.void or s.then else _result_type(fn.result, elem)
+        # a token is made after the call (_token): the call itself returns nothing
+        ret = tl.int32 if s.void or s.then or fn.result == "token" else _result_type(fn.result, elem)
         return extern_call(semantic, _symbol(fn, s, vendor, args, elem), ext, ret)
 
     def emit():
         value = call(sym)
         return value if sym.then is None else call(sym.then)  # `then` gives the result (rocSHMEM waits)
 
-    ty = None if fn.result is None else _result_type(fn.result, elem)
+    ty = None if fn.result in (None, "token") else _result_type(fn.result, elem)
     if _debug.enabled(semantic) and fn.name in WAIT_KINDS:  # NOTE [debug waits]
         value = _debug.around_wait(
             fn,
@@ -222,6 +232,8 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator, triton_impl):
         value = _issue(semantic, vendor, fn.issue, emit, ty, generator)
     if fn.name in SIGNALS and _debug.enabled(semantic):
         _debug.after_signal(fn, args, semantic, vendor)
+    if fn.result == "token":
+        value = _token(semantic, vendor, args.get("nelems", 1))
     if fn.result == "ptr":
         value = semantic.cast(value, args[fn.params[0][0]].type.scalar)
     return value
@@ -416,13 +428,50 @@ def atomic_function(name: str):
     )
 
 
+def _token(semantic, vendor: str, value):
+    """`value`, made by an inline asm with side effects, so after every call before it (a wait that returns
+    nothing): what consume_token takes as its token."""
+    return tl.core.inline_asm_elementwise(
+        "",
+        TOKEN_CONSTRAINTS[vendor],
+        [as_scalar(semantic, value, tl.int64)],
+        dtype=tl.int64,
+        is_pure=False,
+        pack=1,
+        _semantic=semantic,
+    )
+
+
+def _check_consume_token(x, token) -> None:
+    """consume_token's argument rules, the same compiled and interpreted (and the same words: what is named
+    is the kind of value, which both paths see alike)."""
+    ty = getattr(x.type, "scalar", None) if isinstance(x, tl.tensor) else None
+    if ty is None or not (ty.is_ptr() or ty.is_int()):
+        raise TypeError(
+            f"consume_token: x must be a pointer or an integer (a block of them is fine), not {_kind(x)}; "
+            "to order the loads of a tensor descriptor, make it from a pointer passed through consume_token: "
+            "tl.make_tensor_descriptor(shl.consume_token(base, token), ...)"
+        )
+    if not isinstance(token, tl.tensor) or token.type.is_block():
+        raise ValueError(
+            f"consume_token: token must be a scalar run-time value, such as what a wait returned, not {_kind(token)}"
+        )
+
+
+def _kind(value) -> str:
+    value = value.value if isinstance(value, tl.constexpr) else value
+    if value is None:
+        return "None"
+    if "descriptor" in type(value).__name__.lower():
+        return "a tensor descriptor"
+    if isinstance(value, tl.tensor):
+        return f"a block of shape {list(value.shape)}" if value.type.is_block() else str(value.type)
+    return f"a constant ({type(value).__name__})"
+
+
 def _consume_token_compiled(args: dict, semantic, generator):
     x, token = args["x"], args["token"]
-    ty = x.type.scalar
-    if not (ty.is_ptr() or ty.is_int()):
-        raise TypeError(f"consume_token: x must be a pointer or an integer (a block of them is fine), not {ty}")
-    if not isinstance(token, tl.tensor) or token.type.is_block():
-        raise ValueError("consume_token: token must be a scalar run-time value, such as what a wait returned")
+    _check_consume_token(x, token)
     bits = semantic.cast(x, tl.int64)
     tied = tl.core.inline_asm_elementwise(
         "",
@@ -437,6 +486,7 @@ def _consume_token_compiled(args: dict, semantic, generator):
 
 
 def _consume_token_interpreted(args: dict):
+    _check_consume_token(args["x"], args["token"])
     return args["x"]  # the interpreter runs in program order: nothing can be hoisted
 
 
@@ -448,6 +498,17 @@ consume_token = _make(
     "move them above it).",
     _consume_token_compiled,
     lambda a: _consume_token_interpreted(a),
+)
+
+
+# What makes a tl.load volatile on the compile target (NOTE [Triton releases]): Triton implementations pass
+# it as the load's cache_modifier; the interpreter has no caches.
+volatile_modifier = _make(
+    "volatile_modifier",
+    (),
+    "The cache_modifier that, with volatile=True, makes tl.load read memory on every call for this target.",
+    lambda a, s, g: tl.constexpr(_triton_compat.volatile_cache_modifier(_vendor(s) == "rocshmem")),
+    lambda a: tl.constexpr(""),
 )
 
 

@@ -24,7 +24,10 @@ def signal_wait_until(sig: Any, cmp: Any, value: Any) -> tl.tensor:
     """Wait until the local signal compares true with `value`; returns the signal's value."""
 
 def signal_fetch(sig: Any) -> tl.tensor: ...
-def wait_until(ptr: Any, cmp: Any, value: Any) -> None: ...
+def wait_until(ptr: Any, cmp: Any, value: Any) -> tl.tensor:
+    """Wait until the word at ptr compares true; returns 1, made once the wait is over: a token for
+    consume_token."""
+
 def test(ptr: Any, cmp: Any, value: Any) -> tl.tensor:
     """1 if the local value compares true, else 0."""
 
@@ -74,8 +77,9 @@ def put_signal_warp(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, o
 def put_signal_nbi_warp(dest: Any, source: Any, nelems: Any, sig: Any, value: Any, op: Any, pe: Any) -> None:
     """putmem_signal_nbi_warp counted in elements."""
 
-def wait_until_all(ivars: Any, nelems: Any, cmp: Any, value: Any) -> None:
-    """Wait until each of the nelems words at ivars compares true."""
+def wait_until_all(ivars: Any, nelems: Any, cmp: Any, value: Any) -> tl.tensor:
+    """Wait until each of the nelems words at ivars compares true; returns nelems, made once the wait is over: a
+    token for consume_token."""
 
 def wait_until_any(ivars: Any, nelems: Any, cmp: Any, value: Any) -> tl.tensor:
     """Wait until one of the nelems words at ivars compares true; returns its index."""
@@ -84,8 +88,9 @@ def wait_until_some(ivars: Any, nelems: Any, indices: Any, cmp: Any, value: Any)
     """Wait until at least one of the nelems words at ivars compares true; writes the indices of those that do
     to indices (int64) and returns how many."""
 
-def wait_until_all_vector(ivars: Any, nelems: Any, cmp: Any, values: Any) -> None:
-    """Wait until each of the nelems words at ivars compares true. Word i compares with values[i]."""
+def wait_until_all_vector(ivars: Any, nelems: Any, cmp: Any, values: Any) -> tl.tensor:
+    """Wait until each of the nelems words at ivars compares true; returns nelems, made once the wait is over: a
+    token for consume_token. Word i compares with values[i]."""
 
 def wait_until_any_vector(ivars: Any, nelems: Any, cmp: Any, values: Any) -> tl.tensor:
     """Wait until one of the nelems words at ivars compares true; returns its index. Word i compares with

@@ -207,6 +207,7 @@ def _waited_word(rt, ptr: Ptr, nelems: int = 1, name: str = "ptr") -> tuple[int,
 def wait_until(rt, ptr, cmp, value):
     addr, code = _waited_word(rt, ptr)
     rt.native.wait_until(addr, code, cmp_code(cmp), _bits(value))
+    return 1
 
 
 def test(rt, ptr, cmp, value):
@@ -242,6 +243,7 @@ def _wait_all(rt, ivars, nelems, cmp, what, **target):
     cmp = cmp_code(cmp)
     for i, b in enumerate(bits):
         rt.native.wait_until(addr + i * ivars.itemsize, code, cmp, b)
+    return nelems
 
 
 def _wait_any(rt, ivars, nelems, cmp, what, **target):
@@ -267,7 +269,7 @@ def _wait_some(rt, ivars, nelems, indices, cmp, what, **target):
 # One host function per device function (its row's `host`): the table names each, so the forms of a
 # wait stand side by side, alike on purpose.
 def wait_until_all(rt, ivars, nelems, cmp, value):
-    _wait_all(rt, ivars, nelems, cmp, "wait_until_all", value=value)
+    return _wait_all(rt, ivars, nelems, cmp, "wait_until_all", value=value)
 
 
 def wait_until_any(rt, ivars, nelems, cmp, value):
@@ -279,7 +281,7 @@ def wait_until_some(rt, ivars, nelems, indices, cmp, value):
 
 
 def wait_until_all_vector(rt, ivars, nelems, cmp, values):
-    _wait_all(rt, ivars, nelems, cmp, "wait_until_all_vector", values=values)
+    return _wait_all(rt, ivars, nelems, cmp, "wait_until_all_vector", values=values)
 
 
 def wait_until_any_vector(rt, ivars, nelems, cmp, values):

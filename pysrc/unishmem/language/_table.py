@@ -41,7 +41,9 @@ class Triton:
 class DeviceFn:
     name: str
     params: tuple[tuple[str, str], ...]  # (name, kind); kinds: ptr size pe u64 val team sigop cmp redop
-    result: str | None  # None, "i32", "u64", "val" (element type), "ptr" (first pointer's type)
+    # None, "i32", "u64", "val" (element type), "ptr" (first pointer's type), "token" (an int64 made once the
+    # call has returned, for consume_token: the number of words waited on)
+    result: str | None
     issue: str  # "all": every thread (block scope, queries); "one": thread 0;
     # "warp": the first warp; "*_synced": between two block barriers,
     # so the other threads see its effect (blocking gets, quiet, barriers);
@@ -117,7 +119,7 @@ def _many_word_waits() -> list[DeviceFn]:
     rows = []
     for vector in ("", "_vector"):
         target = ("values", "ptr") if vector else ("value", "val")
-        for kind, extra, result in (("all", (), None), ("any", (), "i64"), ("some", (("indices", "ptr"),), "i64")):
+        for kind, extra, result in (("all", (), "token"), ("any", (), "i64"), ("some", (("indices", "ptr"),), "i64")):
             params = (("ivars", "ptr"), ("nelems", "size"), *extra, ("cmp", "cmp"), target)
             args = ("ivars", "nelems", *(n for n, _ in extra), NULL, "cmp", target[0])
             name = f"wait_until_{kind}{vector}"
@@ -137,7 +139,8 @@ def _many_word_waits() -> list[DeviceFn]:
 
 
 _WAIT_DOCS = {
-    "all": "Wait until each of the nelems words at ivars compares true.",
+    "all": "Wait until each of the nelems words at ivars compares true; returns nelems, made once the wait is "
+    "over: a token for consume_token.",
     "any": "Wait until one of the nelems words at ivars compares true; returns its index.",
     "some": "Wait until at least one of the nelems words at ivars compares true; writes the indices of those "
     "that do to indices (int64) and returns how many.",
@@ -288,11 +291,13 @@ def _rows() -> list[DeviceFn]:
         DeviceFn(
             "wait_until",
             (("ptr", "ptr"), ("cmp", "cmp"), ("value", "val")),
-            None,
+            "token",
             "all",
             "wait_until",
             both("{pre}{T}_wait_until"),
             types="wait",
+            doc="Wait until the word at ptr compares true; returns 1, made once the wait is over: a token for "
+            "consume_token.",
         ),
         DeviceFn(
             "test",

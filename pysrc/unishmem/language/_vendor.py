@@ -96,3 +96,6 @@ THREAD_ID = {"nvshmem": ("asm", "mov.u32 $0, %tid.x;"), "rocshmem": ("extern", "
 # consume_token's identity: an empty inline asm whose output is tied to `x` ("0") and which also
 # takes the token, so the compiler cannot compute the result before the token exists.
 CONSUME_TOKEN_CONSTRAINTS = {"nvshmem": "=l,0,l", "rocshmem": "=v,0,v"}
+# A token made after a wait that returns nothing: an inline asm with side effects (never moved above the
+# call) whose output is its input.
+TOKEN_CONSTRAINTS = {"nvshmem": "=l,0", "rocshmem": "=v,0"}
