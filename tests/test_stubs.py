@@ -26,6 +26,15 @@ def test_stub_is_the_generators_output():
     assert externs.read_text() == _stubs.externs_stub(), f"{externs} is out of date: run `{_stubs.COMMAND}`"
 
 
+def test_the_device_function_reference_is_the_generators_output():
+    page = Path(__file__).resolve().parent.parent / "docs" / "device-functions.md"
+    assert page.read_text() == _stubs.reference(), f"{page} is out of date: run `{_stubs.COMMAND}`"
+    for name in shl.FUNCTIONS:  # every public function has its row
+        assert (
+            f"| `{name}(" in page.read_text() or name == "consume_token" and "## consume_token" in page.read_text()
+        ), name
+
+
 def test_stub_defines_every_public_name():
     defined = set(DEFS)
     for node in TREE.body:

@@ -1,8 +1,9 @@
 """Writes language/__init__.pyi and language/_externs.pyi: the device functions are made at import from
-_table.py, so type checkers, editors and grep find no definition of them without these.
+_table.py, so type checkers, editors and grep find no definition of them without these; and the guide's
+device-function reference (docs/device-functions.md), from the same rows.
 
     python -m unishmem.language._stubs           # print the package's stub
-    python -m unishmem.language._stubs --write   # write both
+    python -m unishmem.language._stubs --write   # write all three
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import triton.language as tl
 
 from .. import language
 from ._build import consume_token, implemented_in_triton
-from ._table import ATOMICS, ROWS
+from ._table import ATOMICS, ROWS, Sym, Triton
+from ._vendor import SCOPES
 
 COMMAND = "python -m unishmem.language._stubs --write"
 PATH = Path(__file__).with_name("__init__.pyi")
 EXTERNS_PATH = Path(__file__).with_name("_externs.pyi")
+REFERENCE_PATH = Path(__file__).resolve().parents[3] / "docs" / "device-functions.md"
 
 # no module docstring: editors would show it in place of __init__.py's
 HEADER = f"""# Generated from language/_table.py by `{COMMAND}`: do not edit.
@@ -83,11 +86,90 @@ def stub() -> str:
     return HEADER.replace("{externs}", externs) + constants_text + "\n" + exports + "".join(defs).rstrip() + "\n"
 
 
+# ---- the reference page ------------------------------------------------------------------------
+
+_RESULTS = {
+    None: "nothing",
+    "i32": "int32",
+    "i64": "int64",
+    "u64": "uint64",
+    "val": "the element type",
+    "ptr": "a pointer of the first one's type",
+    "token": "int64: the words waited on, a token",
+}
+_ISSUERS = {"all": "every thread", "one": "thread 0", "warp": "the first warp"}
+_WHEN = {"": "", "sends": ", after a block barrier", "synced": ", between two block barriers"}
+_VENDORS = {"nvshmem": "NVSHMEM", "rocshmem": "rocSHMEM"}
+
+
+def _issued(issue: str) -> str:
+    who, _, when = issue.partition("_")
+    return _ISSUERS[who] + _WHEN[when]
+
+
+def _symbol(sym, vendor: str, scope: str) -> str:
+    if isinstance(sym, Triton):
+        return f"Triton (`{sym.impl}`)"
+    if not isinstance(sym, Sym):
+        return f"missing: {sym.reason}"
+    pre, suf = SCOPES[vendor][scope]
+    name = sym.template.replace("{pre}", pre).replace("{suf}", suf)
+    for field, shown in (("{T}", "<T>"), ("{op}", "<op>"), ("{sigop}", "<sigop>")):
+        name = name.replace(field, shown)
+    return f"`{name}`" + ("" if sym.then is None else ", then " + _symbol(sym.then, vendor, scope))
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def reference() -> str:
+    """docs/device-functions.md: one row per device function, from the table."""
+    lines = [
+        "# Device function reference",
+        "",
+        f"<!-- generated from pysrc/unishmem/language/_table.py by `{COMMAND}`: do not edit -->",
+        "",
+        "Every function of `unishmem.language`, as its table row defines it: its arguments (those in brackets",
+        "may be left out), what it returns, which threads of a program issue it when compiled ([the execution",
+        "rule](device-library.md) of the Triton device library), and what it compiles to for each vendor: the",
+        "vendor's function (`<T>`: the element type's name in the vendor's table; `<op>`: the reduction;",
+        "`<sigop>`: the signal operation) or unishmem's implementation in Triton. Under `TRITON_INTERPRET=1`",
+        "each runs on the host backend with the same argument checks. Functions whose pointers may be blocks",
+        "act element by element.",
+        "",
+        "| function | returns | issued by | NVSHMEM | rocSHMEM | what it does |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in ROWS:
+        args = ", ".join(f"[{n}]" if n in r.optional else n for n, _ in r.params)
+        cells = [f"`{r.name}({args})`", _RESULTS[r.result], _issued(r.issue)]
+        cells += [_symbol(r.symbols[v], v, r.scope) for v in _VENDORS]
+        cells.append(_cell(r.doc) + (" Pointers may be blocks." if r.blocks else ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Atomics",
+        "",
+        "On a peer reachable by load/store, Triton's own atomic on the peer's address (acquire-release, system",
+        "scope), issued once per program; on any other peer the vendor's atomic, issued by thread 0. Either way",
+        "every thread gets the fetched value.",
+        "",
+        "| function | returns |",
+        "|---|---|",
+    ]
+    for name, (params, fetches) in ATOMICS.items():
+        lines.append(f"| `{name}({', '.join(params)})` | {'the old value' if fetches else 'nothing'} |")
+    lines += ["", "## consume_token", "", _cell(consume_token.__doc__), ""]
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
         PATH.write_text(stub())
         EXTERNS_PATH.write_text(externs_stub())
-        print(f"wrote {PATH} and {EXTERNS_PATH}")
+        REFERENCE_PATH.write_text(reference())
+        print(f"wrote {PATH}, {EXTERNS_PATH} and {REFERENCE_PATH}")
     elif sys.argv[1:]:
         sys.exit("usage: python -m unishmem.language._stubs [--write]")
     else:
