@@ -16,6 +16,7 @@ import importlib.util
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -26,12 +27,6 @@ from .compile import TARGETS
 from .errors import BackendUnavailable
 
 _GUIDE = "docs/getting-started.md#on-amd-instinct"
-_TORCH_INDEX = {
-    "cuda": "pip install torch --index-url https://download.pytorch.org/whl/cu130 (or the CUDA release pytorch.org "
-    "lists for your driver)",
-    "hip": "pip install torch --index-url https://download.pytorch.org/whl/rocm<X.Y> for the ROCm release this "
-    "machine has (pytorch.org lists them)",
-}
 
 
 @dataclass
@@ -61,12 +56,7 @@ def _extension(report: Report, name: str) -> bool:
     module = backends.get(name).module
     spec = importlib.util.find_spec(module)
     if spec is None:
-        remedy = (
-            f"rebuild unishmem where rocSHMEM >= 3.3 and ROCm's clang are found: {_GUIDE}"
-            if name == "rocshmem"
-            else "install nvidia-nvshmem-cu13 before unishmem, then reinstall unishmem so that its build finds "
-            "the headers (docs/nvidia.md)"
-        )
+        remedy = _VENDORS[name].rebuild if name in _VENDORS else "reinstall unishmem"
         report.add(False, f"the {name} backend is not built into this installation of unishmem ({module})", remedy)
         return False
     report.add(True, f"extension built: {spec.origin}")
@@ -143,10 +133,13 @@ _NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 _KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 
 
-def _driver_gpus(name: str) -> tuple[list[str | None], Path]:
-    """(the arch of each GPU the kernel driver lists, None where it does not say; where it was read)."""
-    if name == "nvshmem":
-        return ([None] * len(list(_NVIDIA_GPUS.iterdir())) if _NVIDIA_GPUS.is_dir() else []), _NVIDIA_GPUS
+def _nvidia_gpus() -> tuple[list[str | None], Path]:
+    """One entry per GPU NVIDIA's driver lists (it does not say the arch there), and where it lists them."""
+    return ([None] * len(list(_NVIDIA_GPUS.iterdir())) if _NVIDIA_GPUS.is_dir() else []), _NVIDIA_GPUS
+
+
+def _amd_gpus() -> tuple[list[str | None], Path]:
+    """The gfx arch of each GPU AMD's KFD lists, and where it lists them."""
     archs: list[str | None] = []
     for props in sorted(_KFD_NODES.glob("*/properties")):
         m = re.search(r"^gfx_target_version (\d+)$", props.read_text(), re.M)
@@ -160,20 +153,20 @@ def _devices(report: Report, name: str) -> list[str]:
     """torch's build for this backend's devices, the GPUs it (else the driver) sees, and their archs."""
     backend = backends.get(name)
     kind = backend.device_kind
+    vendor = _VENDORS[name]
     if backends.torch_build() == backend.torch_build:
         report.add(True, f"torch {torch.__version__} is a {kind} build")
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        report.add(count > 0, f"{count} {kind} device(s) visible to torch", _NO_GPU)
-        if not count:
-            report.findings[-1].what = f"no GPU: torch sees no {kind} device"
+        seen = f"{count} {kind} device(s) visible to torch" if count else f"no GPU: torch sees no {kind} device"
+        report.add(count > 0, seen, _NO_GPU)
         return [str(backend.device_arch(torch.cuda.get_device_properties(i))) for i in range(count)]
     what = "the CPU" if backends.torch_build() is None else backends.device_kind()
     report.add(
         False,
         f"torch {torch.__version__} is built for {what}; the {name} backend needs a {kind} build",
-        _TORCH_INDEX[backend.torch_build],
+        vendor.torch_install,
     )
-    found, where = _driver_gpus(name)
+    found, where = vendor.driver_gpus()
     archs = [a for a in found if a is not None]
     listed = f" ({', '.join(archs)})" if archs else ""
     report.add(
@@ -193,14 +186,14 @@ _NO_GPU = (
 
 
 def _archs(name: str, seen: list[str], asked: list[str]) -> list[str]:
-    """The GPU archs to find bitcode for: the GPUs' seen here, and those asked for with --arch."""
-    for arch in asked:
-        if arch.startswith("gfx") == (name == "rocshmem"):
-            seen.append(arch.removeprefix("sm_"))
+    """The GPU archs to find bitcode for: the GPUs' seen here, and those asked for with --arch (as the
+    backend's registry names them: NVSHMEM's by compute capability)."""
+    prefix = _VENDORS[name].arch_prefix
+    seen += [arch.removeprefix("sm_") for arch in asked if arch.startswith(prefix)]
     return list(dict.fromkeys(seen))
 
 
-def _nvshmem(report: Report, archs: list[str]) -> None:
+def _nvshmem(report: Report, archs: list[str], built: bool) -> None:
     inst = vendor_libs.find_nvshmem()
     oldest, (major, minor) = vendor_libs.NVSHMEM_SUPPORTED
     lo, hi = ".".join(map(str, oldest)), f"{major}.{minor}"
@@ -241,6 +234,9 @@ def _readable(report: Report, bitcode: Path) -> None:
         report.add(False, str(e), "the pair of releases the support matrix names (docs/nvidia.md#support-matrix)")
 
 
+_ROCSHMEM_DIRS = {"ROCM_PATH": "the ROCm install", "ROCSHMEM_LIB_DIR": "the directory of librocshmem_device_<gfx>.bc"}
+
+
 def _rocshmem(report: Report, archs: list[str], built: bool) -> None:
     for variable in vendor_libs.ROCSHMEM_ENV:
         value = os.environ.get(variable)
@@ -248,7 +244,7 @@ def _rocshmem(report: Report, archs: list[str], built: bool) -> None:
             report.add(
                 False,
                 f"{variable}={value} is not a directory",
-                f"set {variable} to {'the ROCm install' if variable == 'ROCM_PATH' else 'the directory of librocshmem_device_<gfx>.bc'}, or unset it",
+                f"set {variable} to {_ROCSHMEM_DIRS[variable]}, or unset it",
             )
     version, where = _rocshmem_version(built)
     floor = ".".join(map(str, vendor_libs.ROCSHMEM_FLOOR))
@@ -320,12 +316,40 @@ def diagnose(name: str, archs: list[str] = ()) -> Report:
     built = _extension(report, name)
     seen = _devices(report, name)
     _triton(report, backends.get(name).triton_backend)
-    wanted = _archs(name, seen, list(archs))
-    if name == "nvshmem":
-        _nvshmem(report, wanted)
-    else:
-        _rocshmem(report, wanted, built)
+    _VENDORS[name].library(report, _archs(name, seen, list(archs)), built)
     return report
+
+
+@dataclass(frozen=True)
+class _Vendor:
+    """What the doctor needs to know of a GPU backend beyond its registry entry (backends.py)."""
+
+    torch_install: str  # how to get a torch built for its devices
+    driver_gpus: Callable[[], tuple[list[str | None], Path]]  # the GPUs its kernel driver lists, and where
+    arch_prefix: str  # how --arch names its GPUs
+    rebuild: str  # how to get the backend into unishmem's extension
+    library: Callable[[Report, list[str], bool], None]  # the library's findings: (report, archs, built)
+
+
+_VENDORS = {
+    "nvshmem": _Vendor(
+        "pip install torch --index-url https://download.pytorch.org/whl/cu130 (or the CUDA release pytorch.org "
+        "lists for your driver)",
+        _nvidia_gpus,
+        "sm_",
+        "install nvidia-nvshmem-cu13 before unishmem, then reinstall unishmem so that its build finds the headers "
+        "(docs/nvidia.md)",
+        _nvshmem,
+    ),
+    "rocshmem": _Vendor(
+        "pip install torch --index-url https://download.pytorch.org/whl/rocm<X.Y> for the ROCm release this "
+        "machine has (pytorch.org lists them)",
+        _amd_gpus,
+        "gfx",
+        f"rebuild unishmem where rocSHMEM >= 3.3 and ROCm's clang are found: {_GUIDE}",
+        _rocshmem,
+    ),
+}
 
 
 def run(asked: str | None, archs: list[str], as_json: bool) -> int:

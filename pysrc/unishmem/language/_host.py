@@ -135,10 +135,25 @@ def g(rt, source, pe):
     return local.item()
 
 
-def _signal(rt, sig: Ptr) -> int:
+def _located(rt, addr: int, nbytes: int, align: int, name: str, peers: bool = False) -> int:
+    """addr, if nbytes from it lie in one live allocation, align-aligned. peers: a wait or a fetch, which may
+    also read a peer's memory as remote_ptr maps it (compiled, a wait loads from any address the GPU reaches),
+    checked as this PE's copy of the same bytes is."""
+    local = addr
+    if peers and not rt.heap.holds(addr, nbytes):
+        for pe in range(rt.n_pes):
+            base = rt.native.peer_ptr(rt.heap_base, pe)
+            if base and base <= addr and addr + nbytes <= base + rt.heap.size:
+                local = rt.heap_base + (addr - base)
+                break
+    rt.heap.check_aligned(rt.heap.check_range(local, nbytes, name), align, name)
+    return addr
+
+
+def _signal(rt, sig: Ptr, peers: bool = False) -> int:
     if sig.itemsize != 8:  # as compiled: any 8-byte word is a signal's uint64
         raise TypeError(f"sig must point to a uint64 signal word, not {sig.dtype}")
-    return rt.heap.check_aligned(rt.heap.check_range(sig.addr, 8, "sig"), 8, "sig")
+    return _located(rt, sig.addr, 8, 8, "sig", peers)
 
 
 def put_signal(rt, dest, source, nbytes, sig, value, op, pe):
@@ -154,42 +169,19 @@ def signal_op(rt, sig, value, op, pe):
     rt.native.signal_op(_signal(rt, sig), *rt.signal_args(_bits(value), op, pe), 0)
 
 
-def _waited(rt, addr: int, nbytes: int, align: int, name: str) -> int:
-    """addr, where a wait or a fetch reads nbytes: this PE's symmetric memory, or a peer's as remote_ptr maps it
-    (compiled, a wait loads from any address the GPU reaches: a wait on a peer's word), checked as this PE's
-    copy of the same bytes is."""
-    local = addr
-    if not rt.heap.holds(addr, nbytes):
-        for pe in range(rt.n_pes):
-            base = rt.native.peer_ptr(rt.heap_base, pe)
-            if base and base <= addr and addr + nbytes <= base + rt.heap.size:
-                local = rt.heap_base + (addr - base)
-                break
-    rt.heap.check_aligned(rt.heap.check_range(local, nbytes, name), align, name)
-    return addr
-
-
-def _signal_word(rt, sig: Ptr) -> int:
-    """The signal word a wait or a fetch reads: _signal's checks, on this PE's word or a peer's."""
-    if sig.itemsize != 8:
-        raise TypeError(f"sig must point to a uint64 signal word, not {sig.dtype}")
-    return _waited(rt, sig.addr, 8, 8, "sig")
-
-
 def signal_wait_until(rt, sig, cmp, value):
-    return rt.native.signal_wait_until(_signal_word(rt, sig), cmp_code(cmp), _bits(value), 0)
+    return rt.native.signal_wait_until(_signal(rt, sig, peers=True), cmp_code(cmp), _bits(value), 0)
 
 
 def signal_fetch(rt, sig):
-    return rt.native.signal_fetch(_signal_word(rt, sig))
+    return rt.native.signal_fetch(_signal(rt, sig, peers=True))
 
 
-def _word(rt, ptr: Ptr) -> tuple[int, int]:
+def _word(rt, ptr: Ptr, nelems: int = 1, name: str = "ptr", peers: bool = False) -> tuple[int, int]:
+    """(address, dtype code) of nelems words at ptr; peers: for a wait or a test (_located)."""
     if ptr.dtype not in WAIT_DTYPES:  # the atomics' too (enums.ATOMIC_DTYPES)
         raise TypeError(f"point-to-point waits and atomics take int32, int64, uint32 or uint64 words, not {ptr.dtype}")
-    return rt.heap.check_aligned(rt.heap.check_range(ptr.addr, ptr.itemsize, "ptr"), ptr.itemsize, "ptr"), DTYPE_CODES[
-        ptr.dtype
-    ]
+    return _located(rt, ptr.addr, nelems * ptr.itemsize, ptr.itemsize, name, peers), DTYPE_CODES[ptr.dtype]
 
 
 def _bits(value: int) -> int:
@@ -197,21 +189,14 @@ def _bits(value: int) -> int:
     return int(value) & (2**64 - 1)
 
 
-def _waited_word(rt, ptr: Ptr, nelems: int = 1, name: str = "ptr") -> tuple[int, int]:
-    """_word for a wait or a test: on this PE's words or a peer's (nelems of them)."""
-    if ptr.dtype not in WAIT_DTYPES:
-        raise TypeError(f"point-to-point waits and atomics take int32, int64, uint32 or uint64 words, not {ptr.dtype}")
-    return _waited(rt, ptr.addr, nelems * ptr.itemsize, ptr.itemsize, name), DTYPE_CODES[ptr.dtype]
-
-
 def wait_until(rt, ptr, cmp, value):
-    addr, code = _waited_word(rt, ptr)
+    addr, code = _word(rt, ptr, peers=True)
     rt.native.wait_until(addr, code, cmp_code(cmp), _bits(value))
     return 1
 
 
 def test(rt, ptr, cmp, value):
-    addr, code = _waited_word(rt, ptr)
+    addr, code = _word(rt, ptr, peers=True)
     return int(rt.native.test(addr, code, cmp_code(cmp), _bits(value)))
 
 
@@ -228,7 +213,7 @@ def _words(rt, ivars: Ptr, nelems: int, what: str, values: Ptr | None = None, va
 
     if nelems < 1:
         raise ValueError(f"{what}: nelems={nelems} must be >= 1")
-    addr, code = _waited_word(rt, ivars, nelems, f"{what}: ivars")
+    addr, code = _word(rt, ivars, nelems, f"{what}: ivars", peers=True)
     if values is None:
         return addr, code, [_bits(value)] * nelems
     if values.dtype != ivars.dtype:
