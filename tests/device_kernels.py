@@ -103,7 +103,33 @@ def collectives(buf, src, sig, ivar, team, N: tl.constexpr):
     shl.reduce(team, buf, src, N, "sum")
 
 
-GROUPS = [queries, thread_rma, block_rma, warp_rma, signals, atomics, synchronization, collectives]
+# Device library v3: the warp and team scopes of the barriers and syncs and of two collectives, quiet_pe, mc_ptr
+@triton.jit
+def scoped_synchronization(buf, src, sig, ivar, team, N: tl.constexpr):
+    shl.putmem_nbi(buf, src, N * 4, 1)
+    shl.quiet_pe(1)
+    shl.barrier_all_warp()
+    shl.sync_all_warp()
+    shl.barrier_block(team)
+    shl.barrier_warp(team)
+    shl.sync_block(team)
+    shl.sync_warp(team)
+    shl.broadcast_warp(team, buf, src, N, 0)
+    shl.fcollect_warp(team, buf, src, N)
+    tl.store(ivar, shl.mc_ptr(buf).to(tl.int64))
+
+
+GROUPS = [
+    queries,
+    thread_rma,
+    block_rma,
+    warp_rma,
+    signals,
+    atomics,
+    synchronization,
+    collectives,
+    scoped_synchronization,
+]
 
 
 @triton.jit
@@ -118,6 +144,7 @@ def every_group(buf, src, sig, ivar, team, N: tl.constexpr):
     atomics(buf, src, sig, ivar, team, N)
     synchronization(buf, src, sig, ivar, team, N)
     collectives(buf, src, sig, ivar, team, N)
+    scoped_synchronization(buf, src, sig, ivar, team, N)
 
 
 # Device library v2: compiled for sm_90 (and the HIP targets) only, to keep the suite's time.

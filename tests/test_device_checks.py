@@ -48,13 +48,15 @@ def signal_op(sig, VALUE: tl.constexpr, OP: tl.constexpr, pe):
     shl.signal_op(sig, VALUE, OP, pe)
 
 
-def same_error(host_call, device_call):
-    """device_call() raises what host_call() raises: the same type and the same message."""
+def same_error(host_call, device_call, device_prefix=""):
+    """device_call() raises what host_call() raises: the same type and the same message, after the
+    device function's name where the host's words name only the argument."""
     with pytest.raises((unishmem.UnishmemError, ValueError, TypeError)) as want:
         host_call()
     with pytest.raises(type(want.value)) as got:
         device_call()
-    assert type(got.value) is type(want.value) and str(got.value) == str(want.value), (got.value, want.value)
+    expected = device_prefix + str(want.value)
+    assert type(got.value) is type(want.value) and str(got.value) == expected, (got.value, want.value)
     return str(want.value)
 
 
@@ -119,11 +121,13 @@ def test_collectives_refuse_overlapping_dest_and_source(rt):
 @spmd(sizes=(2,))
 def test_waits_and_signals_refuse_bad_codes_and_values(rt):
     sig, ivar = rt.signals(1), rt.zeros(1, dtype=torch.int64)
-    message = same_error(lambda: rt.signal_wait_until(sig, 9, 0), lambda: signal_wait_until[(1,)](sig, 9, 0))
-    assert "9 is not a valid CMP" in message, message
-    same_error(lambda: rt.wait_until(ivar, 9, 0), lambda: wait_until[(1,)](ivar, 9, 0))
-    message = same_error(lambda: rt.signal_op(sig, 1, 0, op=7), lambda: signal_op[(1,)](sig, 1, 7, 0))
-    assert "7 is not a valid SIGNAL" in message, message
+    message = same_error(
+        lambda: rt.signal_wait_until(sig, 9, 0), lambda: signal_wait_until[(1,)](sig, 9, 0), "signal_wait_until: "
+    )
+    assert message == "cmp=9 is not a valid CMP", message
+    same_error(lambda: rt.wait_until(ivar, 9, 0), lambda: wait_until[(1,)](ivar, 9, 0), "wait_until: ")
+    message = same_error(lambda: rt.signal_op(sig, 1, 0, op=7), lambda: signal_op[(1,)](sig, 1, 7, 0), "signal_op: ")
+    assert message == "op=7 is not a valid SIGNAL", message
     assert sig.item() == 0 and ivar.item() == 0
     rt.barrier_all()
     # A value is converted to the signal's uint64, as a compiled call converts it (the host API, which

@@ -307,6 +307,29 @@ def test_every_device_function_is_in_a_compiled_group(builds):
     } <= called, called
 
 
+def test_the_v3_forms_call_nvshmem_s_own_functions(builds):
+    # the names of NVSHMEM 3.x's host/nvshmemx_coll_api.h (barriers, syncs, collectives by scope) and
+    # host/nvshmem_api.h (nvshmemx_mc_ptr); NVSHMEM has no per-PE quiet
+    called = _functions_called(builds, [device_kernels.scoped_synchronization], "cuda", 90)
+    assert called == {
+        "nvshmem_putmem_nbi",
+        "nvshmem_quiet",
+        "nvshmemx_barrier_all_warp",
+        "nvshmemx_sync_all_warp",
+        "nvshmemx_barrier_block",
+        "nvshmemx_barrier_warp",
+        "nvshmemx_team_sync_block",
+        "nvshmemx_team_sync_warp",
+        "nvshmemx_int32_broadcast_warp",
+        "nvshmemx_int32_fcollect_warp",
+        "nvshmemx_mc_ptr",
+    }, called
+    # mc_ptr asks for the world team: NVSHMEM_TEAM_WORLD is 0 (device_host/nvshmem_common.cuh)
+    ttir = builds[("scoped_synchronization", "cuda", 90)]["ttir"]
+    world = re.search(r'tt.extern_elementwise %(\w+), %\w+ .*symbol = "nvshmemx_mc_ptr"', ttir)
+    assert world and re.search(rf"%{world.group(1)} = arith.constant 0 : i32", ttir), ttir
+
+
 def test_nvshmem_constants_are_mapped(builds):
     ttir = builds[("signals", "cuda", 90)]["ttir"]
     # NVSHMEM 3.x numbers SIGNAL_SET 9, SIGNAL_ADD 10; its CMP_GE is 5 where ours is 3
@@ -348,7 +371,16 @@ ROCSHMEM_WRAPPER_PROTOTYPES = {
     "rocshmem_long_test": "int (long*, int, long)",
     **{
         f"rocshmem_{f}": "void ()"
-        for f in ("fence", "quiet", "barrier_all", "sync_all", "barrier_all_wg", "sync_all_wg")
+        for f in (
+            "fence",
+            "quiet",
+            "barrier_all",
+            "sync_all",
+            "barrier_all_wg",
+            "sync_all_wg",
+            "barrier_all_wave",
+            "sync_all_wave",
+        )
     },
     # WRAP_AMO_STANDARD(long, long) and WRAP_AMO_EXTENDED(long, long)
     "rocshmem_long_atomic_compare_swap": "long (long*, long, long, int)",

@@ -771,7 +771,7 @@ def misaligned_signal(buf):
 def test_every_device_function_is_exercised_here():
     import re
 
-    source = open(__file__).read() + open(__file__.replace("interpreter", "v2")).read()
+    source = "".join(open(__file__.replace("interpreter", v)).read() for v in ("interpreter", "v2", "v3"))
     missing = [f for f in shl.FUNCTIONS if not re.search(rf"shl\.{f}\(", source)]
     assert not missing, f"device functions no interpreter test calls: {missing}"
 

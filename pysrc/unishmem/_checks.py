@@ -43,7 +43,10 @@ def enum_code(value, kind: type[enum.IntEnum], what: str) -> int:
         raise TypeError(
             f"{what} must be a unishmem.{kind.__name__} or its int value, got {value!r} ({type(value).__name__})"
         )
-    return int(kind(operator.index(value)))  # ValueError for a number that is none of its values
+    try:
+        return int(kind(operator.index(value)))
+    except ValueError:  # a number that is none of its values
+        raise ValueError(f"{what}={value!r} is not a valid {kind.__name__}") from None
 
 
 def _code(value, kind: type[enum.IntEnum], codes: dict, what: str) -> int:

@@ -157,36 +157,47 @@ def compile_asm(src, target, options: dict, linked: bool) -> tuple[dict, bool]:
     raise AssertionError("a compile that stops after LLVM IR returned")  # every backend has a stage after it
 
 
+def front_end(src, target) -> str:
+    """The Triton IR of `src` for `target` (a GPUTarget): code generation, where the device library checks
+    its arguments, and the TTIR passes; nothing target-specific after them, so no vendor bitcode is needed."""
+    try:
+        with _lowering_only("ttir"):
+            triton.compile(src, target=target, options={})
+    except _LoweredOnly as e:
+        return e.asm["ttir"]
+    raise AssertionError("a compile that stops after TTIR returned")  # every backend has a stage after it
+
+
 class _LoweredOnly(Exception):
-    """Raised by `_lowering_only` in place of assembling: `asm` has the text of each stage up to LLVM IR
-    ("ttir", "ttgir", "llir"), as a compiled kernel's asm has them."""
+    """Raised by `_lowering_only` in place of the stages after its last one: `asm` has the text of each stage
+    up to it ("ttir", "ttgir", "llir"), as a compiled kernel's asm has them."""
 
     def __init__(self, asm: dict[str, str]):
-        super().__init__("lowered to LLVM IR; not assembled")
+        super().__init__("lowered; not assembled")
         self.asm = asm
 
 
 @contextlib.contextmanager
-def _lowering_only():
-    """triton.compile stops after LLVM IR and raises _LoweredOnly (Triton's stage hook, which every supported
-    release has). For one compile in a worker process: the hook is Triton's one global."""
+def _lowering_only(last: str = "llir"):
+    """triton.compile stops after stage `last` and raises _LoweredOnly (Triton's stage hook, which every
+    supported release has). For one compile in a worker process: the hook is Triton's one global."""
     from triton import knobs
 
-    def stop_after_llir(*args):
+    def stop_after(*args):
         if not args:  # Triton >= 3.7 also asks the hook for a cache key: (key, hash)
-            return "unishmem-lowering-only", "unishmem-lowering-only"
+            return f"unishmem-lowering-to-{last}", f"unishmem-lowering-to-{last}"
         if previous is not None:
             previous(*args)
         stages, asm = args[1], {}  # args: (backend, stages, options, language, capability)
         names = list(stages)
-        last = names.index("llir")
-        for name in names[: last + 1]:
+        end = names.index(last)
+        for name in names[: end + 1]:
             stages[name] = _recorded(stages[name], name, asm)
-        for name in names[last + 1 :]:
+        for name in names[end + 1 :]:
             stages[name] = functools.partial(_raise_lowered, asm)
 
     previous = knobs.runtime.add_stages_inspection_hook
-    knobs.runtime.add_stages_inspection_hook = stop_after_llir
+    knobs.runtime.add_stages_inspection_hook = stop_after
     try:
         yield
     finally:

@@ -8,6 +8,7 @@ from ._build import atomic_function as atomic_function
 from ._build import device_function as device_function
 from ._externs import barrier_all as barrier_all
 from ._externs import barrier_all_block as barrier_all_block
+from ._externs import barrier_all_warp as barrier_all_warp
 from ._externs import fence as fence
 from ._externs import g as g
 from ._externs import get as get
@@ -46,12 +47,14 @@ from ._externs import putmem_signal_nbi_warp as putmem_signal_nbi_warp
 from ._externs import putmem_signal_warp as putmem_signal_warp
 from ._externs import putmem_warp as putmem_warp
 from ._externs import quiet as quiet
+from ._externs import quiet_pe as quiet_pe
 from ._externs import remote_ptr as remote_ptr
 from ._externs import signal_fetch as signal_fetch
 from ._externs import signal_op as signal_op
 from ._externs import signal_wait_until as signal_wait_until
 from ._externs import sync_all as sync_all
 from ._externs import sync_all_block as sync_all_block
+from ._externs import sync_all_warp as sync_all_warp
 from ._externs import test as test
 from ._externs import wait_until as wait_until
 from ._externs import wait_until_all as wait_until_all
@@ -80,6 +83,7 @@ __all__ = [
     "team_n_pes",
     "team_translate_pe",
     "remote_ptr",
+    "mc_ptr",
     "load_remote",
     "store_remote",
     "put_tile_block",
@@ -93,14 +97,23 @@ __all__ = [
     "test",
     "fence",
     "quiet",
+    "quiet_pe",
     "barrier_all",
     "sync_all",
     "barrier_all_block",
     "sync_all_block",
+    "barrier_all_warp",
+    "sync_all_warp",
     "barrier",
     "sync",
+    "barrier_block",
+    "barrier_warp",
+    "sync_block",
+    "sync_warp",
     "broadcast",
     "fcollect",
+    "broadcast_warp",
+    "fcollect_warp",
     "alltoall",
     "reduce",
     "putmem",
@@ -167,6 +180,11 @@ __all__ = [
 def team_my_pe(team: Any) -> tl.tensor: ...
 def team_n_pes(team: Any) -> tl.tensor: ...
 def team_translate_pe(src_team: Any, pe: Any, dst_team: Any) -> tl.tensor: ...
+def mc_ptr(ptr: Any) -> tl.tensor:
+    """The multicast address of `ptr` for the world team (a store to it reaches every PE's copy; NVLink SHARP on
+    NVSwitch machines), or null where the machine has none; always null on rocSHMEM and on the host backend,
+    which have no multicast."""
+
 def load_remote(ptr: Any, pe: Any, mask: Any = None, other: Any = None) -> tl.tensor:
     """A volatile tl.load of `ptr` (a pointer or block of them) on PE `pe`, which must be reachable by
     load/store: when it is not, a device assertion says so when compiled with TRITON_DEBUG=1, and a ValueError
@@ -188,8 +206,20 @@ def barrier_all_grid(counter: Any) -> None:
 
 def barrier(team: Any) -> None: ...
 def sync(team: Any) -> None: ...
+def barrier_block(team: Any) -> None: ...
+def barrier_warp(team: Any) -> None: ...
+def sync_block(team: Any) -> None: ...
+def sync_warp(team: Any) -> None: ...
 def broadcast(team: Any, dest: Any, source: Any, nelems: Any, root: Any) -> None: ...
 def fcollect(team: Any, dest: Any, source: Any, nelems: Any) -> None: ...
+def broadcast_warp(team: Any, dest: Any, source: Any, nelems: Any, root: Any) -> None:
+    """broadcast issued by the program's first warp (NOTE [execution rule]); rocSHMEM has no C-linkage
+    collective: there the whole program runs unishmem's Triton implementation."""
+
+def fcollect_warp(team: Any, dest: Any, source: Any, nelems: Any) -> None:
+    """fcollect issued by the program's first warp (NOTE [execution rule]); rocSHMEM has no C-linkage
+    collective: there the whole program runs unishmem's Triton implementation."""
+
 def alltoall(team: Any, dest: Any, source: Any, nelems: Any) -> None: ...
 def reduce(team: Any, dest: Any, source: Any, nelems: Any, op: Any) -> None: ...
 def iput(dest: Any, source: Any, dst_stride: Any, src_stride: Any, nelems: Any, pe: Any) -> None:

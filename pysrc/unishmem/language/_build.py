@@ -19,7 +19,7 @@ from .._wait_table import SIGNALS, WAIT_KINDS
 from ..errors import NotAvailableError
 from . import _debug, _host
 from ._ir import as_scalar, branch, constexpr, extern_call, thread_id
-from ._table import ATOMICS, NULL, ROWS, DeviceFn, Missing, Sym, Triton
+from ._table import ATOMICS, NULL, ROWS, WORLD, DeviceFn, Missing, Sym, Triton
 from ._vendor import (
     AMO_TYPES,
     CMP_VALUES,
@@ -33,6 +33,7 @@ from ._vendor import (
     TYPE_TABLES,
     VENDOR_OF_BACKEND,
     WARP_SIZE,
+    WORLD_TEAM,
 )
 
 REDUCE_OPS = tuple(enums.REDUCE_OPS)
@@ -41,11 +42,66 @@ SIGNAL_NAMES = {int(op): op.name.lower() for op in enums.SIGNAL}  # the vendors'
 BUILTIN = tl.core.TRITON_BUILTIN
 
 
-def _not_a_block(fn_name: str, what: str, shape) -> ValueError:
+def _not_a_block(fn_name: str, what: str, shape, where: str = "") -> ValueError:
     """Device functions take scalars; compiled, a block would silently become one call per element."""
     hint = " (wait on many words with wait_until_all/any/some)" if "wait" in fn_name or fn_name == "test" else ""
     shape = [int(getattr(d, "value", d)) for d in shape]
-    return ValueError(f"{what} must be a scalar, got a block of shape {shape}{hint}")
+    return ValueError(f"{what} must be a scalar{where}, got a block of shape {shape}{hint}")
+
+
+# ---- the argument rules, one set for both paths ------------------------------------------------
+
+# NOTE [one rule set]: a device function checks its arguments here, before anything else, compiled and
+# interpreted alike, from its table row: what is a scalar, a pointer or a compile-time constant, which
+# constants a parameter takes, and which element types some vendor has a form for. A call the interpreter
+# runs therefore compiles for some target, and one it refuses fails to compile with the same words. What
+# only one target lacks (rocSHMEM's missing forms, a constant team there) is refused when compiling for it
+# (NotAvailableError, or a ValueError naming the vendor): a property of the target, not of the call.
+_CONSTANTS = {  # kind -> (the values it takes, how the refusal ends: in the host API's words)
+    "cmp": (tuple(int(c) for c in enums.CMP), "is not a valid CMP"),
+    "sigop": (tuple(int(op) for op in enums.SIGNAL), "is not a valid SIGNAL"),
+    "redop": (REDUCE_OPS, "is not one of " + ", ".join(REDUCE_OPS)),
+}
+
+
+def _check_arguments(
+    fn_name: str, params, args: dict, blocks: bool = False, optional=(), types: str | None = None
+) -> None:
+    for name, kind in params:
+        value, what = args[name], f"{fn_name}: {name}"
+        if value is None and name in optional:
+            continue
+        if kind in _CONSTANTS:
+            allowed, refusal = _CONSTANTS[kind]
+            constant = constexpr(value, what)
+            if constant not in allowed:
+                raise ValueError(f"{what}={constant!r} {refusal}")
+            continue
+        if _is_block(value) and not (blocks and kind in ("ptr", "val")):
+            raise _not_a_block(fn_name, what, value.shape)
+        if kind == "ptr" and not (isinstance(value, tl.tensor) and value.type.scalar.is_ptr()):
+            raise TypeError(f"{what} must be a pointer, got {_kind(value)}")
+        if kind == "val" and _is_block(value) and not _is_block(args[params[0][0]]):  # elementwise rows
+            raise _not_a_block(fn_name, what, value.shape, f" where {params[0][0]} is a scalar")
+    if types is not None:  # in the host API's words (rt.reduce, and the collectives' dest and source)
+        elem = _elem_type(params, args)
+        taken = {t: None for table in TYPE_TABLES[types].values() for t in table}
+        if elem not in taken:
+            supported = ", ".join(str(_torch_dtype(t)) for t in taken)
+            raise TypeError(f"{fn_name}: dtype {_torch_dtype(elem)} is not supported (supported: {supported})")
+        if {"dest", "source"} <= set(args) and args["source"].type.scalar.element_ty != args[
+            "dest"
+        ].type.scalar.element_ty:
+            dest, source = (_torch_dtype(args[n].type.scalar.element_ty) for n in ("dest", "source"))
+            raise TypeError(f"{fn_name}: dest points to {dest} but source to {source}")
+
+
+def _is_block(value) -> bool:
+    return isinstance(value, tl.tensor) and value.type.is_block()
+
+
+def _check_row(row: DeviceFn, args: dict) -> None:
+    _check_arguments(row.name, row.params, args, row.blocks, row.optional, row.types)
 
 
 # ---- compiled ---------------------------------------------------------------------------------
@@ -58,14 +114,8 @@ def _vendor(semantic) -> str:
     return VENDOR_OF_BACKEND[backend]
 
 
-def _elem_type(fn_name: str, args: dict, params) -> tl.dtype | None:
-    for name, kind in params:
-        if kind == "ptr":
-            ty = args[name].type.scalar
-            if not ty.is_ptr():
-                raise TypeError(f"{fn_name}: {name} must be a pointer, got {ty}")
-            return ty.element_ty
-    return None
+def _elem_type(params, args: dict) -> tl.dtype | None:
+    return next((args[n].type.scalar.element_ty for n, k in params if k == "ptr"), None)
 
 
 def _type_name(fn: DeviceFn, vendor: str, elem) -> str:
@@ -83,12 +133,9 @@ _IR_TYPES = {"size": tl.int64, "pe": tl.int32, "u64": tl.uint64, "i32": tl.int32
 def _extern_arg(semantic, kind: str, value, elem, vendor: str, what: str):
     if kind == "ptr":
         return semantic.cast(value, tl.int64)
-    if kind in ("sigop", "cmp"):
-        table, names = (SIGNAL_VALUES, "SIGNAL_SET, SIGNAL_ADD") if kind == "sigop" else (CMP_VALUES, "CMP_*")
-        constant = constexpr(value, what)
-        if constant not in table[vendor]:
-            raise ValueError(f"{what}={constant!r} is not one of shl.{names}")
-        return semantic.to_tensor(table[vendor][constant])
+    if kind in ("sigop", "cmp"):  # checked by _check_arguments
+        table = SIGNAL_VALUES if kind == "sigop" else CMP_VALUES
+        return semantic.to_tensor(table[vendor][constexpr(value, what)])
     if kind == "team":
         return _team_arg(semantic, value, vendor, what)
     return as_scalar(semantic, value, elem if kind == "val" else _IR_TYPES[kind])
@@ -165,20 +212,15 @@ def _symbol(fn: DeviceFn, sym: Sym, vendor: str, args: dict, elem) -> str:
     fields = {"pre": pre, "suf": suf}
     if "{T}" in sym.template:
         fields["T"] = _type_name(fn, vendor, elem)
-    if "{op}" in sym.template:
-        op = constexpr(args["op"], f"{fn.name}: op")
-        if op not in REDUCE_OPS:
-            raise ValueError(f"{fn.name}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
-        fields["op"] = op
+    if "{op}" in sym.template:  # the ops were checked by _check_arguments
+        fields["op"] = constexpr(args["op"], f"{fn.name}: op")
     if "{sigop}" in sym.template:
-        op = constexpr(args["op"], f"{fn.name}: op")
-        if op not in SIGNAL_NAMES:
-            raise ValueError(f"{fn.name}: op={op!r} is not one of shl.SIGNAL_SET, SIGNAL_ADD")
-        fields["sigop"] = SIGNAL_NAMES[op]
+        fields["sigop"] = SIGNAL_NAMES[constexpr(args["op"], f"{fn.name}: op")]
     return sym.template.format(**fields)
 
 
 def _compiled(fn: DeviceFn, args: dict, semantic, generator, triton_impl):
+    _check_row(fn, args)
     vendor = _vendor(semantic)
     sym = fn.symbols[vendor]
     if isinstance(sym, Missing):
@@ -192,20 +234,21 @@ def _compiled(fn: DeviceFn, args: dict, semantic, generator, triton_impl):
         ]
         return generator.call_JitFunction(getattr(triton_impl, sym.impl), impl_args, {})
     kinds = dict(fn.params)
-    for name, _ in fn.params:
-        if not fn.blocks and isinstance(args[name], tl.tensor) and args[name].type.is_block():
-            raise _not_a_block(fn.name, f"{fn.name}: {name}", args[name].shape)
-    elem = _elem_type(fn.name, args, fn.params)
+    elem = _elem_type(fn.params, args)
     if fn.name == "p" and elem in P_AS_BITS[vendor]:  # the value's bits, by an integer p
         bits = P_AS_BITS[vendor][elem]
         args = dict(args, value=semantic.bitcast(as_scalar(semantic, args["value"], elem), bits))
         elem = bits
 
     def call(s: Sym):
-        names = s.args or tuple(n for n, k in fn.params if k != "redop" and not ("{sigop}" in s.template and n == "op"))
+        names = s.args
+        if names is None:
+            names = tuple(n for n, k in fn.params if k != "redop" and not ("{sigop}" in s.template and n == "op"))
         ext = [
             as_scalar(semantic, 0, tl.int64)
             if n == NULL
+            else as_scalar(semantic, WORLD_TEAM[vendor], TEAM_TYPE[vendor])
+            if n == WORLD
             else _extern_arg(semantic, s.arg_kinds.get(n, kinds[n]), args[n], elem, vendor, f"{fn.name}: {n}")
             for n in names
         ]
@@ -250,19 +293,14 @@ def _torch_dtype(ty: tl.dtype):
     )
 
 
-def _py(value, kind: str, what: str, blocks: bool = False):
-    """An interpreter value as the host implementations take it (a block's pointers as an array)."""
+def _py(value, kind: str):
+    """An interpreter value, checked (_check_arguments), as the host implementations take it (a block's
+    pointers as an array)."""
     value = value.value if isinstance(value, tl.constexpr) else value
     if not isinstance(value, tl.tensor):
-        if kind == "ptr":
-            raise TypeError(f"{what} must be a pointer, got {value!r}")
         return value
     data = value.handle.data
-    if data.size != 1 and not (blocks and kind == "ptr"):
-        raise _not_a_block(what.split(":")[0], what, data.shape)
     if kind == "ptr":
-        if not value.dtype.scalar.is_ptr():
-            raise TypeError(f"{what} must be a pointer, got {value.dtype}")
         elem = value.dtype.scalar.element_ty
         addr = data.astype(np.uint64) if value.type.is_block() else int(data.reshape(-1)[0])
         return _host.Ptr(addr, _torch_dtype(elem), elem.primitive_bitwidth // 8)
@@ -304,10 +342,11 @@ def _interpreted(row: DeviceFn, host, args: dict):
     from ..errors import DeadlockError
 
     fn_name, params, result = row.name, row.params, row.result
+    _check_row(row, args)
     rt = _host._runtime()
     if row.once_per_grid:
         _interpreter.claim_collective(fn_name)
-    values = {n: _py(args[n], k, f"{fn_name}: {n}", row.blocks) for n, k in params}
+    values = {n: _py(args[n], k) for n, k in params}
     try:
         out = host(rt, **values)
     except DeadlockError as e:
@@ -366,7 +405,11 @@ def device_function(row: DeviceFn, triton_impl=None):
         interpreted = lambda a: _interpreted(row, host, a)  # noqa: E731
     else:  # the row's Triton implementation, interpreted too
         impl = getattr(triton_impl, row.symbols["nvshmem"].impl)
-        interpreted = lambda a: impl(*(a[n] for n, _ in row.params))  # noqa: E731
+
+        def interpreted(a):
+            _check_row(row, a)
+            return impl(*(a[n] for n, _ in row.params))
+
     compiled = lambda a, s, g: _compiled(row, a, s, g, triton_impl)  # noqa: E731
     return _make(row.name, row.params, row.doc, compiled, interpreted, row.optional)
 
@@ -375,10 +418,9 @@ def _atomic_compiled(name: str, fetches: bool, args: dict, semantic, generator):
     """NOTE [atomics]: on a peer reachable by load/store (remote_ptr not null) Triton's own atomic
     on the peer's address, which Triton issues once per program and whose result it gives every
     thread; on any other peer the vendor's AMO, issued by thread 0 (NOTE [execution rule])."""
+    _check_atomic(name, args)
     ptr = args["dest"]
     elem = ptr.type.scalar.element_ty
-    if elem not in AMO_TYPES:
-        raise TypeError(f"{name}: dest must point to int32, int64, uint32 or uint64, not {elem}")
     vendor = _vendor(semantic)
     pre, _ = SCOPES[vendor][""]
     pe = _extern_arg(semantic, "pe", args["pe"], elem, vendor, f"{name}: pe")
@@ -409,13 +451,27 @@ def _atomic_compiled(name: str, fetches: bool, args: dict, semantic, generator):
     return branch(semantic, semantic.not_equal(raw, semantic.to_tensor(0)), direct, vendor_amo, ty)
 
 
+def _atomic_kinds(name: str) -> tuple:
+    return tuple((p, "ptr" if p == "dest" else "pe" if p == "pe" else "val") for p in ATOMICS[name][0])
+
+
+def _check_atomic(name: str, args: dict) -> None:
+    """An atomic's argument rules (NOTE [one rule set]): scalars, and dest a pointer to a type every vendor's
+    AMOs take."""
+    _check_arguments(name, _atomic_kinds(name), args)
+    elem = args["dest"].type.scalar.element_ty
+    if elem not in AMO_TYPES:
+        raise TypeError(f"{name}: dest must point to int32, int64, uint32 or uint64, not {elem}")
+
+
 def atomic_function(name: str):
     params, fetches = ATOMICS[name]
-    kinds = tuple((p, "ptr" if p == "dest" else "pe" if p == "pe" else "val") for p in params)
+    kinds = _atomic_kinds(name)
 
     def interpreted(a):
+        _check_atomic(name, a)
         rt = _host._runtime()
-        vals = {n: _py(a[n], k, f"{name}: {n}") for n, k in kinds}
+        vals = {n: _py(a[n], k) for n, k in kinds}
         out = _host.atomic(rt, name, **vals)
         return _tensor(out, a["dest"].dtype.element_ty) if fetches else None
 

@@ -285,6 +285,16 @@ def quiet(rt):
     rt.native.quiet(0)
 
 
+def quiet_pe(rt, pe):
+    check_pe(pe, rt.n_pes, "quiet_pe: pe")
+    rt.native.quiet(0)
+
+
+def mc_ptr(rt, ptr):
+    rt.heap.check_in_heap(ptr.addr, 0, "mc_ptr: ptr")
+    return 0  # the host backend has no multicast
+
+
 def barrier_all(rt):
     rt.native.barrier(0, 0)
 

@@ -25,6 +25,7 @@ class Sym:
 
 
 NULL = "NULL"  # in Sym.args: a null pointer (the OpenSHMEM `status` argument: no word excluded)
+WORLD = "WORLD"  # in Sym.args: the vendor's world team (_vendor.WORLD_TEAM)
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,26 @@ _WAIT_DOCS = {
 }
 
 
+def _scoped_team_syncs() -> list[DeviceFn]:
+    """barrier and sync on a team, by the whole program (_block) or its first warp (_warp); rocSHMEM has no
+    C-linkage team barrier: there the whole program runs unishmem's Triton one."""
+    rows = []
+    for base, nvshmem in (("barrier", "nvshmemx_barrier"), ("sync", "nvshmemx_team_sync")):
+        for scope in ("_block", "_warp"):
+            rows.append(
+                DeviceFn(
+                    base + scope,
+                    (("team", "team"),),
+                    None,
+                    "all" if scope == "_block" else "warp_synced",
+                    base,
+                    {"nvshmem": Sym(nvshmem + scope), "rocshmem": Triton(base + "_impl")},
+                    scope=scope,
+                )
+            )
+    return rows
+
+
 def _rows() -> list[DeviceFn]:
     rows = [
         DeviceFn("my_pe", (), "i32", "all", "my_pe", both("{pre}my_pe"), doc="This PE's number in the world team."),
@@ -185,6 +206,17 @@ def _rows() -> list[DeviceFn]:
             blocks=True,
             doc="`ptr` (a pointer or a block of them) on PE `pe`, for direct loads and stores; "
             "null where not reachable.",
+        ),
+        DeviceFn(
+            "mc_ptr",
+            (("ptr", "ptr"),),
+            "ptr",
+            "all",
+            "mc_ptr",
+            {"nvshmem": Sym("nvshmemx_mc_ptr", args=(WORLD, "ptr")), "rocshmem": Triton("no_multicast")},
+            doc="The multicast address of `ptr` for the world team (a store to it reaches every PE's copy; "
+            "NVLink SHARP on NVSwitch machines), or null where the machine has none; always null on rocSHMEM "
+            "and on the host backend, which have no multicast.",
         ),
         DeviceFn(
             "load_remote",
@@ -321,10 +353,25 @@ def _rows() -> list[DeviceFn]:
         DeviceFn(
             "quiet", (), None, "one_synced", "quiet", both("{pre}quiet"), doc="Complete every put this PE issued."
         ),
+        DeviceFn(
+            "quiet_pe",
+            (("pe", "pe"),),
+            None,
+            "one_synced",
+            "quiet_pe",
+            both("{pre}quiet", args=()),
+            doc="Complete every put this PE issued to PE `pe`: a quiet() on both vendors (NVSHMEM has no per-PE "
+            "quiet; rocSHMEM's rocshmem_pe_quiet takes an array of PEs in memory, which a program has no place "
+            "for), so it also completes the puts to the other PEs.",
+        ),
         DeviceFn("barrier_all", (), None, "one_synced", "barrier_all", both("{pre}barrier_all")),
         DeviceFn("sync_all", (), None, "one_synced", "sync_all", both("{pre}sync_all")),
         DeviceFn("barrier_all_block", (), None, "all", "barrier_all", both("{pre}barrier_all{suf}"), scope="_block"),
         DeviceFn("sync_all_block", (), None, "all", "sync_all", both("{pre}sync_all{suf}"), scope="_block"),
+        DeviceFn(
+            "barrier_all_warp", (), None, "warp_synced", "barrier_all", both("{pre}barrier_all{suf}"), scope="_warp"
+        ),
+        DeviceFn("sync_all_warp", (), None, "warp_synced", "sync_all", both("{pre}sync_all{suf}"), scope="_warp"),
         DeviceFn(
             "barrier",
             (("team", "team"),),
@@ -341,6 +388,7 @@ def _rows() -> list[DeviceFn]:
             "sync",
             {"nvshmem": Sym("nvshmem_team_sync"), "rocshmem": Triton("sync_impl")},
         ),
+        *_scoped_team_syncs(),
         # The collectives' rows are alike on purpose: one row per function is the table (NOTE [device table]).
         DeviceFn(
             "broadcast",
@@ -361,6 +409,27 @@ def _rows() -> list[DeviceFn]:
             {"nvshmem": Sym("{pre}{T}_fcollect{suf}"), "rocshmem": Triton("fcollect_impl")},
             scope="_block",
             types="rma",
+        ),
+        *(
+            DeviceFn(
+                name + "_warp",
+                params,
+                None,
+                "warp_synced",
+                name,
+                {"nvshmem": Sym("{pre}{T}_" + name + "{suf}"), "rocshmem": Triton(name + "_impl")},
+                scope="_warp",
+                types="rma",
+                doc=f"{name} issued by the program's first warp (NOTE [execution rule]); rocSHMEM has no C-linkage "
+                "collective: there the whole program runs unishmem's Triton implementation.",
+            )
+            for name, params in (
+                (
+                    "broadcast",
+                    (("team", "team"), ("dest", "ptr"), ("source", "ptr"), ("nelems", "size"), ("root", "pe")),
+                ),
+                ("fcollect", (("team", "team"), ("dest", "ptr"), ("source", "ptr"), ("nelems", "size"))),
+            )
         ),
         DeviceFn(
             "alltoall",
@@ -479,10 +548,18 @@ ONCE_PER_GRID = (
     "sync_all",
     "barrier_all_block",
     "sync_all_block",
+    "barrier_all_warp",
+    "sync_all_warp",
     "barrier",
     "sync",
+    "barrier_block",
+    "sync_block",
+    "barrier_warp",
+    "sync_warp",
     "broadcast",
     "fcollect",
+    "broadcast_warp",
+    "fcollect_warp",
     "alltoall",
     "reduce",
 )

@@ -280,6 +280,12 @@ def _reachable(remote):
 
 
 @triton.jit
+def no_multicast(ptr):
+    # mc_ptr where the vendor has no multicast: null, of ptr's type
+    return (ptr.to(tl.int64) * 0).to(ptr.dtype)
+
+
+@triton.jit
 def load_remote(ptr, pe, mask=None, other=None):
     remote = _reachable(shl.remote_ptr(ptr, pe))
     return tl.load(remote, mask=mask, other=other, volatile=True, cache_modifier=volatile_modifier())

@@ -79,6 +79,10 @@ TYPE_TABLES = {"rma": RMA_TYPES, "wait": WAIT_TYPES, "reduce": REDUCE_TYPES}
 
 WARP_SIZE = {"nvshmem": 32, "rocshmem": 64}
 
+# The world team's handle where a vendor function needs one that unishmem's signature leaves out (mc_ptr):
+# NVSHMEM_TEAM_WORLD (device_host/nvshmem_common.cuh).
+WORLD_TEAM = {"nvshmem": 0}
+
 # What `team.handle` is in a kernel: NVSHMEM's nvshmem_team_t (int32); on rocSHMEM the address of
 # unishmem's team descriptor in the symmetric heap (NOTE [team descriptor]), as int64.
 TEAM_TYPE = {"nvshmem": tl.int32, "rocshmem": tl.int64}
