@@ -76,6 +76,10 @@ class Backend {
                           SignalOp op, int pe, Stream s) = 0;
   virtual void signal_op(Addr sig, std::uint64_t value, SignalOp op, int pe, Stream s) = 0;
   virtual std::uint64_t signal_wait_until(Addr sig, Cmp cmp, std::uint64_t value, Stream s) = 0;
+  // The same condition, waited for by stream s: a GPU backend enqueues the wait and returns at once
+  // (so a CUDA graph can capture it). The host backend has no streams (the calling thread's order is
+  // its stream order), so there the call itself waits.
+  virtual void signal_wait_until_on_stream(Addr sig, Cmp cmp, std::uint64_t value, Stream s) = 0;
   virtual std::uint64_t signal_fetch(Addr sig) = 0;
   // The signal's value if it already satisfies the condition, found without waiting; nullopt if
   // not, or where looking costs as much as waiting (a device copy). Lets a binding skip the GIL

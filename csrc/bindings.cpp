@@ -150,6 +150,10 @@ void bind_interface(py::module_& m) {
       .def("signal_wait_until", [](Backend& b, Addr sig, int cmp, std::uint64_t v, Stream st) {
         return b.signal_wait_until(sig, Cmp(cmp), v, st);
       }, NoGil())
+      // Waits on the host backend, which has no streams; a GPU backend only enqueues the wait.
+      .def("signal_wait_until_on_stream", [](Backend& b, Addr sig, int cmp, std::uint64_t v, Stream st) {
+        b.signal_wait_until_on_stream(sig, Cmp(cmp), v, st);
+      }, NoGil())
       .def("signal_fetch", &Backend::signal_fetch)
       .def("wait_until", [](Backend& b, Addr p, int type, int cmp, std::uint64_t v) {
         b.wait_until(p, DType(type), Cmp(cmp), v);
@@ -315,9 +319,14 @@ PYBIND11_MODULE(UNISHMEM_MODULE_NAME, m) {
   library_calls["team barrier and sync on a stream"] = lib::kTeamBarrierOnStream;
   library_calls["fcollect on a stream"] = lib::kFcollectOnStream;
   library_calls["signal_op on a stream"] = lib::kSignalOpOnStream;
+  library_calls["signal wait on a stream"] = lib::kSignalWaitOnStream;
   library_calls["reduce on a stream"] = lib::kReduceOnStream;
   library_calls["reduce-scatter"] = lib::kReduceScatter;
   m.attr("library_calls") = library_calls;
+  // NOTE [enum values]: our CMP codes in the library's numbering (tests compare the device library's table).
+  py::dict cmp_values;
+  for (Cmp c : {Cmp::eq, Cmp::ne, Cmp::gt, Cmp::ge, Cmp::lt, Cmp::le}) cmp_values[py::int_(int(c))] = lib::cmp_value(c);
+  m.attr("cmp_values") = cmp_values;
   m.def("library_version", [] {
     int major = 0, minor = 0, patch = 0;
     lib::library_version(&major, &minor, &patch);

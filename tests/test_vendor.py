@@ -46,6 +46,7 @@ NVSHMEM_CALLS = {
     "team barrier and sync on a stream": ["nvshmemx_barrier_on_stream", "nvshmemx_team_sync_on_stream"],
     "fcollect on a stream": ["nvshmemx_fcollectmem_on_stream"],
     "signal_op on a stream": ["nvshmemx_signal_op_on_stream"],
+    "signal wait on a stream": ["nvshmemx_signal_wait_until_on_stream"],
     "reduce on a stream": ["nvshmemx_float_sum_reduce_on_stream"],
     "reduce-scatter": ["nvshmemx_float_sum_reducescatter_on_stream"],
 }

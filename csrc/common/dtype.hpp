@@ -26,6 +26,11 @@ inline const char* cmp_name(Cmp c) {
   static const char* names[] = {"==", "!=", ">", ">=", "<", "<="};
   return names[int(c)];
 }
+// The name Python gives it (unishmem.CMP.<name>), for messages.
+inline const char* cmp_enum_name(Cmp c) {
+  static const char* names[] = {"EQ", "NE", "GT", "GE", "LT", "LE"};
+  return names[int(c)];
+}
 
 template <class T> T from_bits(std::uint64_t v) {
   T x;

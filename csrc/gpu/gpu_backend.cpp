@@ -437,6 +437,13 @@ std::uint64_t GpuBackend::signal_wait_until(Addr sig, Cmp cmp, std::uint64_t val
   return seen;
 }
 
+void GpuBackend::signal_wait_until_on_stream(Addr sig, Cmp cmp, std::uint64_t value, Stream s) {
+  // The stream waits, the host does not. NVSHMEM's limited mode ends the process on this call.
+  require_full_mode(lib::kSignalWaitOnStreamCall);
+  rt_check(lib::signal_wait_until_on_stream(static_cast<std::uint64_t*>(ptr(sig)), cmp, value, as_stream(s)),
+           lib::kSignalWaitOnStreamCall);
+}
+
 void GpuBackend::wait_until(Addr p, DType type, Cmp cmp, std::uint64_t value) {
   const std::size_t size = dtype_size(type);
   std::uint64_t seen = 0;

@@ -83,6 +83,7 @@ class GpuBackend final : public BackendBase {
                   Stream s) override;
   void signal_op(Addr sig, std::uint64_t value, SignalOp op, int pe, Stream s) override;
   std::uint64_t signal_wait_until(Addr sig, Cmp cmp, std::uint64_t value, Stream s) override;
+  void signal_wait_until_on_stream(Addr sig, Cmp cmp, std::uint64_t value, Stream s) override;
   std::uint64_t signal_fetch(Addr sig) override;
   void wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value) override;
   bool test(Addr ptr, DType type, Cmp cmp, std::uint64_t value) override;

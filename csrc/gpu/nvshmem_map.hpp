@@ -39,6 +39,7 @@ constexpr bool kSplit2d = true;
 constexpr bool kTeamBarrierOnStream = true;
 constexpr bool kFcollectOnStream = true;
 constexpr bool kSignalOpOnStream = true;
+constexpr bool kSignalWaitOnStream = true;  // false: a stream primitive that not every comparison fits
 constexpr bool kReduceOnStream = true;  // false: blocking host reduction after a stream sync
 constexpr bool kReduceScatter = true;
 // Kernels take nvshmem_team_t and NVSHMEM's own team functions: no team descriptor (NOTE [team descriptor]).
@@ -163,6 +164,24 @@ inline void putmem_signal_on_stream(void* d, const void* s, std::size_t n, std::
 }
 inline void signal_op_on_stream(std::uint64_t* sig, std::uint64_t v, SignalOp op, int pe, Stream st) {
   nvshmemx_signal_op_on_stream(sig, v, signal_op_value(op), pe, st);
+}
+// Our Cmp in NVSHMEM's numbering, by the header's own names: its order differs from ours (GE is last).
+inline int cmp_value(Cmp c) {
+  switch (c) {
+    case Cmp::eq: return NVSHMEM_CMP_EQ;
+    case Cmp::ne: return NVSHMEM_CMP_NE;
+    case Cmp::gt: return NVSHMEM_CMP_GT;
+    case Cmp::ge: return NVSHMEM_CMP_GE;
+    case Cmp::lt: return NVSHMEM_CMP_LT;
+    case Cmp::le: return NVSHMEM_CMP_LE;
+  }
+  throw Error(ErrorKind::value, "comparison code " + std::to_string(int(c)) + " is not a unishmem.CMP");
+}
+// Every comparison; it returns nothing (limited mode, where it ends the process, is refused before it).
+constexpr const char* kSignalWaitOnStreamCall = "nvshmemx_signal_wait_until_on_stream";
+inline int signal_wait_until_on_stream(std::uint64_t* sig, Cmp cmp, std::uint64_t v, Stream st) {
+  nvshmemx_signal_wait_until_on_stream(sig, cmp_value(cmp), v, st);
+  return 0;
 }
 inline void quiet_on_stream(Stream st) { nvshmemx_quiet_on_stream(st); }
 inline void fence() { nvshmem_fence(); }

@@ -20,6 +20,7 @@
 
 #include "../backend.hpp"
 #include "amo_table.hpp"
+#include "stream_wait_value.hpp"
 
 namespace unishmem::gpu::lib {
 
@@ -60,11 +61,19 @@ template <class T>
 constexpr bool declares_reduce_scatter = requires(rocshmem_ctx_t c, T t, float* f) {
   rocshmem_ctx_float_sum_reduce_scatter(c, t, f, f, 1);
 };
+// No argument of this call is a rocSHMEM type, so argument-dependent lookup cannot find it: the
+// using-directive above, seen where this template is defined, is what finds a declared one.
+template <class S>
+constexpr bool declares_signal_wait_on_stream = requires(std::uint64_t* p, S s) {
+  rocshmem_signal_wait_until_on_stream(p, 0, std::uint64_t{0}, s);
+};
 
 constexpr bool kSplit2d = declares_split_2d<Team>;
 constexpr bool kTeamBarrierOnStream = declares_team_barrier_on_stream<Team, Stream>;
 constexpr bool kFcollectOnStream = false;  // rocSHMEM has no fcollectmem_on_stream: putmem_on_stream + team barrier
 constexpr bool kSignalOpOnStream = false;  // rocSHMEM has no signal_op_on_stream: a host uint64 atomic after a stream sync
+// false: HIP's hipStreamWaitValue64, which cannot express every comparison (stream_wait_value.hpp)
+constexpr bool kSignalWaitOnStream = declares_signal_wait_on_stream<Stream>;
 // false: a blocking host rocshmem_ctx_<T>_<op>_reduce after a stream sync
 constexpr bool kReduceOnStream = declares_reduce_on_stream<Team, Stream>;
 constexpr bool kReduceScatter = declares_reduce_scatter<Team>;
@@ -198,6 +207,46 @@ inline void putmem_signal_on_stream(void* d, const void* s, std::size_t n, std::
 }
 inline void signal_op_on_stream(std::uint64_t*, std::uint64_t, SignalOp, int, Stream) {
   missing("rocshmem_signal_op_on_stream");
+}
+// Our Cmp in rocSHMEM's numbering, by the header's own names.
+inline int cmp_value(Cmp c) {
+  switch (c) {
+    case Cmp::eq: return ROCSHMEM_CMP_EQ;
+    case Cmp::ne: return ROCSHMEM_CMP_NE;
+    case Cmp::gt: return ROCSHMEM_CMP_GT;
+    case Cmp::ge: return ROCSHMEM_CMP_GE;
+    case Cmp::lt: return ROCSHMEM_CMP_LT;
+    case Cmp::le: return ROCSHMEM_CMP_LE;
+  }
+  throw Error(ErrorKind::value, "comparison code " + std::to_string(int(c)) + " is not a unishmem.CMP");
+}
+inline unsigned hip_wait_flags(WaitValueTest t) {
+  switch (t) {
+    case WaitValueTest::geq: return hipStreamWaitValueGte;
+    case WaitValueTest::eq: return hipStreamWaitValueEq;
+    case WaitValueTest::and_: return hipStreamWaitValueAnd;
+  }
+  return hipStreamWaitValueGte;
+}
+constexpr const char* kSignalWaitOnStreamCall =
+    kSignalWaitOnStream ? "rocshmem_signal_wait_until_on_stream" : "hipStreamWaitValue64";
+// Returns HIP's status. rocSHMEM's own call (a one-thread kernel on the stream running its device
+// wait_until) takes every comparison; without it a comparison hipStreamWaitValue64 cannot express
+// exactly is refused before anything is enqueued.
+template <class S = Stream>
+int signal_wait_until_on_stream(std::uint64_t* sig, Cmp cmp, std::uint64_t v, S st) {
+  if constexpr (declares_signal_wait_on_stream<S>) {
+    rocshmem_signal_wait_until_on_stream(sig, cmp_value(cmp), v, st);
+    return 0;
+  } else {
+    const std::optional<WaitValue> w = wait_value_for(cmp, v);
+    if (!w)
+      throw Error(ErrorKind::value,
+                  wait_value_refusal("the rocshmem backend (the rocSHMEM headers it was built against declare no "
+                                     "rocshmem_signal_wait_until_on_stream, so it uses HIP's hipStreamWaitValue64)",
+                                     cmp, v));
+    return hipStreamWaitValue64(st, sig, w->value, hip_wait_flags(w->test), w->mask);
+  }
 }
 inline void quiet_on_stream(Stream st) { rocshmem_quiet_on_stream(st); }
 inline void fence() { rocshmem_fence(); }

@@ -165,6 +165,10 @@ class HostBackend final : public BackendBase {
                   Stream) override;
   void signal_op(Addr sig, std::uint64_t value, SignalOp op, int pe, Stream) override;
   std::uint64_t signal_wait_until(Addr sig, Cmp cmp, std::uint64_t value, Stream) override;
+  // No streams here: the calling thread's order is the stream order, so this is the wait itself.
+  void signal_wait_until_on_stream(Addr sig, Cmp cmp, std::uint64_t value, Stream s) override {
+    signal_wait_until(sig, cmp, value, s);
+  }
   std::uint64_t signal_fetch(Addr sig) override;
   std::optional<std::uint64_t> signal_ready(Addr sig, Cmp cmp, std::uint64_t value) override;
   void wait_until(Addr ptr, DType type, Cmp cmp, std::uint64_t value) override;

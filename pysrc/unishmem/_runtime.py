@@ -444,19 +444,36 @@ class Runtime:
         hot.fast_signal_op(hot.backend, sig, value, code, pe, 0 if self._on_cpu else self._stream_of(stream))
         hot.remember(signal, sig, 8, True)
 
+    def _signal_wait_args(self, signal, cmp, value) -> tuple[int, int, int]:
+        """A signal wait's address, value bits and cmp code, checked: the one check of both waits."""
+        if self._finalized:
+            self.check_active()
+        sig = self._signal(signal)
+        if type(value) is not int or not 0 <= value < _U64:
+            value = to_bits(value, torch.uint64, "value")
+        return sig, value, cmp_code(cmp)
+
     def signal_wait_until(
         self, signal: torch.Tensor, cmp: CMP | int, value: int, stream: torch.cuda.Stream | None = None
     ) -> int:
         """Wait until the local `signal` compares true against `value`; returns the value seen."""
-        if self._finalized:
-            self.check_active()
         hot = self.hot_path
-        sig = self._signal(signal)
-        if type(value) is not int or not 0 <= value < _U64:
-            value = to_bits(value, torch.uint64, "value")
-        code = cmp_code(cmp)
+        sig, value, code = self._signal_wait_args(signal, cmp, value)
         hot.remember(signal, sig, 8, True)  # before the wait, which may raise on a peer's failure
         return hot.fast_signal_wait_until(hot.backend, sig, code, value, 0 if self._on_cpu else self._stream_of(stream))
+
+    def signal_wait_until_on_stream(
+        self, signal: torch.Tensor, cmp: CMP | int, value: int, stream: torch.cuda.Stream | None = None
+    ) -> None:
+        """Make `stream` wait until the local `signal` compares true against `value`: work enqueued
+        on it afterwards runs after the wait. Returns None at once, so that a CUDA graph can hold
+        it (not yet run on a GPU). The host backend has no streams (the calling thread's order is
+        its stream order): there this call is the wait itself, as signal_wait_until. Built against
+        rocSHMEM headers without rocshmem_signal_wait_until_on_stream, the rocshmem backend uses
+        HIP's stream waits, which refuse CMP.LT, CMP.LE, CMP.NE of a nonzero value and CMP.GT
+        2**64-1 (docs/backends.md)."""
+        sig, value, code = self._signal_wait_args(signal, cmp, value)
+        self.native.signal_wait_until_on_stream(sig, code, value, self._stream_of(stream))
 
     def signal_fetch(self, signal: torch.Tensor) -> int:
         self.check_active()
