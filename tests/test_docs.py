@@ -3,6 +3,8 @@
 import pathlib
 import re
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -27,3 +29,18 @@ def test_readme_and_the_guide_say_the_same_about_what_works():
         re.sub(r"\]\((?![a-z]+:|#)", "](docs/", line) for line in _state_table((ROOT / "docs/index.md").read_text())
     ]
     assert readme and readme == index
+
+
+def test_ported_kernels_guide_names_only_device_functions_that_exist():
+    """Every `shl.<name>` in the porting guide is a function of the live unishmem.language or one of its
+    constexpr constants (CMP_*, SIGNAL_*): a renamed or missing function fails here, not in a user's port."""
+    pytest.importorskip("triton")
+    import triton.language as tl
+
+    import unishmem.language as shl
+
+    names = set(re.findall(r"\bshl\.([A-Za-z_]\w*)", (ROOT / "docs/porting.md").read_text()))
+    assert len(names) > 30, f"the guide's tables name unishmem.language functions: found only {sorted(names)}"
+    constants = {n for n in dir(shl) if n.isupper() and isinstance(getattr(shl, n), tl.constexpr)}
+    unknown = sorted(names - set(shl.FUNCTIONS) - constants)
+    assert not unknown, f"docs/porting.md names shl.{', shl.'.join(unknown)}, not in unishmem.language"

@@ -34,3 +34,21 @@ def test_device_library_examples(example, expected):
     proc = launch([os.path.join(EXAMPLES, example)], 4, timeout=300, env={"TRITON_INTERPRET": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(expected, proc.stdout), proc.stdout
+
+
+@pytest.mark.parametrize(
+    "example, expected",
+    [
+        ("ported/notify_wait_queue.py", r"ported notify/wait queue: 3 rounds correct on 2 PEs \(backend host\)"),
+        (
+            "ported/intra_node_allgather.py",
+            r"ported intra-node all-gather: pull and push correct on 2 PEs \(backend host\)",
+        ),
+    ],
+)
+def test_ported_tutorials_run_at_two_pes(example, expected):
+    """The two Triton-distributed tutorials that docs/porting.md links, each checked against torch inside."""
+    pytest.importorskip("triton")
+    proc = launch([os.path.join(EXAMPLES, example)], 2, timeout=300, env={"TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(expected, proc.stdout), proc.stdout
