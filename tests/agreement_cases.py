@@ -88,7 +88,8 @@ def cases() -> list[tuple[str, str, str]]:
             if "dest" in args and "source" in args:
                 variants.append(("dest and source of two types", _retyped(args, "fbuf", ("source",))))
         if fn == "consume_token":
-            variants.append(("x a tensor descriptor", {**args, "x": "tl.make_tensor_descriptor(buf, [64], [1], [16])"}))
+            descriptor = "tl.make_tensor_descriptor(buf, [64], [1], [16])"
+            variants.append(("x a tensor descriptor", {**args, "x": descriptor}))
         out += [(fn, what, f"shl.{fn}({', '.join(a.values())})") for what, a in variants]
     return out
 

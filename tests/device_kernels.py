@@ -199,11 +199,6 @@ def spin_on_a_peer(buf, src, sig, ivar, team, N: tl.constexpr):
 # A range wait's token guards a load (consume_token); and what consume_token refuses, compiled as
 # tests/test_device_v2.py runs the same bodies interpreted, with the same words.
 CONSUME_NOTHING = "consume_token: token must be a scalar run-time value, such as what a wait returned, not None"
-CONSUME_A_DESCRIPTOR = (
-    "consume_token: x must be a pointer or an integer (a block of them is fine), not a tensor descriptor; to order "
-    "the loads of a tensor descriptor, make it from a pointer passed through consume_token: "
-    "tl.make_tensor_descriptor(shl.consume_token(base, token), ...)"
-)
 
 
 @triton.jit
@@ -216,13 +211,6 @@ def range_wait_token(buf, src, sig, ivar, team, N: tl.constexpr):
 @triton.jit
 def consume_nothing(buf, src, sig, ivar, team, N: tl.constexpr):
     tl.store(src, tl.load(shl.consume_token(buf, None)))
-
-
-@triton.jit
-def consume_a_descriptor(buf, src, sig, ivar, team, N: tl.constexpr):
-    desc = tl.make_tensor_descriptor(buf, shape=[N], strides=[1], block_shape=[N])
-    token = shl.signal_wait_until(sig, shl.CMP_GE, 0)
-    tl.store(src + tl.arange(0, N), shl.consume_token(desc, token).load([0]))
 
 
 # A block of signal pointers given to a scalar wait: compiling it must fail, not wait per element.
@@ -251,6 +239,24 @@ def pipelined_gemm(
             a_tile = tl.max_contiguous(tl.multiple_of(shl.consume_token(a_tile, token), [8, 8]), [1, 8])
         acc += tl.dot(tl.load(a_tile), tl.load(b + (k * BK + rk)[:, None] * BN + rn[None, :]))
     tl.store(c + rm[:, None] * BN + rn[None, :], acc)
+
+
+# The same loop over a tensor descriptor of A: consume_token ties the descriptor's load offsets to the wait.
+@triton.jit
+def pipelined_descriptor_gemm(
+    a, b, c, sig, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GUARD: tl.constexpr
+):
+    a_desc = tl.make_tensor_descriptor(a, shape=[BM, K], strides=[K, 1], block_shape=[BM, BK])
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K // BK):
+        token = shl.signal_wait_until(sig + k, shl.CMP_GE, 1)
+        tiles = a_desc
+        if GUARD:
+            tiles = shl.consume_token(a_desc, token)
+        acc += tl.dot(tiles.load([0, k * BK]), tl.load(b + (k * BK + rk)[:, None] * BN + rn[None, :]))
+    tl.store(c + tl.arange(0, BM)[:, None] * BN + rn[None, :], acc)
 
 
 GEMM_SIGNATURE = {

@@ -3,7 +3,10 @@ world barriers, team barriers and syncs by block and by warp, broadcast_warp and
 and mc_ptr. References are computed with torch from what each PE sent; their compiled forms are checked in
 test_device_compile.py."""
 
+import os
+import re
 import time
+import warnings
 
 import pytest
 import torch
@@ -138,3 +141,33 @@ def test_mc_ptr_is_null_without_multicast(rt):
     with pytest.raises(unishmem.NotSymmetricError, match=r"mc_ptr: ptr"):
         multicast_address[(1,)](torch.zeros(4, dtype=torch.int32), out)
     rt.free(buf)
+
+
+@unishmem.jit
+def spin_on_a_peer(flag, out):
+    right = (shl.my_pe() + 1) % shl.n_pes()
+    while shl.load_remote(flag, right) == 0:  # nobody sets it
+        pass
+    tl.store(out, 1)
+
+
+@spmd(sizes=(2,))
+def test_a_spin_on_load_remote_that_cannot_end_is_reported(rt):
+    """NOTE [spins]: a spin the host backend's waits cannot see warns as a slow wait does, then times out,
+    naming the word, its PE and the kernel's line."""
+    flag, out = rt.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int32)
+    right = (rt.my_pe + 1) % rt.n_pes
+    os.environ.update(UNISHMEM_STALL_WARN="0.5", UNISHMEM_WAIT_TIMEOUT="1.5")
+    try:
+        with warnings.catch_warnings(record=True) as seen, pytest.raises(unishmem.WaitTimeout) as gave_up:
+            warnings.simplefilter("always")
+            spin_on_a_peer[(1,)](flag, out)
+    finally:
+        del os.environ["UNISHMEM_STALL_WARN"], os.environ["UNISHMEM_WAIT_TIMEOUT"]
+    word = rf"the word at heap offset 0x[0-9a-f]+ of PE {right} \(kernel spin_on_a_peer at test_device_v3.py:\d+\)"
+    assert re.search(rf"gave up after 1 s spinning on load_remote of {word}, which has read 0", str(gave_up.value))
+    stalls = [str(w.message) for w in seen if issubclass(w.category, unishmem.UnishmemWarning)]
+    assert len(stalls) == 1 and re.match(rf"still spinning after \d s on load_remote of {word}", stalls[0]), stalls
+    assert out.item() == 0
+    rt.barrier_all()
+    rt.free(flag)

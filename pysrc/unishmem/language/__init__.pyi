@@ -262,4 +262,5 @@ def atomic_inc(dest: Any, pe: Any) -> None:
 
 def consume_token(x: Any, token: Any) -> tl.tensor:
     """`x` unchanged, made data-dependent on `token` (a value a wait returned), so that loads addressed by `x`
-    cannot be issued before the wait (Triton's pipeliner would otherwise move them above it)."""
+    cannot be issued before the wait (Triton's pipeliner would otherwise move them above it). `x` may be a
+    tensor descriptor: its loads and gathers then take their offsets through the token."""

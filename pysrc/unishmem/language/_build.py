@@ -502,11 +502,10 @@ def _check_consume_token(x, token) -> None:
     """consume_token's argument rules, the same compiled and interpreted (and the same words: what is named
     is the kind of value, which both paths see alike)."""
     ty = getattr(x.type, "scalar", None) if isinstance(x, tl.tensor) else None
-    if ty is None or not (ty.is_ptr() or ty.is_int()):
+    if not isinstance(x, tl.core.tensor_descriptor) and (ty is None or not (ty.is_ptr() or ty.is_int())):
         raise TypeError(
-            f"consume_token: x must be a pointer or an integer (a block of them is fine), not {_kind(x)}; "
-            "to order the loads of a tensor descriptor, make it from a pointer passed through consume_token: "
-            "tl.make_tensor_descriptor(shl.consume_token(base, token), ...)"
+            "consume_token: x must be a pointer or an integer (a block of them is fine) or a tensor descriptor "
+            f"made with its shape, not {_kind(x)}"
         )
     if not isinstance(token, tl.tensor) or token.type.is_block():
         raise ValueError(
@@ -518,27 +517,76 @@ def _kind(value) -> str:
     value = value.value if isinstance(value, tl.constexpr) else value
     if value is None:
         return "None"
-    if "descriptor" in type(value).__name__.lower():
-        return "a tensor descriptor"
+    if isinstance(value, tl.core.tensor_descriptor_base):
+        return "a tensor descriptor of unknown shape"
     if isinstance(value, tl.tensor):
         return f"a block of shape {list(value.shape)}" if value.type.is_block() else str(value.type)
     return f"a constant ({type(value).__name__})"
 
 
-def _consume_token_compiled(args: dict, semantic, generator):
-    x, token = args["x"], args["token"]
-    _check_consume_token(x, token)
-    bits = semantic.cast(x, tl.int64)
+def _tie(x, token, semantic):
+    """`x` (a pointer or integer, or a block of them) unchanged, but computed from `token` too."""
+    x = semantic.to_tensor(x.value if isinstance(x, tl.constexpr) else x)
     tied = tl.core.inline_asm_elementwise(
         "",
         CONSUME_TOKEN_CONSTRAINTS[_vendor(semantic)],
-        [bits, semantic.cast(token, tl.int64)],
+        [semantic.cast(x, tl.int64), semantic.cast(token, tl.int64)],
         dtype=tl.int64,
         is_pure=True,
         pack=1,
         _semantic=semantic,
     )
     return semantic.cast(tied, x.type.scalar)
+
+
+class _TokenedDescriptorType(tl.core.tensor_descriptor_type):
+    """The type of what consume_token makes of a tensor descriptor: the descriptor and its token, so the tie
+    crosses calls of other @triton.jit functions and loops with it."""
+
+    def __init__(self, base: tl.core.tensor_descriptor_type):
+        super().__init__(base.block_type, base.shape_type, base.strides_type)
+
+    def _unflatten_ir(self, handles, cursor: int):
+        desc, cursor = super()._unflatten_ir(handles, cursor)
+        return _TokenedDescriptor(desc, tl.tensor(handles[cursor], tl.int64)), cursor + 1
+
+    def _flatten_ir_types(self, builder, out) -> None:
+        super()._flatten_ir_types(builder, out)
+        out.append(tl.int64.to_ir(builder))
+
+    def mangle(self) -> str:
+        return "TK" + super().mangle()
+
+
+class _TokenedDescriptor(tl.core.tensor_descriptor):
+    """A tensor descriptor whose loads take their offsets through consume_token, so that none is issued
+    before the wait that made the token (its stores and atomics cannot move above a wait anyway)."""
+
+    def __init__(self, desc: tl.core.tensor_descriptor, token):
+        super().__init__(desc.handle, list(desc.shape), list(desc.strides), desc.block_type)
+        self.type = _TokenedDescriptorType(self.type)
+        self.token = token
+
+    def _flatten_ir(self, handles) -> None:
+        super()._flatten_ir(handles)
+        handles.append(self.token.handle)
+
+    @tl.core.builtin
+    def load(self, offsets, _semantic=None):
+        return super().load([_tie(o, self.token, _semantic) for o in offsets], _semantic=_semantic)
+
+    @tl.core.builtin
+    def gather(self, *args, _semantic=None):
+        return super().gather(*(_tie(a, self.token, _semantic) for a in args), _semantic=_semantic)
+
+
+def _consume_token_compiled(args: dict, semantic, generator):
+    x, token = args["x"], args["token"]
+    _check_consume_token(x, token)
+    token = semantic.cast(token, tl.int64)
+    if isinstance(x, tl.core.tensor_descriptor):
+        return _TokenedDescriptor(x, token)
+    return _tie(x, token, semantic)
 
 
 def _consume_token_interpreted(args: dict):
@@ -551,7 +599,8 @@ consume_token = _make(
     (("x", "ptr"), ("token", "u64")),
     "`x` unchanged, made data-dependent on `token` (a value a wait returned), so that loads "
     "addressed by `x` cannot be issued before the wait (Triton's pipeliner would otherwise "
-    "move them above it).",
+    "move them above it). `x` may be a tensor descriptor: its loads and gathers then take their "
+    "offsets through the token.",
     _consume_token_compiled,
     lambda a: _consume_token_interpreted(a),
 )
@@ -565,6 +614,23 @@ volatile_modifier = _make(
     "The cache_modifier that, with volatile=True, makes tl.load read memory on every call for this target.",
     lambda a, s, g: tl.constexpr(_triton_compat.volatile_cache_modifier(_vendor(s) == "rocshmem")),
     lambda a: tl.constexpr(""),
+)
+
+
+def _watch_spin_interpreted(args: dict):
+    ptr, value = args["ptr"], args["value"]
+    if not ptr.type.is_block():  # a spin reads one word (NOTE [spins])
+        _host.watch_spin(_host._runtime(), int(ptr.handle.data.reshape(-1)[0]), value.handle.data.reshape(-1)[0].item())
+    return value
+
+
+watch_spin = _make(
+    "watch_spin",
+    (("ptr", "ptr"), ("value", "val")),
+    "`value`, read from `ptr`: under TRITON_INTERPRET=1 a read the program repeats unchanged is watched as a "
+    "wait is (NOTE [spins] in _host.py); compiled, `value` itself.",
+    lambda a, s, g: a["value"],
+    _watch_spin_interpreted,
 )
 
 

@@ -9,14 +9,17 @@ Values are converted to the word they go to, as a compiled call converts them, n
 from __future__ import annotations
 
 import ctypes
+import threading
+import time
+import warnings
 
 import numpy as np
 
-from .. import _active, _interpreter
+from .. import _active, _config, _interpreter, hang
 from .._checks import check_pe, cmp_code, disjoint, from_bits, reduce_codes
 from .._dtypes import DTYPE_CODES, WAIT_DTYPES
 from ..enums import ATOMIC_OPS
-from ..errors import UnishmemError
+from ..errors import UnishmemError, UnishmemWarning, WaitTimeout
 
 
 class Ptr:
@@ -80,6 +83,46 @@ def remote_ptr(rt, ptr, pe):
             np.zeros_like(ptr.addr, dtype=np.int64) if not base else ptr.addr.astype(np.int64) + (base - rt.heap_base)
         )
     return rt.native.peer_ptr(rt.heap.check_in_heap(ptr.addr, 0, "remote_ptr: ptr"), check_pe(pe, rt.n_pes))
+
+
+# NOTE [spins]: a loop that spins on load_remote waits as surely as signal_wait_until does, but with plain
+# loads, which the host backend's waits (and their stall, timeout and deadlock reports) never see. Under the
+# interpreter each program's reads of one scalar word are watched instead: the same word read with the same
+# value for UNISHMEM_STALL_WARN seconds warns once, as a slow wait does, naming the word and the kernel's
+# line; for UNISHMEM_WAIT_TIMEOUT seconds, it raises WaitTimeout. Any other read, or a new launch, starts
+# over. Compiled, nothing is added.
+_spin = threading.local()  # one program's last read: (launch, address, value, since, warned)
+
+
+def watch_spin(rt, addr: int, value) -> None:
+    launch, now = _interpreter.current_program()[0], time.monotonic()
+    last = getattr(_spin, "last", None)
+    if last is None or last[:3] != (launch, addr, value):
+        _spin.last = (launch, addr, value, now, False)
+        return
+    since, warned = last[3:]
+    waited = now - since
+    if waited < 0.1:  # (the settings are read from the environment: not at every read)
+        return
+    timeout, stall = _config.seconds("UNISHMEM_WAIT_TIMEOUT"), _config.seconds("UNISHMEM_STALL_WARN")
+    if waited >= timeout or (stall > 0 and waited >= stall and not warned):
+        what = f"{_peer_word(rt, addr)} ({hang.wait_site()}), which has read {value} all along"
+        if waited >= timeout:
+            raise WaitTimeout(
+                f"gave up after {int(waited)} s spinning on load_remote of {what} (UNISHMEM_WAIT_TIMEOUT sets "
+                "the limit)"
+            )
+        warnings.warn(f"still spinning after {waited:.0f} s on load_remote of {what}", UnishmemWarning, 2)
+        _spin.last = (*last[:4], True)
+
+
+def _peer_word(rt, addr: int) -> str:
+    """The word at `addr` of a peer's mapping (remote_ptr's), as the PE and heap offset it belongs to."""
+    for pe in range(rt.n_pes):
+        base = rt.native.peer_ptr(rt.heap_base, pe)
+        if base and base <= addr < base + rt.heap.size:
+            return f"the word at heap offset {addr - base:#x} of PE {pe}"
+    return f"the word at {addr:#x}"
 
 
 def put(rt, dest, source, nbytes, pe):

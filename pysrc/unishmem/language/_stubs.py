@@ -100,6 +100,51 @@ _RESULTS = {
 _ISSUERS = {"all": "every thread", "one": "thread 0", "warp": "the first warp"}
 _WHEN = {"": "", "sends": ", after a block barrier", "synced": ", between two block barriers"}
 _VENDORS = {"nvshmem": "NVSHMEM", "rocshmem": "rocSHMEM"}
+# What holds when a call returns, by its host implementation (the kind of call), in the words of
+# docs/ordering.md's "What orders what"; the _nbi forms and the rows written in Triton by name.
+_PUT = "source reusable; delivery ordered by fence(), complete at quiet()"
+_ORDERING = {
+    "put": _PUT,
+    "put_elems": _PUT,
+    "iput": _PUT,
+    "p": _PUT,
+    "put_tile_block": "complete for the source; delivery ordered by fence(), complete at quiet()",
+    "get": "data in dest",
+    "get_elems": "data in dest",
+    "iget": "data in dest",
+    "g": "the value read",
+    "put_signal": "the signal means this data arrived; orders nothing else",
+    "put_signal_elems": "the signal means this data arrived; orders nothing else",
+    "signal_op": "issued; earlier stores and puts to the PE are ordered before it only by fence() or quiet()",
+    "store_remote": "issued, not delivered: fence() before a signal that announces it",
+    "load_remote": "the value read; orders nothing after it",
+    "fence": "this PE's earlier puts, stores and AMOs to each PE are delivered before its later ones to it",
+    "quiet": "everything this PE issued is complete and visible",
+    "quiet_pe": "everything this PE issued is complete and visible",
+    "barrier_all": "quiet(), then every PE arrived",
+    "barrier": "quiet(), then every member arrived",
+    "barrier_all_grid": "every program of the launch and every PE arrived",
+    "sync_all": "every PE arrived; puts not completed",
+    "sync": "every member arrived; puts not completed",
+    "signal_wait_until": "the word compared true; an acquire on both vendors",
+    "wait_until": "the word compared true; an acquire on NVSHMEM, not on rocSHMEM",
+    "test": "the word read once; no acquire on rocSHMEM",
+    "signal_fetch": "the value read",
+}
+_NBI_PUT = "may still read the source until quiet()"
+_NBI_GET = "data in dest only after quiet()"
+
+
+def _ordering(row) -> str:
+    if row.name.startswith("wait_until_"):
+        return "the words compared true; an acquire on NVSHMEM, not on rocSHMEM"
+    if "_nbi" in row.name and row.host in ("get", "get_elems"):
+        return _NBI_GET
+    if "_nbi" in row.name and row.host in ("put", "put_elems"):
+        return _NBI_PUT
+    if row.host in ("broadcast", "fcollect", "alltoall", "reduce"):
+        return "complete in dest on every member"
+    return _ORDERING.get(row.host or row.name, "")
 
 
 def _issued(issue: str) -> str:
@@ -135,16 +180,19 @@ def reference() -> str:
         "rule](device-library.md) of the Triton device library), and what it compiles to for each vendor: the",
         "vendor's function (`<T>`: the element type's name in the vendor's table; `<op>`: the reduction;",
         "`<sigop>`: the signal operation) or unishmem's implementation in Triton. Under `TRITON_INTERPRET=1`",
-        "each runs on the host backend with the same argument checks. Functions whose pointers may be blocks",
-        "act element by element.",
+        "each runs on the host backend with the same argument checks, and synchronously: a put or a get is",
+        "done when it returns, a wait blocks the program's thread (a wait that can never end is reported).",
+        'Functions whose pointers may be blocks act element by element. "On return" is what holds when the',
+        "call returns on a GPU ([what orders what](ordering.md#what-orders-what), per vendor).",
         "",
-        "| function | returns | issued by | NVSHMEM | rocSHMEM | what it does |",
-        "|---|---|---|---|---|---|",
+        "| function | returns | issued by | NVSHMEM | rocSHMEM | on return | what it does |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in ROWS:
         args = ", ".join(f"[{n}]" if n in r.optional else n for n, _ in r.params)
         cells = [f"`{r.name}({args})`", _RESULTS[r.result], _issued(r.issue)]
         cells += [_symbol(r.symbols[v], v, r.scope) for v in _VENDORS]
+        cells.append(_ordering(r))
         cells.append(_cell(r.doc) + (" Pointers may be blocks." if r.blocks else ""))
         lines.append("| " + " | ".join(cells) + " |")
     lines += [

@@ -27,7 +27,7 @@ import triton.language as tl
 
 from ..enums import CMP, SIGNAL
 from . import _externs as shl
-from ._build import BUILTIN, REDUCE_OPS, device_check, volatile_modifier
+from ._build import BUILTIN, REDUCE_OPS, device_check, volatile_modifier, watch_spin
 from ._ir import constexpr
 
 # descriptor layout (NOTE [team descriptor]); csrc/gpu/gpu_backend.cpp writes the same
@@ -288,7 +288,9 @@ def no_multicast(ptr):
 @triton.jit
 def load_remote(ptr, pe, mask=None, other=None):
     remote = _reachable(shl.remote_ptr(ptr, pe))
-    return tl.load(remote, mask=mask, other=other, volatile=True, cache_modifier=volatile_modifier())
+    return watch_spin(
+        remote, tl.load(remote, mask=mask, other=other, volatile=True, cache_modifier=volatile_modifier())
+    )
 
 
 @triton.jit
