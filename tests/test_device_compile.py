@@ -201,20 +201,31 @@ def test_single_issue_put_starts_with_a_block_barrier(builds):
     assert any("barrier" in line for line in llir[store:call]), llir[store : call + 1]
 
 
-def test_consume_token_keeps_guarded_loads_after_their_waits(builds):
+# How a load of an A tile shows in the TTGIR: through pointers (64x32 f16) or through the tensor descriptor.
+TILE_LOADS = {
+    "gemm": (r"%\S+ = (tt\.load|ttg\.async_copy_global_to_local) %\S+.*: tensor<64x32x!tt\.ptr<f16>", "ttg.async_copy"),
+    "descriptor_gemm": (
+        r"(%\S+ = )?(tt\.descriptor_load|ttng\.async_tma_copy_global_to_local) ",
+        "ttng.async_tma_copy",
+    ),
+}
+
+
+@pytest.mark.parametrize("gemm", TILE_LOADS)
+def test_consume_token_keeps_guarded_loads_after_their_waits(builds, gemm):
+    load, asynchronous = TILE_LOADS[gemm]
+
     def order(ttgir):
-        """For each load of an A tile (64x32 f16), how many waits precede it, in program order."""
+        """For each load of an A tile, how many waits precede it, in program order."""
         waits, seen = 0, []
         for line in _instructions(ttgir):
             if 'symbol = "nvshmem_signal_wait_until"' in line:
                 waits += 1
-            elif re.match(
-                r"%\S+ = (tt\.load|ttg\.async_copy_global_to_local) %\S+.*: tensor<64x32x!tt\.ptr<f16>", line
-            ):
+            elif re.match(load, line):
                 seen.append(waits)
         return seen
 
-    unguarded, guarded = (builds["gemm"][g] for g in (False, True))
+    unguarded, guarded = (builds[gemm][g] for g in (False, True))
     assert "error" not in unguarded, unguarded.get("error")
     # Unguarded, the pipeliner issues the first A tiles before any wait: the hazard.
     assert order(unguarded["ttgir"])[0] == 0, order(unguarded["ttgir"])
@@ -224,34 +235,11 @@ def test_consume_token_keeps_guarded_loads_after_their_waits(builds):
         assert guarded.get("error") == "RuntimeError: PassManager::run failed", guarded.get("error")
         return
     assert "error" not in guarded, guarded.get("error")
-    # Guarded, it still pipelines (the prologue loads stay async copies) but each tile comes after its own wait.
+    # Guarded, it still pipelines (the prologue loads stay asynchronous copies, TMA ones for the descriptor)
+    # but each tile comes after its own wait.
     seen = order(guarded["ttgir"])
     assert len(seen) >= 3 and all(waits > i for i, waits in enumerate(seen)), seen
-    assert "ttg.async_copy_global_to_local" in guarded["ttgir"]
-
-
-def test_consume_token_keeps_a_descriptor_s_loads_after_their_waits(builds):
-    def order(ttgir):
-        """For each load of an A tile through the descriptor, how many waits precede it, in program order."""
-        waits, seen = 0, []
-        for line in _instructions(ttgir):
-            if 'symbol = "nvshmem_signal_wait_until"' in line:
-                waits += 1
-            elif re.match(r"(%\S+ = )?(tt\.descriptor_load|ttng\.async_tma_copy_global_to_local) ", line):
-                seen.append(waits)
-        return seen
-
-    unguarded, guarded = (builds["descriptor_gemm"][g] for g in (False, True))
-    assert "error" not in unguarded, unguarded.get("error")
-    # Unguarded, the pipeliner issues the first A tiles (TMA copies) before any wait: the hazard.
-    assert order(unguarded["ttgir"])[0] == 0, order(unguarded["ttgir"])
-    if _triton_compat.version() < (3, 9):  # as for a pointer (above): the pipeliner refuses, NOTE [Triton releases]
-        assert guarded.get("error") == "RuntimeError: PassManager::run failed", guarded.get("error")
-        return
-    assert "error" not in guarded, guarded.get("error")
-    # Guarded, the TMA copies stay asynchronous but each tile's comes after its own wait.
-    seen = order(guarded["ttgir"])
-    assert len(seen) >= 3 and all(waits > i for i, waits in enumerate(seen)), seen
+    assert asynchronous in guarded["ttgir"]
 
 
 def test_a_spin_on_load_remote_reads_memory_every_time(builds):
