@@ -2,18 +2,19 @@
 measured in the same run: the timing phase of scripts/gpu_check.sh. First run on an H200 on 2026-12-04
 (docs/benchmarks.md#the-first-gpu-runs-2026-12-04).
 
-    unishmem run -n 2 scripts/gpu_kernel_times.py OUT [--quick] [--sizes 8K,4M] [--kernels all_gather,moe]
+    unishmem run -n 2 scripts/gpu_kernel_times.py OUT [--quick] [--sizes 8K,4M] [--kernels all_gather,dispatch+combine]
     unishmem run -n 2 scripts/gpu_kernel_times.py OUT --cpu [--quick]   # host backend, interpreter, tiny sizes
     unishmem run -n 2 scripts/gpu_kernel_times.py OUT --plan            # GPU binaries the run compiles; no GPU
     python scripts/gpu_kernel_times.py --summary OUT                    # the tables, from OUT/times-pe*.json
 
-Kernels: all_gather, reduce_scatter, all_reduce (one_shot and two_shot), ag_gemm, gemm_rs, dispatch +
-combine (`moe`, with max_tokens: the capacity form), all float16 (one dtype: a binary is per kernel, dtype
-and constexprs; the GEMMs take float16 or float32, not bfloat16). A size is the bytes of the whole buffer,
-as nccl-tests counts them: all_gather's output, reduce_scatter's and all_reduce's input, the gathered A of
-ag_gemm and the partial C of gemm_rs (square shards d x d, M = n * d), the token copies one PE dispatches
-(and gets back from combine). Inputs are symmetric tensors where a kernel reads them in place, outputs are
-given (`out=`) where a kernel takes one.
+Kernels: the timings of the kernel table (TIMINGS in unishmem/kernels/_table.py, NOTE [kernel table]):
+all_gather, all_to_all, reduce_scatter, all_reduce.one_shot and .two_shot, ag_gemm, gemm_rs,
+dispatch+combine (with max_tokens: the capacity form), all float16 (one dtype: a binary is per kernel,
+dtype and constexprs; the GEMMs take float16 or float32, not bfloat16). A size is the bytes of the whole
+buffer, as nccl-tests counts them: all_gather's output, all_to_all's, reduce_scatter's and all_reduce's
+input, the gathered A of ag_gemm and the partial C of gemm_rs (square shards d x d, M = n * d), the token
+copies one PE dispatches (and gets back from combine). Inputs are symmetric tensors where a kernel reads
+them in place, outputs are given (`out=`) where a kernel takes one.
 
 Per (kernel, size), on every PE:
 - first call: its wall time and the Triton compiles it made (knobs.compilation.listener: seconds and
@@ -53,7 +54,6 @@ import time
 SIZES = ("8K", "256K", "4M", "64M", "64K", "1M", "16M")  # the issue's model sizes first: a cut run has them
 QUICK_SIZES = ("8K", "256K", "4M", "64M")
 CPU_SIZES, CPU_QUICK_SIZES = ("8K", "64K"), ("8K",)
-KERNELS = ("all_gather", "reduce_scatter", "one_shot", "two_shot", "ag_gemm", "gemm_rs", "moe")
 H, TOPK, EXPERTS_PER_PE = 1024, 2, 4  # MoE: token width, top-k, experts per PE
 GEMM_BLOCKS = {"block_m": 64, "block_n": 64, "block_k": 32}  # given, so every size uses one binary
 NOTE = (
@@ -82,7 +82,7 @@ def arguments(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     p.add_argument("--plan", action="store_true", help="count the sm_90 binaries of the GPU run; run nothing")
     p.add_argument("--sizes", help="comma-separated sizes (8K, 4M, ...) in place of the default ladder")
-    p.add_argument("--kernels", help=f"comma-separated, of {', '.join(KERNELS)}")
+    p.add_argument("--kernels", help="comma-separated timings of the kernel table (default: all of them)")
     p.add_argument("--reps", type=int, help="calls per timed loop")
     p.add_argument("--deadline-s", type=float, help="start no new row when less time than that is likely left")
     p.add_argument("--summary", metavar="DIR", help="print the tables from DIR/times-pe*.json and exit")
@@ -93,13 +93,30 @@ def arguments(argv=None):
     from unishmem import parse_size
 
     args.sizes = [parse_size(s) for s in sizes]
-    args.kernels = args.kernels.split(",") if args.kernels else list(KERNELS)
-    bad = [k for k in args.kernels if k not in KERNELS]
+    if args.summary:
+        return args
+    # before Triton is imported, which the kernel table does (NOTE [import order] in unishmem/_interpreter.py)
+    if args.cpu:
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif args.plan:
+        os.environ["TRITON_INTERPRET"] = "0"  # the kernels pick their blocks as for a GPU; nothing launches
+        os.environ.setdefault("UNISHMEM_MAX_PROGRAMS", "132")  # an H200's SMs: the grid, not read from a GPU
+    timed = kernels()
+    args.kernels = args.kernels.split(",") if args.kernels else list(timed)
+    bad = [k for k in args.kernels if k not in timed]
     if bad:
-        p.error(f"unknown kernel(s) {bad}: choose from {', '.join(KERNELS)}")
+        p.error(f"unknown kernel(s) {bad}: choose from {', '.join(timed)}")
     if args.reps is None:
         args.reps = (2 if args.quick else 3) if args.cpu else 10 if args.quick else 20
     return args
+
+
+def kernels() -> tuple[str, ...]:
+    """What the run times: the kernel table's timings, in its order. Imports unishmem.kernels, so
+    TRITON_INTERPRET must be set before."""
+    from unishmem.kernels._table import TIMINGS
+
+    return TIMINGS
 
 
 # ---- one PE's run ------------------------------------------------------------------------------
@@ -182,7 +199,7 @@ def make_case(name: str, size: int, rt, dtype):
         g = torch.Generator(device=dev).manual_seed(1000 * seed + pe)
         return torch.randint(lo, hi, shape, generator=g, device=dev).to(dtype)
 
-    if name in ("all_gather", "reduce_scatter", "one_shot", "two_shot"):
+    if name in ("all_gather", "all_to_all", "reduce_scatter", "all_reduce.one_shot", "all_reduce.two_shot"):
         numel = max(n, size // item // n * n)
         mine = numel // n if name == "all_gather" else numel
         x = rt.empty(mine, dtype=dtype)
@@ -191,13 +208,17 @@ def make_case(name: str, size: int, rt, dtype):
             out = torch.empty(numel, dtype=dtype, device=dev)
             call = lambda: K.all_gather(x, out=out)  # noqa: E731
             expected = lambda seed: everyone(seed).reshape(-1)  # noqa: E731
+        elif name == "all_to_all":
+            out = torch.empty(numel, dtype=dtype, device=dev)
+            call = lambda: K.all_to_all(x, out=out)  # noqa: E731
+            expected = lambda seed: everyone(seed).view(n, n, -1)[:, me].reshape(-1)  # noqa: E731 - each x's block me
         elif name == "reduce_scatter":
             out = torch.empty(numel // n, dtype=dtype, device=dev)
             call = lambda: K.reduce_scatter(x, out=out)  # noqa: E731
             expected = lambda seed: everyone(seed).sum(0).chunk(n)[me]  # noqa: E731
         else:
             out = torch.empty(numel, dtype=dtype, device=dev)
-            call = lambda: K.all_reduce(x, algorithm=name, out=out)  # noqa: E731
+            call = lambda: K.all_reduce(x, algorithm=name.partition(".")[2], out=out)  # noqa: E731
             expected = lambda seed: everyone(seed).sum(0)  # noqa: E731
         case = Case(
             call,
@@ -205,7 +226,7 @@ def make_case(name: str, size: int, rt, dtype):
             expected,
             f"[{mine}] per PE",
             numel * item,
-            (2.0 if name in ("one_shot", "two_shot") else 1.0) * (n - 1) / n,
+            (2.0 if name.startswith("all_reduce") else 1.0) * (n - 1) / n,
         )
         case.symmetric.append(x)
         return case
@@ -259,7 +280,7 @@ def make_case(name: str, size: int, rt, dtype):
         case = Case(call, lambda seed: a.copy_(ones(me, seed, (n * m, d))), expected, shape, 0, None, 1e-2)
         case.matmul = lambda: torch.matmul(a, b, out=c)
         return case
-    if name == "moe":
+    if name == "dispatch+combine":
         T = max(1, size // (TOPK * H * item))
         E = EXPERTS_PER_PE * n
         tokens = torch.empty((T, H), dtype=dtype, device=dev)
@@ -583,7 +604,7 @@ def summary(out_dir: str) -> str:
         "| busbw (graph) | first call | check |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    order = {k: i for i, k in enumerate((*KERNELS, "gemm_part"))}
+    order = {k: i for i, k in enumerate(info.get("kernels", ()))}  # the run's, in the table's order
     for (name, size), group in sorted(rows.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):
         if name == "gemm_part":
             continue
@@ -659,11 +680,6 @@ def main(argv=None) -> int:
         print(summary(args.summary))
         return 0
     os.makedirs(args.out, exist_ok=True)
-    if args.cpu:
-        os.environ["TRITON_INTERPRET"] = "1"  # before Triton is imported
-    elif args.plan:
-        os.environ["TRITON_INTERPRET"] = "0"  # the kernels pick their blocks as for a GPU; nothing launches
-        os.environ.setdefault("UNISHMEM_MAX_PROGRAMS", "132")  # an H200's SMs: the grid, not read from a GPU
     if args.plan:
         return plan(args)
     return Run(args).run()

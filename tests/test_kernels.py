@@ -129,11 +129,12 @@ def test_bad_arguments_raise_on_every_pe_and_the_job_goes_on(rt):
 def test_each_peers_data_moves_through_several_programs(rt):
     # UNISHMEM_COMM_BLOCK_BYTES=64: a 100-element float32 message goes in 7 pieces (16 elements, then 4),
     # fp16 in 4 (32 elements, then 4); the last piece shorter, some sizes leave a piece empty
-    from unishmem.kernels.collectives import _pieces
+    from unishmem.kernels._frame import peer_pieces
 
     os.environ["UNISHMEM_COMM_BLOCK_BYTES"] = "64"
     try:
-        assert _pieces(100, 4) == (7, 16) and _pieces(100, 2) == (4, 32) and _pieces(10_000, 4) == (16, 628)
+        assert peer_pieces(100, 4) == (7, 16) and peer_pieces(100, 2) == (4, 32)
+        assert peer_pieces(10_000, 4) == (16, 628)
         n, me = rt.n_pes, rt.my_pe
         for dtype in (torch.float32, torch.float16):
             for rows in (25, 8 * n + 1):

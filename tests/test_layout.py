@@ -61,11 +61,22 @@ def _module_name(path: pathlib.Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _package(path: pathlib.Path) -> str:
+    """The package a module's relative imports start from."""
+    name = _module_name(path)
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _from_module(node: ast.ImportFrom, package: str) -> str:
+    """The absolute name of the module a `from ... import` statement in `package` names."""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(path: pathlib.Path, modules: set[str]) -> set[str]:
     """The package modules `path` imports, at any depth (inside functions too), but not those imported
     only for type checking. `from pkg import sub` counts as sub."""
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    name, package = _module_name(path), _package(path)
     tree = ast.parse(path.read_text())
     typing_only = {
         id(n)
@@ -80,8 +91,7 @@ def _imports(path: pathlib.Path, modules: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
-            module = ".".join(base + ([node.module] if node.module else []))
+            module = _from_module(node, package)
             targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module for a in node.names]
         else:
             continue
@@ -113,6 +123,32 @@ def test_no_module_of_the_package_imports_itself_round_a_circle():
 
     circles = [c for c in map(circle_from, sorted(graph)) if c]
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_no_kernel_module_imports_another_kernel_modules_private_names():
+    """The kernels' frame (docs/kernels.md, "Writing a kernel"): what the kernels share lives in the
+    kernels' shared private modules (_frame.py, _calls.py, _routing.py, _ops.py: a leading underscore in
+    the module's name), under names without one; a name with a leading underscore belongs to its module.
+    So no module under unishmem/kernels/ imports, by any `from ... import` statement at any depth
+    (relative or absolute, inside functions too), a name with a leading underscore from another module
+    under unishmem/kernels/, be it a kernel module (collectives.py, gemm.py, moe.py, functional.py) or a
+    shared one. A submodule imported as such (`from . import _ops`) is a module, not a name, and may be;
+    so may any name under an alias of its own (`import op_team as _team`: the name is op_team)."""
+    kernels = PKG / "kernels"
+    modules = {_module_name(p) for p in PKG.rglob("*.py")}
+    found = []
+    for path in sorted(kernels.rglob("*.py")):
+        name = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            source = _from_module(node, _package(path))
+            if source == name or not (source + ".").startswith("unishmem.kernels."):
+                continue
+            private = [a.name for a in node.names if a.name.startswith("_") and f"{source}.{a.name}" not in modules]
+            if private:
+                found.append(f"{path.relative_to(PKG)}:{node.lineno}: {', '.join(private)} from {source}")
+    assert not found, "private names of another kernel module:\n" + "\n".join(found)
 
 
 def test_each_hot_call_takes_its_methods_arguments():

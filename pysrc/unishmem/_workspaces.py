@@ -436,7 +436,7 @@ class WorkspaceStore:
         arena = self._team_arenas.get(team.key)
         if arena is not None:
             for key in [k for k, ws in self._by_key.items() if ws.arena is arena]:
-                self._by_key.pop(key).freed = True  # (NOTE [call plans] in kernels/collectives.py)
+                self._by_key.pop(key).freed = True  # (NOTE [call plans] in kernels/_frame.py)
 
     def _reclaim(self) -> None:
         """Collective over the world: frees the world allocations of team arenas that no PE's live team uses."""

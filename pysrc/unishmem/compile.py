@@ -18,7 +18,9 @@ may be left out. `aligned` names the run-time arguments that a launch specialise
 (Triton's `tt.divisibility`: a pointer to 16-byte aligned data, an integer divisible by 16), on which
 vectorised and pipelined loads depend; left out, it is every pointer argument, as a launch on torch
 tensors has them; `[]` compiles as for unaligned data. The kernels compiled are the module's own
-@unishmem.jit kernels (those defined in it) and any other that COMPILE names.
+@unishmem.jit kernels (those defined in it) and any other that COMPILE names: unishmem.kernels' COMPILE is
+its kernel modules' together (NOTE [kernel table] in unishmem/kernels/_table.py), so `unishmem compile
+unishmem.kernels` compiles every kernel of the library.
 
 Each (specialisation, target) compiles in a worker process (Triton's compiler keeps global state, and
 two processes use both cores of a small CI runner), in a fresh Triton cache unless TRITON_CACHE_DIR is

@@ -1,7 +1,7 @@
-"""The job of `unishmem bench --kernels`: every unishmem.kernels kernel beside torch.distributed
-doing the same work on the same tensors, in the same processes (gloo on the host backend, NCCL or
-RCCL on a GPU backend). Started as `unishmem run -n N python -m unishmem.bench.kernels_worker SPEC OUT`;
-rank 0 writes the figures to OUT."""
+"""The job of `unishmem bench --kernels`: every timing of the kernel table (TIMINGS in
+unishmem/kernels/_table.py) beside torch.distributed doing the same work on the same tensors, in the
+same processes (gloo on the host backend, NCCL or RCCL on a GPU backend). Started as
+`unishmem run -n N python -m unishmem.bench.kernels_worker SPEC OUT`; rank 0 writes the figures to OUT."""
 
 from __future__ import annotations
 
@@ -19,12 +19,14 @@ import torch.distributed as dist  # noqa: E402
 
 import unishmem  # noqa: E402
 
+from ..kernels._table import TIMINGS  # noqa: E402
 from .gloo_worker import _store  # noqa: E402
 from .timing import measure  # noqa: E402
 
 
-def cases(rt, size: int):
-    """(name, unishmem call, torch.distributed call) on float32 tensors of `size` bytes per PE."""
+def cases(rt, size: int) -> dict:
+    """timing name (the kernel table's TIMINGS) -> (unishmem call, torch.distributed call) on float32
+    tensors of `size` bytes per PE."""
     import unishmem.kernels as K
 
     n, dev = rt.n_pes, rt.device
@@ -33,26 +35,25 @@ def cases(rt, size: int):
     gathered = torch.empty(n * elems, device=dev)
     scattered = torch.empty(elems // n, device=dev)
     reduced = torch.empty(elems, device=dev)
-    return [
-        ("all_gather", lambda: K.all_gather(x, out=gathered), lambda: dist.all_gather_into_tensor(gathered, x)),
-        (
-            "reduce_scatter",
+    exchanged = torch.empty(elems, device=dev)
+    return {
+        "all_gather": (lambda: K.all_gather(x, out=gathered), lambda: dist.all_gather_into_tensor(gathered, x)),
+        "all_to_all": (lambda: K.all_to_all(x, out=exchanged), lambda: dist.all_to_all_single(exchanged, x)),
+        "reduce_scatter": (
             lambda: K.reduce_scatter(x, out=scattered),
             lambda: dist.reduce_scatter_tensor(scattered, x),
         ),
-        (
-            "all_reduce one_shot",
+        "all_reduce.one_shot": (
             lambda: K.all_reduce(x, algorithm="one_shot", out=reduced),
             lambda: dist.all_reduce(reduced),
         ),
-        (
-            "all_reduce two_shot",
+        "all_reduce.two_shot": (
             lambda: K.all_reduce(x, algorithm="two_shot", out=reduced),
             lambda: dist.all_reduce(reduced),
         ),
-        *gemm_cases(rt, size),
-        *moe_cases(rt, size),
-    ]
+        **gemm_cases(rt, size),
+        **moe_cases(rt, size),
+    }
 
 
 def gemm_cases(rt, size: int):
@@ -70,10 +71,10 @@ def gemm_cases(rt, size: int):
         dist.all_gather_into_tensor(a_full, a_shard)
         return a_full @ b
 
-    return [
-        ("ag_gemm", lambda: K.ag_gemm(a_shard, b), gathered_matmul),
-        ("gemm_rs", lambda: K.gemm_rs(a_rows, b), lambda: dist.reduce_scatter_tensor(partial_out, a_rows @ b)),
-    ]
+    return {
+        "ag_gemm": (lambda: K.ag_gemm(a_shard, b), gathered_matmul),
+        "gemm_rs": (lambda: K.gemm_rs(a_rows, b), lambda: dist.reduce_scatter_tensor(partial_out, a_rows @ b)),
+    }
 
 
 def moe_cases(rt, size: int):
@@ -110,7 +111,7 @@ def moe_cases(rt, size: int):
         out = torch.zeros(T, H, device=dev)
         return out.index_add_(0, order // k, back * topk_weights.flatten()[order, None])
 
-    return [("moe dispatch+combine", unishmem_moe, torch_moe)]
+    return {"dispatch+combine": (unishmem_moe, torch_moe)}
 
 
 def main(spec_path: str, out_path: str) -> int:
@@ -136,7 +137,9 @@ def main(spec_path: str, out_path: str) -> int:
 
         rows = []
         for size in spec["sizes"]:
-            for name, mine, reference in cases(rt, size):
+            built = cases(rt, size)
+            for name in TIMINGS:
+                mine, reference = built[name]
                 rows.append(
                     {
                         "kernel": name,

@@ -1,9 +1,11 @@
 """`unishmem bench --launch`: the host work of a warm kernel call, beside a plain Triton kernel's.
 
 Measured on this machine's CPU, in one process (a 1-PE host-backend runtime), with no kernel run:
-- unishmem: a warm call of each kernel at 8 KiB (x and out given, as a serving loop passes them) up to
-  the point where it hands its launch to Triton; the launch itself is skipped (unishmem.triton_support's
-  launch hook), and arguments are compared across PEs once per shape, as on a GPU backend;
+- unishmem: a warm call of every kernel of the kernel table (NOTE [kernel table] in
+  unishmem/kernels/_table.py) at 8 KiB, up to the point where it hands its last launch to Triton; the
+  launches are skipped (unishmem.triton_support's launch hook), and arguments are compared across PEs once
+  per shape, as on a GPU backend. The collectives are given x and out, as a serving loop passes them;
+  dispatch is given max_tokens (its form without a host sync) and combine that dispatch's rows and handle;
 - Triton's own preparation of that launch for sm_90: binding the arguments and computing the key of its
   kernel cache, as JITFunction.run does before the driver call (_triton_compat.launch_cache_key);
 - the vendor libraries' lookup a compiled launch adds (triton_support.extern_libs), where NVSHMEM's
@@ -62,14 +64,37 @@ def _launches_skipped(recorded: list):
         triton_support.launch_recorder = None
 
 
+def _calls() -> dict:
+    """kernel name -> a warm call of it on 8 KiB of float32 (the first call, made here where it is needed,
+    allocates its workspace)."""
+    import unishmem.kernels as K
+
+    x, out = torch.ones(BYTES // 4), torch.empty(BYTES // 4)
+    a, b = torch.ones(32, 64), torch.ones(64, 64)  # A's rows: 8 KiB
+    T, H, k, experts = BYTES // 4 // (2 * 128), 128, 2, 2  # the token copies: 8 KiB
+    tokens, weights = torch.ones(T, H), torch.ones(T, k)
+    ids = torch.arange(T * k).reshape(T, k) % experts
+    rows, _, handle = K.dispatch(tokens, ids, weights, experts, max_tokens=T)
+    return {
+        "all_gather": lambda: K.all_gather(x, out=out),
+        "all_to_all": lambda: K.all_to_all(x, out=out),
+        "reduce_scatter": lambda: K.reduce_scatter(x, out=out),
+        "all_reduce": lambda: K.all_reduce(x, out=out),
+        "ag_gemm": lambda: K.ag_gemm(a, b),
+        "gemm_rs": lambda: K.gemm_rs(a, b),
+        "dispatch": lambda: K.dispatch(tokens, ids, weights, experts, max_tokens=T),
+        "combine": lambda: K.combine(rows, handle),
+    }
+
+
 def measure(calls: int = CALLS, runs: int = RUNS) -> dict:
     from triton.backends.compiler import GPUTarget
 
     import unishmem
-    import unishmem.kernels as K
 
     from .. import BackendUnavailable, _triton_compat
     from ..compile import TARGETS
+    from ..kernels._table import KERNELS
     from ..triton_support import extern_libs
 
     target = GPUTarget(*TARGETS["sm_90"])
@@ -78,28 +103,25 @@ def measure(calls: int = CALLS, runs: int = RUNS) -> dict:
         libs = _timed(lambda: extern_libs("cuda", 90), calls, runs)
     except BackendUnavailable:
         libs = None
-    n = BYTES // 4
     rows = []
     with unishmem.init(backend="host", heap_size="64M"):
-        x, out = torch.ones(n), torch.empty(n)
-        calls_of = {
-            "all_reduce": lambda: K.all_reduce(x, out=out),
-            "all_gather": lambda: K.all_gather(x, out=out),
-            "reduce_scatter": lambda: K.reduce_scatter(x, out=out),
-        }
-        plain_args = (x, out, n)
+        x, out = torch.ones(BYTES // 4), torch.empty(BYTES // 4)
         plain = _timed(
-            lambda: _triton_compat.launch_cache_key(_plain_copy, target, plain_args, {"BLOCK": 1024}), calls, runs
+            lambda: _triton_compat.launch_cache_key(_plain_copy, target, (x, out, x.numel()), {"BLOCK": 1024}),
+            calls,
+            runs,
         )
         recorded: list = []
         with _launches_skipped(recorded):
-            for name, call in calls_of.items():
+            calls_of = _calls()
+            for kernel in KERNELS:
+                call = calls_of[kernel.name]
                 host = _timed(call, calls, runs)
-                kernel, args, kwargs = recorded[0]
+                jit, args, kwargs = recorded[0]
                 prep = _timed(
-                    lambda: _triton_compat.launch_cache_key(kernel.jit_function, target, args, kwargs), calls, runs
+                    lambda: _triton_compat.launch_cache_key(jit.jit_function, target, args, kwargs), calls, runs
                 )
-                rows.append({"kernel": name, "bytes": BYTES, "host": host, "triton": prep})
+                rows.append({"kernel": kernel.name, "bytes": BYTES, "host": host, "triton": prep})
     return {"calls": calls, "runs": runs, "plain_triton": plain, "extern_libs": libs, "rows": rows}
 
 

@@ -1,10 +1,18 @@
 """unishmem.kernels: distributed kernels written once in unishmem.language, called on torch
-tensors on the runtime's device. Each call is collective over its team (default: the world)."""
+tensors on the runtime's device. Each call is collective over its team (default: the world).
+
+The kernels, their custom ops (torch.ops.unishmem.*, which the kernels call under torch.compile) and
+what `unishmem compile unishmem.kernels` compiles come from the kernel table (NOTE [kernel table] in
+_table.py)."""
 
 from .. import _triton_compat  # noqa: F401 - first: Triton is there, and of a release unishmem supports
-from . import _ops  # noqa: F401 (registers torch.ops.unishmem.*, which the kernels call under torch.compile)
-from .collectives import all_gather, all_reduce, all_to_all, reduce_scatter
-from .gemm import ag_gemm, gemm_rs
-from .moe import combine, dispatch
+from ._ops import register
+from ._table import KERNELS, compile_table
 
-__all__ = ["ag_gemm", "all_gather", "all_reduce", "all_to_all", "combine", "dispatch", "gemm_rs", "reduce_scatter"]
+for _kernel in KERNELS:
+    globals()[_kernel.name] = _kernel.function
+    register(_kernel.name, _kernel.op)
+del _kernel
+
+__all__ = [k.name for k in KERNELS]
+COMPILE = compile_table()  # NOTE [COMPILE table] in unishmem/compile.py

@@ -11,18 +11,12 @@ kernel copies it into its workspace first, in the same launch (NOTE [copy-in]; a
 there by torch), so x and out may be any tensors on the runtime's device; out must be contiguous. Workspaces come in size classes (NOTE [workspaces]): a slot holds `cap`
 elements, the class, and a call uses its first numel (or chunk) of them.
 
-NOTE [persistent grid]: a collective launches at most max_programs() programs (the GPU's
-multiprocessors; under TRITON_INTERPRET=1 the programs resident at once; UNISHMEM_MAX_PROGRAMS
-overrides), never one per block, and each phase's tasks (pieces to send, blocks to reduce, blocks
-to gather) go round the grid: program p takes tasks p, p + G, p + 2G, ... (G: the grid). In every
-phase a program issues all of its puts before it waits, and the puts of a phase wait only for
-earlier phases (the pull one-shot: program 0 signals before it waits), so as long as every program
-of the grid is resident (which the cap is for) every wait is for work that has started or can start. Nothing depends on G being the same on every PE:
-slots, signals and blocks are numbered by task, never by program. BLOCK is one constant and every
-size argument but `cap` is do_not_specialize, so one binary serves every size of a dtype (a compile
-with NVSHMEM's bitcode takes 20-30 s); `cap`, a power of two >= 16, is specialised (always as a
-multiple of 16), so whole blocks of the receive slots load with 16-byte accesses (seen in the sm_90
-IR). Sizes from 2**31 elements on are 64-bit integers to Triton, and get a second binary.
+The collectives launch on the capped grid (NOTE [persistent grid] in _frame.py). BLOCK is one
+constant and every size argument but `cap` is do_not_specialize, so one binary serves every size of
+a dtype (a compile with NVSHMEM's bitcode takes 20-30 s); `cap`, a power of two >= 16, is
+specialised (always as a multiple of 16), so whole blocks of the receive slots load with 16-byte
+accesses (seen in the sm_90 IR). Sizes from 2**31 elements on are 64-bit integers to Triton, and
+get a second binary.
 
 NOTE [pull one-shot]: every member reads every member's x where it lies (x in place when it is a
 contiguous symmetric tensor, else its copy in the workspace's `src`) through its load/store
@@ -39,29 +33,36 @@ this PE's done for e.
 
 from __future__ import annotations
 
-import functools
-import weakref
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
 from .. import jit
 from .. import language as shl
-from .._workspaces import Workspace, checks_every_call, size_class, workspace
+from .._workspaces import Workspace, size_class, workspace
 from ..enums import REDUCE_OPS
-from ..triton_support import interpreting
 from ._calls import STATE_WORDS, begin_call, copied_in, copy_in, end_call
-from ._routing import needs_op, op_team_arg, team_of
+from ._frame import (
+    MAX_PIECES,
+    capped_grid,
+    cdiv,
+    check_out,
+    check_tensor,
+    into,
+    kernel_team,
+    peer_pieces,
+    plan_and_launch,
+    planned,
+    run_plan,
+)
+from ._routing import needs_op, op_team_arg
 
 ALGORITHMS = ("auto", "one_shot", "two_shot")
 VARIANTS = ("one_shot", "two_shot", "one_shot, push")  # with buffers of their own; compared across PEs
 _REACHABLE: dict[int, bool] = {}  # team id (never reused) -> every member reachable by load/store
 ONE_SHOT_MAX_BYTES = 256 * 1024  # "auto": one-shot reads n full copies; two-shot moves 2x the data once
 BLOCK = 4096  # elements a program reduces or copies at a time, whatever the message's size
-MAX_PIECES = 16  # programs (at most) that send the data for one peer
-_MAX_PIECES = tl.constexpr(MAX_PIECES)  # (the same, for the kernels)
+_MAX_PIECES = tl.constexpr(MAX_PIECES)  # (the frame's, for the kernels)
 MIN_CLASS_BYTES = 4096  # the smallest size class of a workspace's slots
 
 
@@ -371,165 +372,10 @@ def _pull_reduce(
     end_call(state, epoch)
 
 
-def _team(rt, team):
-    team = rt.checked_team(team)
-    if team.n_pes != rt.n_pes and rt.workspaces.arena_of(team) is None:  # every member raises alike
-        raise ValueError(
-            f"unishmem.kernels: {team.name} ({team.n_pes} of {rt.n_pes} PEs) has no team arena for "
-            f"its workspaces (NOTE [workspaces]): {rt.workspaces.why_no_arena(team)}"
-        )
-    return team
-
-
-# On the host, plain integer arithmetic: triton.cdiv and next_power_of_2 cost microseconds a call there
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _next_power_of_2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
-def max_programs(kernel) -> int:
-    """The most programs a collective launches (NOTE [persistent grid]): UNISHMEM_MAX_PROGRAMS, else
-    the GPU's multiprocessors; under TRITON_INTERPRET=1 never more than `kernel` keeps resident."""
-    from .. import _config, runtime
-
-    most = _config.get("UNISHMEM_MAX_PROGRAMS")
-    device = runtime().device
-    if interpreting() or device.type != "cuda":  # (the host backend's kernels always run interpreted)
-        resident = kernel.resident if kernel.resident is not None else _config.get("UNISHMEM_INTERPRET_RESIDENT")
-        return resident if most is None else min(most, resident)
-    return most if most is not None else _multiprocessors(device)
-
-
-@functools.cache
-def _multiprocessors(device: torch.device) -> int:
-    """SMs (NVIDIA) or compute units (AMD) of a GPU, read once per device."""
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def _grid(kernel, tasks: int) -> tuple[int]:
-    return (max(1, min(tasks, max_programs(kernel))),)
-
-
 def _class(numel: int, itemsize: int) -> int:
     """The elements of a workspace slot for a message of numel elements (NOTE [workspaces]): a power of
     two, at least MIN_CLASS_BYTES and 16 elements (so that every slot starts 16-byte aligned)."""
     return size_class(numel, max(16, MIN_CLASS_BYTES // itemsize))
-
-
-def _pieces(numel: int, itemsize: int) -> tuple[int, int]:
-    """(programs, elements per program) for the data sent to one peer: one program per
-    UNISHMEM_COMM_BLOCK_BYTES, at most MAX_PIECES, each piece a multiple of 16 bytes but the last."""
-    from .. import _config
-
-    count = max(1, min(MAX_PIECES, _cdiv(numel * itemsize, _config.get("UNISHMEM_COMM_BLOCK_BYTES"))))
-    align = max(1, 16 // itemsize)
-    piece = _cdiv(_cdiv(max(numel, 1), count), align) * align
-    return _cdiv(max(numel, 1), piece), piece
-
-
-# NOTE [call plans]: a warm call skips what its first call of the same shape worked out. After a
-# call's full checks, its kernel records a plan under (kernel, x's dtype, shape and device, the call's
-# other arguments): its workspace, its output's shape, the elements the kernel reads from x, and a
-# launch of every argument but the source and out, grid included. Where arguments are compared across
-# PEs only on a shape's first call (GPU backends, a capture: workspace()), a call that finds a plan
-# whose workspace is still live checks only out, picks its source (x in place or copied in) and
-# launches: a few microseconds of host work instead of tens. Settings that shape a launch
-# (UNISHMEM_COMM_BLOCK_BYTES, UNISHMEM_MAX_PROGRAMS) are read when a shape is planned: after changing
-# them, rt.free_workspaces() (which ends every plan) makes the next call plan anew.
-@dataclass
-class _Plan:
-    ws: Workspace
-    shape: tuple  # out's
-    launch: object  # launch(x, src, stage, out)
-
-
-_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Runtime -> {key: _Plan}
-
-
-def _planned(rt, key):
-    """The plan recorded under key, where a call may use it (NOTE [call plans]), or None."""
-    plans = _PLANS.get(rt)
-    plan = plans.get(key) if plans is not None else None
-    if plan is None or plan.ws.freed or checks_every_call(rt):
-        return None
-    return plan
-
-
-def _plan_and_launch(rt, key, ws: Workspace, shape, launch, x, out):
-    """Record the plan of a call (NOTE [call plans]; its kernel reads all of x), then launch it on x
-    into out (a new tensor where out is None): a call's first launch, its arguments checked."""
-    if key is not None:
-        _PLANS.setdefault(rt, {})[key] = _Plan(ws, tuple(shape), launch)
-    out = _output(rt, out, shape, x.dtype)
-    launch(*_inputs(rt, ws, x, out), out)
-    return out
-
-
-def _run_plan(rt, plan: _Plan, x, out, what: str):
-    if out is None:
-        out = torch.empty(plan.shape, dtype=x.dtype, device=rt.device)
-    else:
-        problem = _check_out(out, plan.shape, x.dtype, what)
-        if problem:
-            raise problem
-    plan.launch(*_inputs(rt, plan.ws, x, out), out)
-    return out
-
-
-def _check_tensor(rt, x, name: str, what: str):
-    if not isinstance(x, torch.Tensor):
-        return TypeError(f"{what}: {name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.device != rt.device:
-        return ValueError(f"{what}: {name} is on {x.device}, not the runtime's device {rt.device}")
-    return None
-
-
-def _check_out(out, shape, dtype, what: str):
-    if out is None:
-        return None
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(shape) or out.dtype != dtype:
-        got = f"{out.dtype} of shape {list(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
-        return ValueError(f"{what}: out must be {dtype} of shape {list(shape)}, got {got}")
-    if not out.is_contiguous():  # the kernel writes it as one run of elements
-        return ValueError(f"{what}: out must be contiguous, got strides {list(out.stride())}")
-    return None
-
-
-def _into(out, result, what: str):
-    """result, or result copied into out (the ops take no out=), checked as the kernels check it."""
-    if out is None:
-        return result
-    problem = _check_out(out, result.shape, result.dtype, what)
-    if problem:
-        raise problem
-    out.copy_(result)
-    return out
-
-
-def _output(rt, out, shape, dtype):
-    return torch.empty(shape, dtype=dtype, device=rt.device) if out is None else out
-
-
-def _inputs(rt, ws: Workspace, x, out):
-    """(x, src, stage) for a collective that reads all of x: a contiguous symmetric x is read in place
-    (src is x) unless out overlaps it (programs write out while others, and peers, still read src);
-    any other contiguous x the kernel copies into the workspace's src itself (stage=1, NOTE
-    [copy-in]); a strided x is copied there by torch first (one more launch)."""
-    if x.is_contiguous():
-        in_place = rt.is_symmetric(x) and not _overlap(x, out)
-        return (x, x, 0) if in_place else (x, ws.buffers["src"], 1)
-    src = ws.buffers["src"]
-    src.view(-1)[: x.numel()].view(x.shape).copy_(x)
-    return src, src, 0
-
-
-def _overlap(a, b) -> bool:
-    """Whether contiguous tensors a and b share a byte."""
-    start, end = a.data_ptr(), a.data_ptr() + a.nbytes
-    return b.data_ptr() < end and start < b.data_ptr() + b.nbytes
 
 
 def all_gather(x, out=None, team=None, group=None):
@@ -538,7 +384,7 @@ def all_gather(x, out=None, team=None, group=None):
     group: a torch.distributed ProcessGroup naming the team instead. Differentiable (the gradient is
     the reduce_scatter of the output's) and traceable by torch.compile (torch.ops.unishmem.all_gather)."""
     if needs_op(x):
-        return _into(out, torch.ops.unishmem.all_gather(x, op_team_arg(team, group)), "all_gather")
+        return into(out, torch.ops.unishmem.all_gather(x, op_team_arg(team, group)), "all_gather")
     return _gather(x, out, team, group, "all_gather")
 
 
@@ -549,7 +395,7 @@ def all_to_all(x, out=None, team=None, group=None):
     ProcessGroup naming the team instead. Differentiable (the gradient is the all_to_all of the
     output's) and traceable by torch.compile (torch.ops.unishmem.all_to_all)."""
     if needs_op(x):
-        return _into(out, torch.ops.unishmem.all_to_all(x, op_team_arg(team, group)), "all_to_all")
+        return into(out, torch.ops.unishmem.all_to_all(x, op_team_arg(team, group)), "all_to_all")
     return _gather(x, out, team, group, "all_to_all")
 
 
@@ -559,20 +405,20 @@ def _gather(x, out, team, group, what: str):
 
     rt = runtime()
     key = (what, x.dtype, x.shape, x.device, team) if group is None and type(x) is torch.Tensor else None
-    plan = _planned(rt, key)
+    plan = planned(rt, key)
     if plan is not None:
-        return _run_plan(rt, plan, x, out, what)
-    team = _team(rt, team_of(rt, team, group))
+        return run_plan(rt, plan, x, out, what)
+    team = kernel_team(rt, team, group)
     n = team.n_pes
     to_all = what == "all_to_all"
-    problem = _check_tensor(rt, x, "x", what)
+    problem = check_tensor(rt, x, "x", what)
     if problem is None and to_all and (x.dim() == 0 or x.shape[0] % n):
         problem = ValueError(f"all_to_all: x of shape {list(x.shape)} does not split into {n} equal blocks along dim 0")
     if problem is None and x.dim():
         shape = tuple(x.shape) if to_all else (n * x.shape[0], *x.shape[1:])
     else:
         shape = (n,)
-    problem = problem or _check_out(out, shape, x.dtype, what)
+    problem = problem or check_out(out, shape, x.dtype, what)
     numel = 0 if problem else x.numel() // n if to_all else x.numel()  # what goes to one member
     itemsize = x.element_size() if problem is None else 1
     cap = _class(numel, itemsize)
@@ -591,8 +437,8 @@ def _gather(x, out, team, group, what: str):
         key=(cap,),
     )
     b = ws.buffers
-    pieces, piece = _pieces(numel, itemsize)
-    kernel = _all_gather[_grid(_all_gather, n * pieces)]
+    pieces, piece = peer_pieces(numel, itemsize)
+    kernel = _all_gather[capped_grid(_all_gather, n * pieces)]
 
     def launch(x, src, stage, out):
         kernel(
@@ -615,13 +461,12 @@ def _gather(x, out, team, group, what: str):
             ITEMSIZE=itemsize,
         )
 
-    return _plan_and_launch(rt, key, ws, shape, launch, x, out)
+    return plan_and_launch(rt, key, ws, shape, launch, x, out)
 
 
 def _reduction_args(rt, x, op, out, team, what: str, out_shape):
-    """(team, the problem with the arguments or None, the output's shape)."""
-    team = _team(rt, team)
-    problem = _check_tensor(rt, x, "x", what)
+    """(the problem with the arguments or None, the output's shape); team: the call's, checked."""
+    problem = check_tensor(rt, x, "x", what)
     if problem is None and op not in REDUCE_OPS:
         problem = ValueError(f"{what}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
     if problem is None and x.dtype in (torch.bool, torch.complex64, torch.complex128):
@@ -632,7 +477,7 @@ def _reduction_args(rt, x, op, out, team, what: str, out_shape):
             shape = out_shape(team.n_pes)
         except ValueError as e:
             problem = e
-    return team, problem or _check_out(out, shape, x.dtype, what), shape
+    return problem or check_out(out, shape, x.dtype, what), shape
 
 
 def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
@@ -642,17 +487,17 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
     torch.distributed ProcessGroup naming the team instead. Differentiable for op="sum" (the
     gradient is the all_gather of the output's); traceable by torch.compile."""
     if needs_op(x):
-        return _into(out, torch.ops.unishmem.reduce_scatter(x, op, op_team_arg(team, group)), "reduce_scatter")
+        return into(out, torch.ops.unishmem.reduce_scatter(x, op, op_team_arg(team, group)), "reduce_scatter")
     from .. import runtime
 
     rt = runtime()
     key = (
         ("reduce_scatter", x.dtype, x.shape, x.device, op, team) if group is None and type(x) is torch.Tensor else None
     )
-    plan = _planned(rt, key)
+    plan = planned(rt, key)
     if plan is not None:
-        return _run_plan(rt, plan, x, out, "reduce_scatter")
-    team = team_of(rt, team, group)
+        return run_plan(rt, plan, x, out, "reduce_scatter")
+    team = kernel_team(rt, team, group)
 
     def out_shape(n):
         if x.dim() == 0 or x.shape[0] % n:
@@ -661,7 +506,7 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
             )
         return (x.shape[0] // n, *x.shape[1:])
 
-    team, problem, shape = _reduction_args(rt, x, op, out, team, "reduce_scatter", out_shape)
+    problem, shape = _reduction_args(rt, x, op, out, team, "reduce_scatter", out_shape)
     n = team.n_pes
     chunk = x.numel() // n if problem is None else 0
     cap = _class(chunk, x.element_size() if problem is None else 1)
@@ -688,17 +533,17 @@ def all_reduce(
     instead. Differentiable for op="sum" (its own gradient); traceable by torch.compile."""
     if needs_op(x):
         result = torch.ops.unishmem.all_reduce(x, op, algorithm, pull, op_team_arg(team, group))
-        return _into(out, result, "all_reduce")
+        return into(out, result, "all_reduce")
     from .. import runtime
 
     rt = runtime()
     plain = group is None and type(x) is torch.Tensor
     key = ("all_reduce", x.dtype, x.shape, x.device, op, algorithm, pull, team) if plain else None
-    plan = _planned(rt, key)
+    plan = planned(rt, key)
     if plan is not None:
-        return _run_plan(rt, plan, x, out, "all_reduce")
-    team = team_of(rt, team, group)
-    team, problem, shape = _reduction_args(rt, x, op, out, team, "all_reduce", lambda n: tuple(x.shape))
+        return run_plan(rt, plan, x, out, "all_reduce")
+    team = kernel_team(rt, team, group)
+    problem, shape = _reduction_args(rt, x, op, out, team, "all_reduce", lambda n: tuple(x.shape))
     if problem is None and algorithm not in ALGORITHMS:
         problem = ValueError(f"all_reduce: algorithm={algorithm!r} is not one of {', '.join(ALGORITHMS)}")
     if problem is None and pull not in (None, True, False):
@@ -761,7 +606,7 @@ def _pull_buffers(x, n: int, cap: int) -> dict:
 def _run_pull(rt, ws: Workspace, x, op, out, shape, n, key):
     b = ws.buffers
     numel = x.numel()
-    kernel = _pull_reduce[_grid(_pull_reduce, _cdiv(numel, BLOCK))]
+    kernel = _pull_reduce[capped_grid(_pull_reduce, cdiv(numel, BLOCK))]
 
     def launch(x, src, stage, out):
         kernel(
@@ -783,7 +628,7 @@ def _run_pull(rt, ws: Workspace, x, op, out, shape, n, key):
             ALIGNED=src.data_ptr() % 16 == 0,
         )
 
-    return _plan_and_launch(rt, key, ws, shape, launch, x, out)
+    return plan_and_launch(rt, key, ws, shape, launch, x, out)
 
 
 def _reduce_buffers(x, n: int, cap: int, scatter: bool, gather: bool) -> dict:
@@ -800,7 +645,7 @@ def _reduce_buffers(x, n: int, cap: int, scatter: bool, gather: bool) -> dict:
         buffers |= {
             "red": ((2, cap), x.dtype),
             "gathered": ((2, n * cap), x.dtype),
-            "sig2": ((2, _cdiv(cap, BLOCK) * n), torch.uint64),
+            "sig2": ((2, cdiv(cap, BLOCK) * n), torch.uint64),
         }
     return buffers
 
@@ -813,8 +658,8 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, 
     numel, itemsize = x.numel(), x.element_size()
     # one-shot and reduce-scatter have no second exchange: those arguments are never read
     red, gathered, sig2 = (b["red"], b["gathered"], b["sig2"]) if gather else (b["recv"], b["recv"], b["sig"])
-    pieces, piece = _pieces(chunk, itemsize)
-    kernel = _reduce[_grid(_reduce, max(n * pieces, _cdiv(chunk, BLOCK)))]
+    pieces, piece = peer_pieces(chunk, itemsize)
+    kernel = _reduce[capped_grid(_reduce, max(n * pieces, cdiv(chunk, BLOCK)))]
 
     def launch(x, src, stage, out):
         kernel(
@@ -844,7 +689,7 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, 
             ITEMSIZE=itemsize,
         )
 
-    return _plan_and_launch(rt, key, ws, shape, launch, x, out)
+    return plan_and_launch(rt, key, ws, shape, launch, x, out)
 
 
 # How `unishmem compile` builds these kernels with no GPU: float32 data, aligned as torch's and the heap's

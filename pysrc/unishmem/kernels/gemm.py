@@ -37,8 +37,9 @@ from .. import language as shl
 from .._workspaces import size_class, workspace
 from ..triton_support import interpreting
 from ._calls import STATE_WORDS, begin_call, copied_in, end_call
-from ._routing import needs_op, op_team_arg, team_of
-from .collectives import _cdiv, _check_tensor, _grid, _inputs, _next_power_of_2, _team, all_gather
+from ._frame import capped_grid, cdiv, check_tensor, inputs, kernel_team, next_power_of_2
+from ._routing import needs_op, op_team_arg
+from .collectives import all_gather
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_BLOCK = {"block_m": 64, "block_n": 64, "block_k": 32}
@@ -289,7 +290,7 @@ def _blocks(dims: dict, given: dict) -> tuple[dict, Exception | None]:
     for name, dim in dims.items():
         value = given.get(name)
         if value is None:
-            value = max(16, min(MAX_BLOCK[name] * scale, _next_power_of_2(max(dim, 1))))
+            value = max(16, min(MAX_BLOCK[name] * scale, next_power_of_2(max(dim, 1))))
         elif not isinstance(value, int) or value < 16 or value & (value - 1):
             return out, ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
         out[name] = value
@@ -298,7 +299,7 @@ def _blocks(dims: dict, given: dict) -> tuple[dict, Exception | None]:
 
 def _operands(rt, a, b, what: str, a_name: str, b_name: str):
     """The problem with (a, b) as the two operands of a GEMM, or None."""
-    problem = _check_tensor(rt, a, a_name, what) or _check_tensor(rt, b, b_name, what)
+    problem = check_tensor(rt, a, a_name, what) or check_tensor(rt, b, b_name, what)
     if problem:
         return problem
     if a.dim() != 2 or b.dim() != 2:
@@ -340,7 +341,7 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, team_of(rt, team, group))
+    team = kernel_team(rt, team, group)
     n = team.n_pes
     problem = _operands(rt, a_shard, b, "ag_gemm", "a_shard", "b")
     if problem is None and not isinstance(overlap, bool):
@@ -362,7 +363,7 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
             {
                 "a": ((2, n * cap, K), a_shard.dtype),
                 "src": ((cap, K), a_shard.dtype),
-                "sig": ((2, n * _cdiv(cap, bm)), torch.uint64),
+                "sig": ((2, n * cdiv(cap, bm)), torch.uint64),
                 "state": ((STATE_WORDS,), torch.int64),
             }
             if overlap
@@ -378,14 +379,14 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     bn, bk = blocks["block_n"], blocks["block_k"]
     if not overlap:
         a_full = all_gather(a_shard.contiguous(), team=team)
-        _gemm[(_cdiv(n * m, bm) * _cdiv(N, bn),)](
+        _gemm[(cdiv(n * m, bm) * cdiv(N, bn),)](
             a_full, b, c, n * m, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=NUM_STAGES
         )
         return c
     buf = ws.buffers
-    chunks = _cdiv(m, bm)
-    _ag_gemm[_grid(_ag_gemm, max(chunks * (n - 1), n * chunks * _cdiv(N, bn)))](
-        *_inputs(rt, ws, a_shard, c),
+    chunks = cdiv(m, bm)
+    _ag_gemm[capped_grid(_ag_gemm, max(chunks * (n - 1), n * chunks * cdiv(N, bn)))](
+        *inputs(rt, ws, a_shard, c),
         buf["a"],
         b,
         c,
@@ -424,7 +425,7 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, 
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, team_of(rt, team, group))
+    team = kernel_team(rt, team, group)
     n = team.n_pes
     problem = _operands(rt, a, b_shard, "gemm_rs", "a", "b_shard")
     M, K = a.shape if problem is None else (0, 0)
@@ -438,7 +439,7 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, 
     problem = problem or bad
     bm, bn = blocks.get("block_m", 16), blocks.get("block_n", 16)
     cap = size_class(m, MIN_CLASS_ROWS)
-    room = _cdiv(cap, bm) * _cdiv(N, bn)  # tiles per owner in the class
+    room = cdiv(cap, bm) * cdiv(N, bn)  # tiles per owner in the class
     ws = workspace(
         rt,
         team,
@@ -457,7 +458,7 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, 
     )
     c = torch.empty((m, N), dtype=a.dtype, device=rt.device)
     buf = ws.buffers
-    _gemm_rs[_grid(_gemm_rs, n * _cdiv(m, bm) * _cdiv(N, bn))](
+    _gemm_rs[capped_grid(_gemm_rs, n * cdiv(m, bm) * cdiv(N, bn))](
         a.contiguous(),
         b_shard.contiguous(),
         c,

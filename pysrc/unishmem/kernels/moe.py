@@ -86,8 +86,8 @@ from .._dtypes import DTYPE_CODES
 from .._workspaces import Workspace, checks_every_call, exchange, keyed_workspace, room_problem, size_class
 from ..triton_support import interpreting
 from ._calls import STATE_WORDS, begin_call, copied_in, end_call
-from ._routing import needs_op, op_team_arg, team_of
-from .collectives import _cdiv, _check_tensor, _grid, _inputs, _next_power_of_2, _pieces, _team
+from ._frame import capped_grid, cdiv, check_tensor, inputs, kernel_team, next_power_of_2, peer_pieces
+from ._routing import needs_op, op_team_arg
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # routing weights' dtypes
 
@@ -387,7 +387,7 @@ def _handle_of(expert_out, C, pos, ids, weights, n_experts: int, max_tokens: int
 
 def _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n):
     for name, x in (("tokens", tokens), ("topk_ids", topk_ids), ("topk_weights", topk_weights)):
-        problem = _check_tensor(rt, x, name, "dispatch")
+        problem = check_tensor(rt, x, name, "dispatch")
         if problem:
             return problem
     if tokens.dim() not in (2, 3) or tokens.shape[-1] < 1 or tokens.dtype not in DTYPE_CODES:
@@ -451,7 +451,7 @@ def _disagreement(what: str, rows, fields, names) -> ValueError | None:
 
 
 def _blocks(n: int) -> int:
-    return _next_power_of_2(max(n, 1))
+    return next_power_of_2(max(n, 1))
 
 
 def _tile() -> int:
@@ -509,7 +509,7 @@ def _run_dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group)
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, team_of(rt, team, group))
+    team = kernel_team(rt, team, group)
     n = team.n_pes
     problem = _dispatch_problem(rt, tokens, topk_ids, weights, n_experts, max_tokens, n)
     padded = max_tokens is not None
@@ -531,7 +531,7 @@ def _run_dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group)
         key = key[:5] + (size_class(cap), team.key)
         cls = key[5]
         # the programs per peer: by the most bytes one PE can send another (all of its copies)
-        pieces = _pieces(cls * K * H, tokens.element_size())[0]
+        pieces = peer_pieces(cls * K * H, tokens.element_size())[0]
         buffers = lambda: _buffers(n, tokens.dtype, H, K, n_experts, cls)  # noqa: E731
         ws = keyed_workspace(rt, team, "dispatch", key, buffers, pieces=pieces, slot=cls * K)
         ws.agreed.add(agreed)
@@ -630,9 +630,9 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
     from .. import runtime
 
     rt = runtime()
-    team = _team(rt, team_of(rt, team, group))
+    team = kernel_team(rt, team, group)
     n = team.n_pes
-    problem = _check_tensor(rt, expert_out, "expert_out", "combine")
+    problem = check_tensor(rt, expert_out, "expert_out", "combine")
     if problem is None and not isinstance(handle, MoEHandle):
         problem = TypeError(f"combine: handle must be what dispatch returned, got {type(handle).__name__}")
     if problem is None and handle.team is not team:
@@ -666,8 +666,8 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
     block_t = max(1, min(64, _tile() // block_h))  # by H alone: one binary for every T and capacity
     pieces = ws.extra["pieces"]
     expert_out = expert_out.detach()
-    _combine[_grid(_combine, max(n * pieces, _cdiv(T, block_t)))](
-        *_inputs(rt, ws, expert_out, out),
+    _combine[capped_grid(_combine, max(n * pieces, cdiv(T, block_t)))](
+        *inputs(rt, ws, expert_out, out),
         handle.C,
         b["ret"],
         b["ret_sig"],

@@ -1,0 +1,200 @@
+"""The frame every kernel of unishmem.kernels is called through, written once: the team, the argument
+checks, the capped grid and the pieces of a peer's data, the inputs a kernel reads (in place or copied
+in) and the call plans. A kernel module takes these from here and nothing private from another kernel
+module (tests/test_layout.py). A kernel function, after _routing's needs_op (the custom op's way,
+its result copied into out= by `into`), uses them in this order: a warm call's plan (`planned`, then
+`run_plan`), where the kernel keeps plans; its team (`kernel_team`); its arguments' checks
+(`check_tensor`, `check_out`, returning the problem instead of raising it, so that workspace() in
+unishmem._workspaces raises it on every member alike); its workspace; its grid (`capped_grid`,
+`peer_pieces`); its launch on its inputs (`inputs`, `output`), or `plan_and_launch`, which records
+the plan first.
+
+NOTE [persistent grid]: a kernel on the capped grid launches at most max_programs() programs (the
+GPU's multiprocessors; under TRITON_INTERPRET=1 the programs resident at once; UNISHMEM_MAX_PROGRAMS
+overrides), never one per block, and each phase's tasks (pieces to send, blocks to reduce, blocks
+to gather, tiles) go round the grid: program p takes tasks p, p + G, p + 2G, ... (G: the grid). In every
+phase a program issues all of its puts before it waits, and the puts of a phase wait only for
+earlier phases (the pull one-shot: program 0 signals before it waits), so as long as every program
+of the grid is resident (which the cap is for) every wait is for work that has started or can
+start. Nothing depends on G being the same on every PE: slots, signals and blocks are numbered by
+task, never by program.
+
+NOTE [call plans]: a warm call skips what its first call of the same shape worked out. After a
+call's full checks, its kernel records a plan under (kernel, x's dtype, shape and device, the call's
+other arguments): its workspace, its output's shape, the elements the kernel reads from x, and a
+launch of every argument but the source and out, grid included. Where arguments are compared across
+PEs only on a shape's first call (GPU backends, a capture: workspace()), a call that finds a plan
+whose workspace is still live checks only out, picks its source (x in place or copied in) and
+launches: a few microseconds of host work instead of tens. Settings that shape a launch
+(UNISHMEM_COMM_BLOCK_BYTES, UNISHMEM_MAX_PROGRAMS) are read when a shape is planned: after changing
+them, rt.free_workspaces() (which ends every plan) makes the next call plan anew.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from .._workspaces import Workspace, checks_every_call
+from ..triton_support import interpreting
+from ._routing import team_of
+
+MAX_PIECES = 16  # programs (at most) that send the data for one peer
+
+
+def kernel_team(rt, team, group):
+    """The Team a kernel call runs on (team=, or group= through team_of; None: the world), checked,
+    with the team arena its workspaces need."""
+    team = rt.checked_team(team_of(rt, team, group))
+    if team.n_pes != rt.n_pes and rt.workspaces.arena_of(team) is None:  # every member raises alike
+        raise ValueError(
+            f"unishmem.kernels: {team.name} ({team.n_pes} of {rt.n_pes} PEs) has no team arena for "
+            f"its workspaces (NOTE [workspaces]): {rt.workspaces.why_no_arena(team)}"
+        )
+    return team
+
+
+# On the host, plain integer arithmetic: triton.cdiv and next_power_of_2 cost microseconds a call there
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def max_programs(kernel) -> int:
+    """The most programs a kernel on the capped grid launches (NOTE [persistent grid]):
+    UNISHMEM_MAX_PROGRAMS, else the GPU's multiprocessors; under TRITON_INTERPRET=1 never more than
+    `kernel` keeps resident."""
+    from .. import _config, runtime
+
+    most = _config.get("UNISHMEM_MAX_PROGRAMS")
+    device = runtime().device
+    if interpreting() or device.type != "cuda":  # (the host backend's kernels always run interpreted)
+        resident = kernel.resident if kernel.resident is not None else _config.get("UNISHMEM_INTERPRET_RESIDENT")
+        return resident if most is None else min(most, resident)
+    return most if most is not None else _multiprocessors(device)
+
+
+@functools.cache
+def _multiprocessors(device: torch.device) -> int:
+    """SMs (NVIDIA) or compute units (AMD) of a GPU, read once per device."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def capped_grid(kernel, tasks: int) -> tuple[int]:
+    """The grid of `kernel` for `tasks` tasks (NOTE [persistent grid]): one program per task, at most
+    max_programs(kernel), at least one."""
+    return (max(1, min(tasks, max_programs(kernel))),)
+
+
+def peer_pieces(numel: int, itemsize: int) -> tuple[int, int]:
+    """(programs, elements per program) for the data sent to one peer: one program per
+    UNISHMEM_COMM_BLOCK_BYTES, at most MAX_PIECES, each piece a multiple of 16 bytes but the last."""
+    from .. import _config
+
+    count = max(1, min(MAX_PIECES, cdiv(numel * itemsize, _config.get("UNISHMEM_COMM_BLOCK_BYTES"))))
+    align = max(1, 16 // itemsize)
+    piece = cdiv(cdiv(max(numel, 1), count), align) * align
+    return cdiv(max(numel, 1), piece), piece
+
+
+def check_tensor(rt, x, name: str, what: str):
+    """The problem with x as tensor argument `name` of kernel `what` (not a tensor, or not on the
+    runtime's device), or None."""
+    if not isinstance(x, torch.Tensor):
+        return TypeError(f"{what}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.device != rt.device:
+        return ValueError(f"{what}: {name} is on {x.device}, not the runtime's device {rt.device}")
+    return None
+
+
+def check_out(out, shape, dtype, what: str):
+    """The problem with out (None: the kernel makes it) as the output of kernel `what`, or None."""
+    if out is None:
+        return None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(shape) or out.dtype != dtype:
+        got = f"{out.dtype} of shape {list(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        return ValueError(f"{what}: out must be {dtype} of shape {list(shape)}, got {got}")
+    if not out.is_contiguous():  # the kernel writes it as one run of elements
+        return ValueError(f"{what}: out must be contiguous, got strides {list(out.stride())}")
+    return None
+
+
+def into(out, result, what: str):
+    """result, or result copied into out (the ops take no out=), checked as the kernels check it."""
+    if out is None:
+        return result
+    problem = check_out(out, result.shape, result.dtype, what)
+    if problem:
+        raise problem
+    out.copy_(result)
+    return out
+
+
+def output(rt, out, shape, dtype):
+    return torch.empty(shape, dtype=dtype, device=rt.device) if out is None else out
+
+
+def inputs(rt, ws: Workspace, x, out):
+    """(x, src, stage) for a kernel that reads all of x: a contiguous symmetric x is read in place
+    (src is x) unless out overlaps it (programs write out while others, and peers, still read src);
+    any other contiguous x the kernel copies into the workspace's src itself (stage=1, NOTE
+    [copy-in]); a strided x is copied there by torch first (one more launch)."""
+    if x.is_contiguous():
+        in_place = rt.is_symmetric(x) and not overlap(x, out)
+        return (x, x, 0) if in_place else (x, ws.buffers["src"], 1)
+    src = ws.buffers["src"]
+    src.view(-1)[: x.numel()].view(x.shape).copy_(x)
+    return src, src, 0
+
+
+def overlap(a, b) -> bool:
+    """Whether contiguous tensors a and b share a byte."""
+    start, end = a.data_ptr(), a.data_ptr() + a.nbytes
+    return b.data_ptr() < end and start < b.data_ptr() + b.nbytes
+
+
+@dataclass
+class Plan:
+    ws: Workspace
+    shape: tuple  # out's
+    launch: object  # launch(x, src, stage, out)
+
+
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Runtime -> {key: Plan}
+
+
+def planned(rt, key):
+    """The plan recorded under key, where a call may use it (NOTE [call plans]), or None."""
+    plans = _PLANS.get(rt)
+    plan = plans.get(key) if plans is not None else None
+    if plan is None or plan.ws.freed or checks_every_call(rt):
+        return None
+    return plan
+
+
+def plan_and_launch(rt, key, ws: Workspace, shape, launch, x, out):
+    """Record the plan of a call (NOTE [call plans]; its kernel reads all of x), then launch it on x
+    into out (a new tensor where out is None): a call's first launch, its arguments checked."""
+    if key is not None:
+        _PLANS.setdefault(rt, {})[key] = Plan(ws, tuple(shape), launch)
+    out = output(rt, out, shape, x.dtype)
+    launch(*inputs(rt, ws, x, out), out)
+    return out
+
+
+def run_plan(rt, plan: Plan, x, out, what: str):
+    """A warm call (NOTE [call plans]): check out, pick x's source, launch."""
+    if out is None:
+        out = torch.empty(plan.shape, dtype=x.dtype, device=rt.device)
+    else:
+        problem = check_out(out, plan.shape, x.dtype, what)
+        if problem:
+            raise problem
+    plan.launch(*inputs(rt, plan.ws, x, out), out)
+    return out
