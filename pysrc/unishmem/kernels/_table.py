@@ -2,7 +2,8 @@
 
 NOTE [kernel table]: a row names the kernel (`unishmem.kernels.<name>`, its custom op
 `torch.ops.unishmem.<name>` and its section `### <name>` under "The kernels" in docs/kernels.md), its
-public function, the four functions of its op (_ops.py), and the timings that run it. From the rows:
+public function, and the timings that run it; its op's four functions are _ops.py's, by the kernel's name
+(Op.of). From the rows:
 - the package's exports (`unishmem.kernels.__all__` and its names) and the op registrations (__init__.py);
 - `unishmem compile unishmem.kernels`: the package's COMPILE, the union of the COMPILE tables of the
   modules the rows' functions live in (NOTE [COMPILE table] in unishmem/compile.py);
@@ -25,72 +26,40 @@ from . import _ops, collectives, gemm, moe
 @dataclass(frozen=True)
 class Op:
     """A kernel's torch.library custom op: `run` is its body (its annotations are the op's schema), `fake`
-    its output for torch.compile, `backward` and `context` its autograd formula (_ops.py)."""
+    its output for torch.compile, `backward` and `context` its autograd formula: _ops.py's functions
+    <name>, <name>_fake, <name>_backward and <name>_context."""
 
     run: Callable
     fake: Callable
     backward: Callable
     context: Callable
 
+    @staticmethod
+    def of(name: str) -> Op:
+        return Op(*(getattr(_ops, name + suffix) for suffix in ("", "_fake", "_backward", "_context")))
+
 
 @dataclass(frozen=True)
 class Kernel:
     name: str
     function: Callable  # unishmem.kernels.<name>
-    op: Op  # torch.ops.unishmem.<name>
     timings: tuple[str, ...]  # the timings that run it (TIMINGS)
+
+    @property
+    def op(self) -> Op:  # torch.ops.unishmem.<name>
+        return Op.of(self.name)
 
 
 KERNELS = (
-    Kernel(
-        "all_gather",
-        collectives.all_gather,
-        Op(_ops.all_gather, _ops.all_gather_fake, _ops.all_gather_backward, _ops.all_gather_context),
-        ("all_gather",),
-    ),
-    Kernel(
-        "all_to_all",
-        collectives.all_to_all,
-        Op(_ops.all_to_all, _ops.all_to_all_fake, _ops.all_to_all_backward, _ops.all_to_all_context),
-        ("all_to_all",),
-    ),
-    Kernel(
-        "reduce_scatter",
-        collectives.reduce_scatter,
-        Op(_ops.reduce_scatter, _ops.reduce_scatter_fake, _ops.reduce_scatter_backward, _ops.reduce_scatter_context),
-        ("reduce_scatter",),
-    ),
-    Kernel(
-        "all_reduce",
-        collectives.all_reduce,
-        Op(_ops.all_reduce, _ops.all_reduce_fake, _ops.all_reduce_backward, _ops.all_reduce_context),
-        ("all_reduce.one_shot", "all_reduce.two_shot"),
-    ),
-    Kernel(
-        "ag_gemm",
-        gemm.ag_gemm,
-        Op(_ops.ag_gemm, _ops.ag_gemm_fake, _ops.ag_gemm_backward, _ops.ag_gemm_context),
-        ("ag_gemm",),
-    ),
-    Kernel(
-        "gemm_rs",
-        gemm.gemm_rs,
-        Op(_ops.gemm_rs, _ops.gemm_rs_fake, _ops.gemm_rs_backward, _ops.gemm_rs_context),
-        ("gemm_rs",),
-    ),
+    Kernel("all_gather", collectives.all_gather, ("all_gather",)),
+    Kernel("all_to_all", collectives.all_to_all, ("all_to_all",)),
+    Kernel("reduce_scatter", collectives.reduce_scatter, ("reduce_scatter",)),
+    Kernel("all_reduce", collectives.all_reduce, ("all_reduce.one_shot", "all_reduce.two_shot")),
+    Kernel("ag_gemm", gemm.ag_gemm, ("ag_gemm",)),
+    Kernel("gemm_rs", gemm.gemm_rs, ("gemm_rs",)),
     # the ops of dispatch and combine are their capacity forms (max_tokens=); one timing runs both
-    Kernel(
-        "dispatch",
-        moe.dispatch,
-        Op(_ops.dispatch, _ops.dispatch_fake, _ops.dispatch_backward, _ops.dispatch_context),
-        ("dispatch+combine",),
-    ),
-    Kernel(
-        "combine",
-        moe.combine,
-        Op(_ops.combine, _ops.combine_fake, _ops.combine_backward, _ops.combine_context),
-        ("dispatch+combine",),
-    ),
+    Kernel("dispatch", moe.dispatch, ("dispatch+combine",)),
+    Kernel("combine", moe.combine, ("dispatch+combine",)),
 )
 
 NAMES = tuple(k.name for k in KERNELS)
