@@ -259,6 +259,24 @@ def pipelined_descriptor_gemm(
     tl.store(c + tl.arange(0, BM)[:, None] * BN + rn[None, :], acc)
 
 
+# A descriptor made by consume_token, passed to another @triton.jit function and carried through a loop:
+# its loads still take their offsets through the token (test_device_compile).
+@triton.jit
+def _load_tile(tiles, k):
+    return tiles.load([0, k])
+
+
+@triton.jit
+def descriptor_through_calls_and_loops(a, sig, c, K: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a, shape=[64, K], strides=[K, 1], block_shape=[64, 32])
+    tiles = shl.consume_token(a_desc, shl.signal_wait_until(sig, shl.CMP_GE, 1))
+    acc = tl.zeros((64, 32), dtype=tl.float32)
+    for k in range(0, K // 32):
+        acc += _load_tile(tiles, k * 32).to(tl.float32)
+        tiles = shl.consume_token(a_desc, shl.signal_wait_until(sig + k + 1, shl.CMP_GE, 1))
+    tl.store(c + tl.arange(0, 64)[:, None] * 32 + tl.arange(0, 32)[None, :], acc)
+
+
 GEMM_SIGNATURE = {
     "a": "*fp16",
     "b": "*fp16",

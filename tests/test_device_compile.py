@@ -242,6 +242,22 @@ def test_consume_token_keeps_guarded_loads_after_their_waits(builds, gemm):
     assert asynchronous in guarded["ttgir"]
 
 
+def test_a_tokened_descriptor_keeps_its_token_across_calls_and_loops():
+    """Passed to another @triton.jit function and carried through a loop, the descriptor consume_token made
+    still ties each load's offsets (both of them) to a token."""
+    src = ASTSource(
+        device_kernels.descriptor_through_calls_and_loops,
+        signature={"a": "*fp16", "sig": "*u64", "c": "*fp32", "K": "constexpr"},
+        constexprs={"K": 128},
+    )
+    lines = _instructions(_triton_compat.front_end(src, GPUTarget("cuda", 90, 32)))
+    loads = [i for i, line in enumerate(lines) if "tt.descriptor_load" in line]
+    assert loads, lines
+    ties = [i for i, line in enumerate(lines) if "tt.elementwise_inline_asm" in line and '"=l,0,l"' in line]
+    for before, load in zip([0] + loads, loads):
+        assert sum(before <= i < load for i in ties) >= 2, lines[before : load + 1]
+
+
 def test_a_spin_on_load_remote_reads_memory_every_time(builds):
     """load_remote is a volatile load on both vendors: a loop may spin on a peer's word (a weak PTX ld.global may
     keep returning an L1 copy, a plain LLVM load may be hoisted out of the loop)."""

@@ -89,11 +89,9 @@ def _check_arguments(
         if elem not in taken:
             supported = ", ".join(str(_torch_dtype(t)) for t in taken)
             raise TypeError(f"{fn_name}: dtype {_torch_dtype(elem)} is not supported (supported: {supported})")
-        if {"dest", "source"} <= set(args) and args["source"].type.scalar.element_ty != args[
-            "dest"
-        ].type.scalar.element_ty:
-            dest, source = (_torch_dtype(args[n].type.scalar.element_ty) for n in ("dest", "source"))
-            raise TypeError(f"{fn_name}: dest points to {dest} but source to {source}")
+        pair = [_torch_dtype(args[n].type.scalar.element_ty) for n in ("dest", "source") if n in args]
+        if len(pair) == 2 and pair[0] != pair[1]:
+            raise TypeError(f"{fn_name}: dest points to {pair[0]} but source to {pair[1]}")
 
 
 def _is_block(value) -> bool:

@@ -118,11 +118,17 @@ def watch_spin(rt, addr: int, value) -> None:
 
 def _peer_word(rt, addr: int) -> str:
     """The word at `addr` of a peer's mapping (remote_ptr's), as the PE and heap offset it belongs to."""
+    owner = _owner(rt, addr, 1)
+    return f"the word at {addr:#x}" if owner is None else f"the word at heap offset {owner[1]:#x} of PE {owner[0]}"
+
+
+def _owner(rt, addr: int, nbytes: int) -> tuple[int, int] | None:
+    """(PE, heap offset) of the nbytes at `addr` in a PE's heap as this process maps it, or None."""
     for pe in range(rt.n_pes):
         base = rt.native.peer_ptr(rt.heap_base, pe)
-        if base and base <= addr < base + rt.heap.size:
-            return f"the word at heap offset {addr - base:#x} of PE {pe}"
-    return f"the word at {addr:#x}"
+        if base and base <= addr and addr + nbytes <= base + rt.heap.size:
+            return pe, addr - base
+    return None
 
 
 def put(rt, dest, source, nbytes, pe):
@@ -184,11 +190,8 @@ def _located(rt, addr: int, nbytes: int, align: int, name: str, peers: bool = Fa
     checked as this PE's copy of the same bytes is."""
     local = addr
     if peers and not rt.heap.holds(addr, nbytes):
-        for pe in range(rt.n_pes):
-            base = rt.native.peer_ptr(rt.heap_base, pe)
-            if base and base <= addr and addr + nbytes <= base + rt.heap.size:
-                local = rt.heap_base + (addr - base)
-                break
+        owner = _owner(rt, addr, nbytes)
+        local = addr if owner is None else rt.heap_base + owner[1]
     rt.heap.check_aligned(rt.heap.check_range(local, nbytes, name), align, name)
     return addr
 
