@@ -149,9 +149,14 @@ def test_launch_measures_each_kernels_host_work_beside_plain_triton(tmp_path):
     for r in report["rows"]:
         assert all(positive(r[part][k]) for part in ("host", "triton") for k in ("mean", "best")), r
         assert r["host"]["best"] <= r["host"]["mean"], r
-    assert positive(report["plain_triton"]["mean"])
-    for r in report["rows"]:  # each row's total and its ratio to plain Triton's
-        assert re.search(rf"^{r['kernel']} .* \d+\.\dx$", proc.stdout, re.M), proc.stdout
+    assert positive(report["plain_triton"]["mean"]) and positive(report["plain_direct"]["mean"])
+    # NOTE [direct launch]: a kernel whose warm call follows a plan launches its compiled kernel itself
+    direct = [r["kernel"] for r in report["rows"] if r["direct"] is not None]
+    assert direct == ["all_gather", "all_to_all", "reduce_scatter", "all_reduce", "ag_gemm", "gemm_rs"], direct
+    for r in report["rows"]:  # each row's totals and their ratios to plain Triton's
+        assert all(positive(r["direct"][k]) for k in ("mean", "best")) if r["direct"] else True
+        ends = r"\d+\.\dx +[\d.() ]+ +\d+\.\dx$" if r["direct"] else r"\d+\.\dx +whole path$"
+        assert re.search(rf"^{r['kernel']} .* {ends}", proc.stdout, re.M), proc.stdout
 
 
 def test_summary_is_the_mean_and_the_nearest_rank_median_and_p99():

@@ -4,6 +4,24 @@ NOTE [module init]: NVSHMEM (nvshmemx_cumodule_init) and rocSHMEM (rocshmem_hipm
 initialise every loaded module that uses their device state before its first launch. A
 kernel_load_end_hook entry (added to Triton's chain, never replacing another library's hook) calls
 the active runtime's module init for kernels made with @unishmem.jit.
+
+NOTE [direct launch]: Triton's JITFunction.run binds every argument, computes its cache key (formatting
+the options) and checks the globals its kernel read, at every call: about 1-1.5 us an argument. A
+BoundLaunch (Kernel.bind), which a kernel's call plan holds (NOTE [call plans] in kernels/_frame.py),
+fixes every argument but the PER_CALL ones; once a call of a variant has taken Triton's whole path and
+got its compiled kernel back, later calls of that variant launch it themselves: the launcher that
+JITFunction.run calls (CompiledKernel.run, called alike in Triton 3.6 to 3.9 and for both vendors),
+with the same grid, stream, hooks and launch metadata, and the kernel's parameters in order, tensors as
+their addresses (an int pointer is passed as it is: no data_ptr() call, no driver query). A variant is
+the current device, knobs.runtime.debug and, for each PER_CALL value, its dtype and whether its address
+is a multiple of 16 (a tensor) or its type and value (anything else). That is sound because the fixed
+arguments are those of the first call, and Triton specialises a tensor on its dtype and 16-byte
+alignment only and an integer on its value: two calls of one variant have one key in Triton's cache
+(tests/test_direct_launch.py checks that against Triton's own key). Not seen by a direct launch: a
+change of Triton's other compile knobs, of a global a kernel reads (unishmem's kernels read
+constants) or of UNISHMEM_DEBUG_WAITS once a variant has compiled: rt.free_workspaces() ends every plan.
+Under Triton's interpreter (the host backend) and while unishmem.testing records launches, every call
+takes the whole path: there a plan skips only unishmem's own work.
 """
 
 from __future__ import annotations
@@ -130,6 +148,17 @@ class Kernel:
     def __getitem__(self, grid):
         return functools.partial(self.run, grid=grid)
 
+    @functools.cached_property
+    def signature(self):
+        import inspect
+
+        return inspect.signature(self.fn)
+
+    def bind(self, grid, *args, **kwargs) -> BoundLaunch:
+        """This kernel's launch on grid with its arguments fixed, but those given as PER_CALL, which
+        each call of the result passes, in order (NOTE [direct launch])."""
+        return BoundLaunch(self, grid, args, kwargs)
+
     def __getattr__(self, name):  # everything else is the underlying triton.jit function's
         if name == "jit_function":  # not set yet (copy, pickle): no recursion
             raise AttributeError(name)
@@ -154,16 +183,19 @@ class Kernel:
         kwargs["extern_libs"] = {**libs, **dict(kwargs.get("extern_libs") or {})}
         _add_hook()
         result = self.jit_function.run(*args, grid=grid, warmup=False, **kwargs)
+        self._watch(rt)
+        return result
+
+    def _watch(self, rt) -> None:
+        """NOTE [hang report]: an event after a compiled launch says when it has finished; not while a
+        CUDA graph captures (the launch runs at each replay, which the watchdog does not see)."""
         watchdog = rt.diagnostics.watchdog()
-        # NOTE [hang report]: an event after the launch says when it has finished; not while a CUDA
-        # graph captures (the launch runs at each replay, which the watchdog does not see)
         if watchdog is not None and not _capturing_cuda_graph():
             import torch
 
             done = torch.cuda.Event()
             done.record(torch.cuda.current_stream(rt.device))
             watchdog.launched(self.fn.__name__, done.query)
-        return result
 
     def _run_interpreted(self, args, grid, kwargs):
         watchdog = _active.runtime().diagnostics.watchdog()
@@ -174,6 +206,88 @@ class Kernel:
         finally:
             if token is not None:
                 watchdog.finished(token)
+
+
+class _PerCall:
+    def __repr__(self):
+        return "unishmem.triton_support.PER_CALL"
+
+
+PER_CALL = _PerCall()  # in Kernel.bind: an argument each call of the bound launch passes
+
+
+class BoundLaunch:
+    """A Kernel's launch with most arguments fixed (Kernel.bind). Called with the PER_CALL values, it
+    launches the compiled kernel that an earlier call of the same variant got from Triton, itself
+    (NOTE [direct launch]); any other call takes Triton's whole path and keeps what it compiled."""
+
+    def __init__(self, kernel: Kernel, grid, args: tuple, kwargs: dict):
+        self.kernel, self.grid = kernel, tuple(grid)
+        self.dims = (self.grid + (1, 1))[:3]
+        self.args, self.kwargs = list(args), dict(kwargs)
+        self.slots = [i for i, a in enumerate(args) if a is PER_CALL]
+        self.slots += [name for name, a in kwargs.items() if a is PER_CALL]
+        # the direct launch's arguments: the kernel's parameters in order, defaults filled in, fixed
+        # tensors as their addresses (the launcher takes an int as a pointer and asks the driver nothing)
+        signature = kernel.signature
+        params = signature.parameters
+        bound = signature.bind(*args, **{k: v for k, v in kwargs.items() if k in params})
+        bound.apply_defaults()
+        self.direct = [_address(a) for a in bound.arguments.values()]
+        names = list(bound.arguments)
+        self.direct_slots = [s if isinstance(s, int) else names.index(s) for s in self.slots]
+        self.compiled: dict = {}  # variant -> what Triton compiled for it
+
+    def __call__(self, *values):
+        if launch_recorder is not None or interpreting():
+            args, kwargs = self.filled(values)
+            return self.kernel.run(*args, grid=self.grid, **kwargs)
+        driver = triton.runtime.driver.active
+        device = driver.get_current_device()
+        direct = self.direct.copy()
+        variant = [device, triton.knobs.runtime.debug]
+        for slot, value in zip(self.direct_slots, values):
+            if hasattr(value, "data_ptr"):
+                address = direct[slot] = value.data_ptr()
+                variant.append((value.dtype, address % 16 == 0))  # what Triton specialises a pointer on
+            else:
+                direct[slot] = value
+                variant.append((type(value), value))
+        variant = tuple(variant)
+        compiled = self.compiled.get(variant)
+        if compiled is None:
+            args, kwargs = self.filled(values)
+            compiled = self.kernel.run(*args, grid=self.grid, **kwargs)
+            if compiled is not None:
+                self.compiled[variant] = compiled
+            return compiled
+        stream = driver.get_current_stream(device)
+        compiled.run(
+            *self.dims,
+            stream,
+            compiled.function,
+            compiled.packed_metadata,
+            compiled.launch_metadata(self.grid, stream, *direct),  # what a profiler's hooks read
+            triton.knobs.runtime.launch_enter_hook,
+            triton.knobs.runtime.launch_exit_hook,
+            *direct,
+        )
+        self.kernel._watch(_active.runtime())
+        return compiled
+
+    def filled(self, values) -> tuple[list, dict]:
+        """(args, kwargs) of the kernel's launch with `values` in the PER_CALL places."""
+        args, kwargs = self.args.copy(), self.kwargs.copy()
+        for slot, value in zip(self.slots, values):
+            if isinstance(slot, int):
+                args[slot] = value
+            else:
+                kwargs[slot] = value
+        return args, kwargs
+
+
+def _address(argument):
+    return argument.data_ptr() if hasattr(argument, "data_ptr") else argument
 
 
 def jit(fn=None, *, resident: int | None = None, debug_waits: bool | None = None, **kwargs):

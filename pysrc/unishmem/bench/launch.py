@@ -10,8 +10,14 @@ Measured on this machine's CPU, in one process (a 1-PE host-backend runtime), wi
   kernel cache, as JITFunction.run does before the driver call (_triton_compat.launch_cache_key);
 - the vendor libraries' lookup a compiled launch adds (triton_support.extern_libs), where NVSHMEM's
   bitcode is installed;
-- the reference: a plain @triton.jit kernel taking the same tensors, prepared the same way.
-The driver's launch (a few microseconds on a GPU) is in neither figure. Each figure is the mean over
+- the reference: a plain @triton.jit kernel taking the same tensors, prepared the same way;
+- the direct path (NOTE [direct launch] in unishmem/triton_support.py): the whole warm call as a GPU
+  backend takes it once its variant has compiled, with what needs a GPU stood in: Triton's driver (the
+  current device and stream: two calls, answered at once) and the compiled kernel (its launch
+  metadata made as Triton makes it; its launcher, which parses the arguments and calls the driver, does
+  nothing). A kernel whose warm call still takes Triton's whole path has no direct figure. Its
+  reference: that plain kernel launched the same way from a compiled kernel kept by the caller.
+The driver's launch (a few microseconds on a GPU) is in no figure. Each figure is the mean over
 every timed call, and the best run's mean beside it.
 """
 
@@ -87,6 +93,91 @@ def _calls() -> dict:
     }
 
 
+class _Driver:
+    """Triton's active driver on a GPU, as far as a launch asks it."""
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device):
+        return 0
+
+
+class _Compiled:
+    """A compiled kernel whose launcher does nothing (the driver's part is in no figure)."""
+
+    function, packed_metadata = 0, ()
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def launch_metadata(self, grid, stream, *args):  # as CompiledKernel makes it
+        from triton.compiler.compiler import LazyDict
+
+        return LazyDict({"name": self.name, "function": self.function, "stream": stream})
+
+    def run(self, *launch):
+        pass
+
+
+@contextlib.contextmanager
+def _gpu_stood_in(whole: list):
+    """Kernels launch as on a GPU backend, their first call of a variant (Triton's whole path: compile
+    and launch) appended to `whole` and answered with a _Compiled."""
+    from unittest import mock
+
+    from .. import _workspaces, triton_support
+
+    def whole_path(kernel, *args, grid, **kwargs):
+        whole.append(kernel.fn.__name__)
+        return _Compiled(kernel.fn.__name__)
+
+    with (
+        mock.patch.object(triton_support, "interpreting", lambda: False),
+        mock.patch.object(triton.runtime.driver, "_active", _Driver()),
+        mock.patch.object(triton_support.Kernel, "run", whole_path),
+        _workspaces.capturing(graph=False),  # arguments compared across PEs once per shape
+    ):
+        yield
+
+
+def _direct(call, calls: int, runs: int):
+    """The mean host work of call() on the direct path, or None where it takes Triton's whole path."""
+    whole: list = []
+    with _gpu_stood_in(whole):
+        call()
+        call()  # the first call of each variant has compiled
+        whole.clear()
+        figure = _timed(call, calls, runs)
+    return None if whole else figure
+
+
+def _plain_direct(x, out, calls: int, runs: int):
+    """The plain kernel launched from a compiled kernel its caller keeps: the stream asked of the
+    driver, the launch metadata made and the launcher called, as Triton's own launch does."""
+    driver, compiled = _Driver(), _Compiled("_plain_copy")
+    knobs = triton.knobs.runtime
+
+    def launch():
+        stream = driver.get_current_stream(driver.get_current_device())
+        args = (x.data_ptr(), out.data_ptr(), x.numel(), 1024)
+        metadata = compiled.launch_metadata((8,), stream, *args)
+        compiled.run(
+            8,
+            1,
+            1,
+            stream,
+            compiled.function,
+            compiled.packed_metadata,
+            metadata,
+            knobs.launch_enter_hook,
+            knobs.launch_exit_hook,
+            *args,
+        )
+
+    return _timed(launch, calls, runs)
+
+
 def measure(calls: int = CALLS, runs: int = RUNS) -> dict:
     from triton.backends.compiler import GPUTarget
 
@@ -122,7 +213,17 @@ def measure(calls: int = CALLS, runs: int = RUNS) -> dict:
                     lambda: _triton_compat.launch_cache_key(jit.jit_function, target, args, kwargs), calls, runs
                 )
                 rows.append({"kernel": kernel.name, "bytes": BYTES, "host": host, "triton": prep})
-    return {"calls": calls, "runs": runs, "plain_triton": plain, "extern_libs": libs, "rows": rows}
+        for kernel, row in zip(KERNELS, rows):
+            row["direct"] = _direct(calls_of[kernel.name], calls, runs)
+        plain_direct = _plain_direct(x, out, calls, runs)
+    return {
+        "calls": calls,
+        "runs": runs,
+        "plain_triton": plain,
+        "plain_direct": plain_direct,
+        "extern_libs": libs,
+        "rows": rows,
+    }
 
 
 def text(report: dict) -> str:
@@ -131,16 +232,21 @@ def text(report: dict) -> str:
     extra = libs["mean"] if libs else 0.0
     lines = [
         "host work per warm call, microseconds: mean over every call (best run's mean); measured on this CPU,",
-        "no kernel run, the driver's launch in neither figure",
-        f"{'kernel':15s} {'unishmem':>15s} {'+ Triton prep':>15s} {'+ vendor libs':>14s} {'total':>8s} {'vs plain':>9s}",
+        "no kernel run, the driver's launch in no figure; the direct path with Triton's driver and the",
+        "compiled kernel stood in (NOTE [direct launch]); ratios to the plain kernel's Triton prep",
+        f"{'kernel':15s} {'unishmem':>15s} {'+ Triton prep':>15s} {'+ vendor libs':>14s} {'total':>8s} "
+        f"{'vs plain':>9s} {'direct path':>15s} {'vs plain':>9s}",
     ]
     for r in report["rows"]:
         total = r["host"]["mean"] + r["triton"]["mean"] + extra
+        direct = r["direct"]
         lines.append(
             f"{r['kernel']:15s} {us(r['host']):>15s} {us(r['triton']):>15s} "
-            f"{(us(libs) if libs else 'n/a'):>14s} {total * 1e6:8.1f} {total / plain['mean']:8.1f}x"
+            f"{(us(libs) if libs else 'n/a'):>14s} {total * 1e6:8.1f} {total / plain['mean']:8.1f}x "
+            + (f"{us(direct):>15s} {direct['mean'] / plain['mean']:8.1f}x" if direct else f"{'whole path':>15s}")
         )
     lines.append(f"plain @triton.jit kernel, Triton prep only: {us(plain)}")
+    lines.append(f"plain kernel launched from its compiled kernel: {us(report['plain_direct'])}")
     if libs is None:
         lines.append(
             "vendor libs: NVSHMEM's bitcode is not installed here, so a compiled launch's lookup is not measured"

@@ -21,8 +21,9 @@ task, never by program.
 
 NOTE [call plans]: a warm call skips what its first call of the same shape worked out. After a
 call's full checks, its kernel records a plan under (kernel, x's dtype, shape and device, the call's
-other arguments): its workspace, its output's shape, the elements the kernel reads from x, and a
-launch of every argument but the source and out, grid included. Where arguments are compared across
+other arguments): its workspace, its output's shape, the elements the kernel reads from x, and its
+launch bound to every argument but x, the source, stage and out, grid included (Kernel.bind: on a GPU
+backend a warm launch skips Triton's own preparation too, NOTE [direct launch] in triton_support.py). Where arguments are compared across
 PEs only on a shape's first call (GPU backends, a capture: workspace()), a call that finds a plan
 whose workspace is still live checks only out, picks its source (x in place or copied in) and
 launches: a few microseconds of host work instead of tens. Settings that shape a launch
@@ -178,17 +179,23 @@ def planned(rt, key):
     return plan
 
 
-def plan_and_launch(rt, key, ws: Workspace, shape, launch, x, out):
-    """Record the plan of a call (NOTE [call plans]; its kernel reads all of x), then launch it on x
-    into out (a new tensor where out is None): a call's first launch, its arguments checked."""
+def record(rt, key, plan: Plan) -> None:
+    """Keep a call's plan (NOTE [call plans]) under key; None: the call has none."""
     if key is not None:
-        _PLANS.setdefault(rt, {})[key] = Plan(ws, tuple(shape), launch)
+        _PLANS.setdefault(rt, {})[key] = plan
+
+
+def plan_and_launch(rt, key, ws: Workspace, shape, launch, x, out, *more):
+    """Record the plan of a call (NOTE [call plans]; its kernel reads all of x), then launch it on x
+    into out (a new tensor where out is None), with the call's `more` tensors after out: a call's
+    first launch, its arguments checked."""
+    record(rt, key, Plan(ws, tuple(shape), launch))
     out = output(rt, out, shape, x.dtype)
-    launch(*inputs(rt, ws, x, out), out)
+    launch(*inputs(rt, ws, x, out), out, *more)
     return out
 
 
-def run_plan(rt, plan: Plan, x, out, what: str):
+def run_plan(rt, plan: Plan, x, out, what: str, *more):
     """A warm call (NOTE [call plans]): check out, pick x's source, launch."""
     if out is None:
         out = torch.empty(plan.shape, dtype=x.dtype, device=rt.device)
@@ -196,5 +203,5 @@ def run_plan(rt, plan: Plan, x, out, what: str):
         problem = check_out(out, plan.shape, x.dtype, what)
         if problem:
             raise problem
-    plan.launch(*inputs(rt, plan.ws, x, out), out)
+    plan.launch(*inputs(rt, plan.ws, x, out), out, *more)
     return out

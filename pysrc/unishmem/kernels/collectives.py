@@ -41,6 +41,7 @@ from .. import jit
 from .. import language as shl
 from .._workspaces import Workspace, size_class, workspace
 from ..enums import REDUCE_OPS
+from ..triton_support import PER_CALL
 from ._calls import STATE_WORDS, begin_call, copied_in, copy_in, end_call
 from ._frame import (
     MAX_PIECES,
@@ -438,29 +439,26 @@ def _gather(x, out, team, group, what: str):
     )
     b = ws.buffers
     pieces, piece = peer_pieces(numel, itemsize)
-    kernel = _all_gather[capped_grid(_all_gather, n * pieces)]
-
-    def launch(x, src, stage, out):
-        kernel(
-            x,
-            src,
-            stage,
-            b["dst"],
-            b["sig"],
-            out,
-            b["state"],
-            ws.members,
-            ws.my_index,
-            n,
-            numel,
-            cap,
-            pieces,
-            piece,
-            ALL_TO_ALL=to_all,
-            BLOCK=BLOCK,
-            ITEMSIZE=itemsize,
-        )
-
+    launch = _all_gather.bind(
+        capped_grid(_all_gather, n * pieces),
+        PER_CALL,  # x
+        PER_CALL,  # src
+        PER_CALL,  # stage
+        b["dst"],
+        b["sig"],
+        PER_CALL,  # out
+        b["state"],
+        ws.members,
+        ws.my_index,
+        n,
+        numel,
+        cap,
+        pieces,
+        piece,
+        ALL_TO_ALL=to_all,
+        BLOCK=BLOCK,
+        ITEMSIZE=itemsize,
+    )
     return plan_and_launch(rt, key, ws, shape, launch, x, out)
 
 
@@ -606,27 +604,28 @@ def _pull_buffers(x, n: int, cap: int) -> dict:
 def _run_pull(rt, ws: Workspace, x, op, out, shape, n, key):
     b = ws.buffers
     numel = x.numel()
-    kernel = _pull_reduce[capped_grid(_pull_reduce, cdiv(numel, BLOCK))]
+    bound = _pull_reduce.bind(
+        capped_grid(_pull_reduce, cdiv(numel, BLOCK)),
+        PER_CALL,  # x
+        PER_CALL,  # src
+        PER_CALL,  # stage
+        b["ready"],
+        b["done"],
+        b["count"],
+        PER_CALL,  # out
+        b["state"],
+        ws.members,
+        ws.my_index,
+        n,
+        numel,
+        OP=REDUCE_OPS[op],
+        WIDEN=x.dtype in (torch.float16, torch.bfloat16),
+        BLOCK=BLOCK,
+        ALIGNED=PER_CALL,
+    )
 
     def launch(x, src, stage, out):
-        kernel(
-            x,
-            src,
-            stage,
-            b["ready"],
-            b["done"],
-            b["count"],
-            out,
-            b["state"],
-            ws.members,
-            ws.my_index,
-            n,
-            numel,
-            OP=REDUCE_OPS[op],
-            WIDEN=x.dtype in (torch.float16, torch.bfloat16),
-            BLOCK=BLOCK,
-            ALIGNED=src.data_ptr() % 16 == 0,
-        )
+        bound(x, src, stage, out, src.data_ptr() % 16 == 0)
 
     return plan_and_launch(rt, key, ws, shape, launch, x, out)
 
@@ -659,36 +658,33 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, 
     # one-shot and reduce-scatter have no second exchange: those arguments are never read
     red, gathered, sig2 = (b["red"], b["gathered"], b["sig2"]) if gather else (b["recv"], b["recv"], b["sig"])
     pieces, piece = peer_pieces(chunk, itemsize)
-    kernel = _reduce[capped_grid(_reduce, max(n * pieces, cdiv(chunk, BLOCK)))]
-
-    def launch(x, src, stage, out):
-        kernel(
-            x,
-            src,
-            stage,
-            b["recv"],
-            b["sig"],
-            red,
-            gathered,
-            sig2,
-            out,
-            b["state"],
-            ws.members,
-            ws.my_index,
-            n,
-            chunk,
-            numel,
-            cap,
-            pieces,
-            piece,
-            SCATTER=scatter,
-            GATHER=gather,
-            OP=REDUCE_OPS[op],
-            WIDEN=x.dtype in (torch.float16, torch.bfloat16),
-            BLOCK=BLOCK,
-            ITEMSIZE=itemsize,
-        )
-
+    launch = _reduce.bind(
+        capped_grid(_reduce, max(n * pieces, cdiv(chunk, BLOCK))),
+        PER_CALL,  # x
+        PER_CALL,  # src
+        PER_CALL,  # stage
+        b["recv"],
+        b["sig"],
+        red,
+        gathered,
+        sig2,
+        PER_CALL,  # out
+        b["state"],
+        ws.members,
+        ws.my_index,
+        n,
+        chunk,
+        numel,
+        cap,
+        pieces,
+        piece,
+        SCATTER=scatter,
+        GATHER=gather,
+        OP=REDUCE_OPS[op],
+        WIDEN=x.dtype in (torch.float16, torch.bfloat16),
+        BLOCK=BLOCK,
+        ITEMSIZE=itemsize,
+    )
     return plan_and_launch(rt, key, ws, shape, launch, x, out)
 
 

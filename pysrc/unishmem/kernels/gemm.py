@@ -35,9 +35,20 @@ import triton.language as tl
 from .. import jit
 from .. import language as shl
 from .._workspaces import size_class, workspace
-from ..triton_support import interpreting
+from ..triton_support import PER_CALL, interpreting
 from ._calls import STATE_WORDS, begin_call, copied_in, end_call
-from ._frame import capped_grid, cdiv, check_tensor, inputs, kernel_team, next_power_of_2
+from ._frame import (
+    Plan,
+    capped_grid,
+    cdiv,
+    check_tensor,
+    kernel_team,
+    next_power_of_2,
+    plan_and_launch,
+    planned,
+    record,
+    run_plan,
+)
 from ._routing import needs_op, op_team_arg
 from .collectives import all_gather
 
@@ -323,6 +334,17 @@ def _dummy():
     return torch.empty(0)
 
 
+def _plan_key(what: str, a, b, blocks: tuple, team, group):
+    """The key of a GEMM call's plan (NOTE [call plans]): the operands' dtypes, shapes and devices, the
+    blocks asked for and the team; None (no plan) where group= names the team, an operand is not a
+    plain tensor, or a block is neither None nor an int (it must raise)."""
+    if group is not None or type(a) is not torch.Tensor or type(b) is not torch.Tensor:
+        return None
+    if any(block is not None and type(block) is not int for block in blocks):
+        return None
+    return (what, a.dtype, a.shape, a.device, b.dtype, b.shape, b.device, blocks, team)
+
+
 def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, block_k=None, team=None, group=None):
     """all_gather(a_shard) @ b on every PE.
 
@@ -341,6 +363,11 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     from .. import runtime
 
     rt = runtime()
+    # NOTE [call plans] (the overlapped launch): b, like out, is passed at every call
+    key = _plan_key("ag_gemm", a_shard, b, (block_m, block_n, block_k), team, group) if overlap is True else None
+    plan = planned(rt, key)
+    if plan is not None:
+        return run_plan(rt, plan, a_shard, None, "ag_gemm", b.contiguous())
     team = kernel_team(rt, team, group)
     n = team.n_pes
     problem = _operands(rt, a_shard, b, "ag_gemm", "a_shard", "b")
@@ -375,9 +402,9 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
         label="(a_shard rows, K, N, block_m, overlap)",
     )
     b = b.contiguous()
-    c = torch.empty((n * m, N), dtype=a_shard.dtype, device=rt.device)
     bn, bk = blocks["block_n"], blocks["block_k"]
     if not overlap:
+        c = torch.empty((n * m, N), dtype=a_shard.dtype, device=rt.device)
         a_full = all_gather(a_shard.contiguous(), team=team)
         _gemm[(cdiv(n * m, bm) * cdiv(N, bn),)](
             a_full, b, c, n * m, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=NUM_STAGES
@@ -385,11 +412,14 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
         return c
     buf = ws.buffers
     chunks = cdiv(m, bm)
-    _ag_gemm[capped_grid(_ag_gemm, max(chunks * (n - 1), n * chunks * cdiv(N, bn)))](
-        *inputs(rt, ws, a_shard, c),
+    bound = _ag_gemm.bind(
+        capped_grid(_ag_gemm, max(chunks * (n - 1), n * chunks * cdiv(N, bn))),
+        PER_CALL,  # a_shard
+        PER_CALL,  # src
+        PER_CALL,  # stage
         buf["a"],
-        b,
-        c,
+        PER_CALL,  # b
+        PER_CALL,  # c
         buf["sig"],
         buf["state"],
         ws.members,
@@ -405,7 +435,11 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
         ITEMSIZE=a_shard.element_size(),
         num_stages=NUM_STAGES,
     )
-    return c
+
+    def launch(a_shard, src, stage, c, b):
+        bound(a_shard, src, stage, b, c)
+
+    return plan_and_launch(rt, key, ws, (n * m, N), launch, a_shard, None, b)
 
 
 def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, group=None):
@@ -425,6 +459,12 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, 
     from .. import runtime
 
     rt = runtime()
+    key = _plan_key("gemm_rs", a, b_shard, (block_m, block_n, block_k), team, group)
+    plan = planned(rt, key)  # NOTE [call plans]: a and b_shard passed at every call
+    if plan is not None:
+        c = torch.empty(plan.shape, dtype=a.dtype, device=rt.device)
+        plan.launch(a.contiguous(), b_shard.contiguous(), c)
+        return c
     team = kernel_team(rt, team, group)
     n = team.n_pes
     problem = _operands(rt, a, b_shard, "gemm_rs", "a", "b_shard")
@@ -458,10 +498,11 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, 
     )
     c = torch.empty((m, N), dtype=a.dtype, device=rt.device)
     buf = ws.buffers
-    _gemm_rs[capped_grid(_gemm_rs, n * cdiv(m, bm) * cdiv(N, bn))](
-        a.contiguous(),
-        b_shard.contiguous(),
-        c,
+    launch = _gemm_rs.bind(
+        capped_grid(_gemm_rs, n * cdiv(m, bm) * cdiv(N, bn)),
+        PER_CALL,  # a
+        PER_CALL,  # b_shard
+        PER_CALL,  # c
         buf["stage"],
         buf["recv"],
         buf["sig"],
@@ -479,4 +520,6 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, 
         ITEMSIZE=a.element_size(),
         num_stages=NUM_STAGES,
     )
+    record(rt, key, Plan(ws, (m, N), launch))
+    launch(a.contiguous(), b_shard.contiguous(), c)
     return c
