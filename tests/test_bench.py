@@ -152,7 +152,9 @@ def test_launch_measures_each_kernels_host_work_beside_plain_triton(tmp_path):
     assert positive(report["plain_triton"]["mean"]) and positive(report["plain_direct"]["mean"])
     # NOTE [direct launch]: a kernel whose warm call follows a plan launches its compiled kernel itself
     direct = [r["kernel"] for r in report["rows"] if r["direct"] is not None]
-    assert direct == ["all_gather", "all_to_all", "reduce_scatter", "all_reduce", "ag_gemm", "gemm_rs"], direct
+    assert direct == ["all_gather", "all_to_all", "reduce_scatter", "all_reduce", "ag_gemm", "gemm_rs", "combine"], (
+        direct
+    )
     for r in report["rows"]:  # each row's totals and their ratios to plain Triton's
         assert all(positive(r["direct"][k]) for k in ("mean", "best")) if r["direct"] else True
         ends = r"\d+\.\dx +[\d.() ]+ +\d+\.\dx$" if r["direct"] else r"\d+\.\dx +whole path$"

@@ -219,3 +219,23 @@ def test_warm_gemm_calls_read_the_operands_they_are_given(rt):
                 c = K.gemm_rs(a_parts[me], b_parts[me])
             total = sum(a.float() @ b.float() for a, b in zip(a_parts, b_parts))
             assert torch.allclose(c.float(), total.chunk(n)[me], rtol=1e-2, atol=1e-1), (dtype, m, j)
+
+
+@spmd(sizes=(1, 2, 4))
+def test_a_warm_combine_follows_the_routing_of_the_handle_it_is_given(rt):
+    """combine's plan fixes the shapes and the workspace, not the routing: each call's handle is read."""
+    import unishmem.kernels as K
+    from unishmem import testing
+
+    n, me = rt.n_pes, rt.my_pe
+    T, H, k, experts = 6, 32, 2, 2 * n
+    tokens = (torch.arange(T * H, dtype=torch.float32).reshape(T, H) % 11 + me) / 4
+    for call, dtype in enumerate((torch.float32, torch.float32, torch.bfloat16)):
+        ids = (torch.arange(T * k).reshape(T, k) * (call + 1) + me) % experts
+        weights = torch.rand(T, k, generator=torch.Generator().manual_seed(call))
+        x = tokens.to(dtype)
+        with testing.capture(dry=False) if call == 1 else contextlib.nullcontext():
+            rows, _, handle = K.dispatch(x, ids, weights, experts, max_tokens=T)
+            out = K.combine(rows * 2, handle)  # each expert doubles its rows
+        expected = (weights[:, :, None] * 2 * x.float()[:, None, :]).sum(1)
+        assert torch.allclose(out.float(), expected, rtol=2e-2, atol=2e-2), (call, dtype)

@@ -84,9 +84,19 @@ from .. import jit
 from .. import language as shl
 from .._dtypes import DTYPE_CODES
 from .._workspaces import Workspace, checks_every_call, exchange, keyed_workspace, room_problem, size_class
-from ..triton_support import interpreting
+from ..triton_support import PER_CALL, interpreting
 from ._calls import STATE_WORDS, begin_call, copied_in, end_call
-from ._frame import capped_grid, cdiv, check_tensor, inputs, kernel_team, next_power_of_2, peer_pieces
+from ._frame import (
+    capped_grid,
+    cdiv,
+    check_tensor,
+    kernel_team,
+    next_power_of_2,
+    peer_pieces,
+    plan_and_launch,
+    planned,
+    run_plan,
+)
 from ._routing import needs_op, op_team_arg
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # routing weights' dtypes
@@ -630,6 +640,11 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
     from .. import runtime
 
     rt = runtime()
+    key = _combine_key(expert_out, handle, weights, per_copy, team, group)
+    plan = planned(rt, key)
+    if plan is not None:  # NOTE [call plans]: the handle's routing and the weights passed at every call
+        weights = (handle.weights if weights is None else weights).detach().contiguous()
+        return run_plan(rt, plan, expert_out.detach(), None, "combine", handle.C, handle.pos, weights)
     team = kernel_team(rt, team, group)
     n = team.n_pes
     problem = check_tensor(rt, expert_out, "expert_out", "combine")
@@ -661,21 +676,24 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
     T, K = handle.pos.shape
     weights = (handle.weights if weights is None else weights).detach().contiguous()  # per_copy: never read
     b = ws.buffers
-    out = torch.empty((T, K, H) if per_copy else (T, H), dtype=handle.dtype, device=rt.device)
+    shape = (T, K, H) if per_copy else (T, H)
     block_h = min(_blocks(H), 1024)
     block_t = max(1, min(64, _tile() // block_h))  # by H alone: one binary for every T and capacity
     pieces = ws.extra["pieces"]
     expert_out = expert_out.detach()
-    _combine[capped_grid(_combine, max(n * pieces, cdiv(T, block_t)))](
-        *inputs(rt, ws, expert_out, out),
-        handle.C,
+    bound = _combine.bind(
+        capped_grid(_combine, max(n * pieces, cdiv(T, block_t))),
+        PER_CALL,  # expert_out
+        PER_CALL,  # src
+        PER_CALL,  # stage
+        PER_CALL,  # handle.C
         b["ret"],
         b["ret_sig"],
         b["cstate"],
         ws.members,
-        handle.pos,
-        weights,
-        out,
+        PER_CALL,  # handle.pos
+        PER_CALL,  # weights
+        PER_CALL,  # out
         ws.my_index,
         n,
         T,
@@ -694,7 +712,24 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
         PER_COPY=per_copy,
         enable_fp_fusion=False,
     )
-    return out
+
+    def launch(expert_out, src, stage, out, C, pos, weights):
+        bound(expert_out, src, stage, C, pos, weights, out)
+
+    return plan_and_launch(rt, key, ws, shape, launch, expert_out, None, handle.C, handle.pos, weights)
+
+
+def _combine_key(expert_out, handle, weights, per_copy, team, group):
+    """The key of a combine call's plan (NOTE [call plans]), or None (no plan): only after a dispatch
+    given max_tokens (its handle needs no host check) and where combine checks its arguments once
+    per shape. The workspace is the handle's (the plan keeps it, so its id is not reused)."""
+    if group is not None or type(expert_out) is not torch.Tensor or not isinstance(handle, MoEHandle):
+        return None
+    if not handle.padded or (weights is not None and type(weights) is not torch.Tensor) or type(per_copy) is not bool:
+        return None
+    w = None if weights is None else (weights.dtype, weights.shape, weights.device)
+    got = (expert_out.dtype, expert_out.shape, expert_out.device)
+    return ("combine", got, id(handle.ws), handle.team, handle.pos.shape, w, per_copy, team)
 
 
 # Under torch.compile: run eagerly (a graph break), since the handle is not a tensor
