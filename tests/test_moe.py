@@ -66,7 +66,8 @@ def row_experts(counts, me, rows):
 
 def check_round_trip(rt, dtype, seed, T=None, combine=True, combines=1, team=None, drop=False, **kw):
     """On `team` (default the world): inputs are rebuilt from its members' world PEs. drop: some
-    copies are routed nowhere (id -1)."""
+    copies are routed nowhere (id -1; with "outside", ids past the last expert, which a capacity's
+    call does not check and routes nowhere)."""
     team = team or rt.team_world
     n, me = team.n_pes, team.my_pe
     E = n_experts(n)
@@ -76,9 +77,19 @@ def check_round_trip(rt, dtype, seed, T=None, combine=True, combines=1, team=Non
         for _, ids, _ in everyone:
             ids[::2, -1] = -1
     tokens, ids, weights = everyone[me]
+    given = ids.clone()
+    if drop == "outside":  # E: one past the last expert (inside the kernel's power-of-two tiles at 1 PE)
+        given[::2, -1] = torch.tensor([E, 1 << 40])[torch.arange(len(given[::2])) % 2]
     expert_tokens, counts, handle = K.dispatch(
-        tokens, ids.to(torch.int32 if seed % 2 else torch.int64), weights, E, team=team, **kw
+        tokens, given.to(torch.int32 if seed % 2 and drop != "outside" else torch.int64), weights, E, team=team, **kw
     )
+    # the handle's routing: each copy's expert (-1: nowhere), and its place among this PE's copies
+    # sorted by expert, (t, k) order within one
+    assert torch.equal(handle.ids, ids), (handle.ids, ids)
+    routed = sorted((e, i) for i, e in enumerate(ids.reshape(-1).tolist()) if e >= 0)
+    places = torch.full((ids.numel(),), -1, dtype=torch.int64)
+    places[[i for _, i in routed]] = torch.arange(len(routed))
+    assert torch.equal(handle.pos.reshape(-1), places), (handle.pos, places)
     rows, ref_counts, experts = reference_dispatch(everyone, me, L)
     assert counts.dtype == torch.int64 and torch.equal(counts, ref_counts), (counts, ref_counts)
     R = len(rows)
@@ -121,6 +132,7 @@ def test_a_capacity_pads_the_layout_and_ids_of_minus_one_route_nowhere(rt):
     for dtype, seed in ((torch.float32, 20), (torch.float16, 21)):
         check_round_trip(rt, dtype, seed, max_tokens=8, combines=2)
     check_round_trip(rt, torch.float32, seed=22, max_tokens=8, drop=True)
+    check_round_trip(rt, torch.float32, seed=25, max_tokens=8, drop="outside")
     check_round_trip(rt, torch.float32, seed=23, drop=True)  # the exact layout too
     check_round_trip(rt, torch.float32, seed=24, T=0, max_tokens=1)
 

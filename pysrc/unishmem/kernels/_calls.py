@@ -19,7 +19,8 @@ count and goes on to publish the copy (`copied_in` SETs state[3] to the epoch fo
 programs, which wait for it before they read the copy; the pull one-shot signals its peers instead).
 Programs copy before they wait for anything, so with the grid resident (NOTE [persistent grid]) the
 count always completes. No program of the next call can count before this one's last reset: the
-next launch starts after this one ends.
+next launch starts after this one ends. The same count and word make `all_past`, a wait for every
+program of the call to have reached it (dispatch stages its rows with it, NOTE [routing] in moe.py).
 """
 
 import triton
@@ -27,7 +28,7 @@ import triton.language as tl
 
 from .. import language as shl
 
-STATE_WORDS = 4  # epoch, programs finished, programs done copying in, the epoch copied in
+STATE_WORDS = 5  # epoch, programs finished, programs done copying in, the epoch copied in, the epoch routed
 
 
 @triton.jit
@@ -50,9 +51,8 @@ COPY_BLOCK = tl.constexpr(4096)  # elements a program copies in at a time
 
 
 @triton.jit
-def copy_in(x, dest, numel, state):
-    """Copy this program's share of x's numel elements into dest (NOTE [copy-in]); True in the last
-    program of the grid to finish its share, once every program's copies are visible at gpu scope."""
+def _copy_share(x, dest, numel):
+    """This program's share of x's numel elements into dest, COPY_BLOCK at a time round the grid."""
     p = tl.program_id(0)
     grid = tl.num_programs(0)
     for b in range(p, tl.cdiv(numel, COPY_BLOCK), grid):
@@ -61,20 +61,41 @@ def copy_in(x, dest, numel, state):
             tl.store(dest + offs, tl.load(x + offs))
         else:
             tl.store(dest + offs, tl.load(x + offs, mask=offs < numel), mask=offs < numel)
+
+
+@triton.jit
+def _counted(state):
+    """Count this program in state[2]; True in the last program of the grid, which resets the count,
+    once every program's earlier stores are visible at gpu scope."""
     tl.debug_barrier()  # every thread's stores come before the count's release
     finished = tl.atomic_add(state + 2, 1, sem="acq_rel", scope="gpu")
-    last = finished == grid - 1
+    last = finished == tl.num_programs(0) - 1
     if last:
         tl.store(state + 2, 0)
     return last
 
 
 @triton.jit
+def copy_in(x, dest, numel, state):
+    """Copy this program's share of x's numel elements into dest (NOTE [copy-in]); True in the last
+    program of the grid to finish its share, once every program's copies are visible at gpu scope."""
+    _copy_share(x, dest, numel)
+    return _counted(state)
+
+
+@triton.jit
+def all_past(state, epoch):
+    """Wait until every program of this call (epoch) has called it; a token (for consume_token) that
+    orders this program's later loads after every program's stores before its call."""
+    if _counted(state):
+        tl.atomic_xchg(state + 3, epoch, sem="release", scope="gpu")
+    shl.wait_until(state + 3, shl.CMP_GE, epoch)
+    return tl.atomic_add(state + 3, 0, sem="acquire", scope="gpu")
+
+
+@triton.jit
 def copied_in(x, dest, numel, state, epoch):
     """dest, holding x's numel elements once every program of this call (epoch) has copied its share
     (NOTE [copy-in]), as a pointer that depends on that wait (so that nothing reads dest before it)."""
-    if copy_in(x, dest, numel, state):
-        tl.atomic_xchg(state + 3, epoch, sem="release", scope="gpu")
-    shl.wait_until(state + 3, shl.CMP_GE, epoch)
-    token = tl.atomic_add(state + 3, 0, sem="acquire", scope="gpu")
-    return shl.consume_token(dest, token)
+    _copy_share(x, dest, numel)
+    return shl.consume_token(dest, all_past(state, epoch))

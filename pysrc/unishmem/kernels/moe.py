@@ -85,7 +85,7 @@ from .. import language as shl
 from .._dtypes import DTYPE_CODES
 from .._workspaces import Workspace, checks_every_call, exchange, keyed_workspace, room_problem, size_class
 from ..triton_support import PER_CALL, interpreting
-from ._calls import STATE_WORDS, begin_call, copied_in, end_call
+from ._calls import STATE_WORDS, all_past, begin_call, copied_in, end_call
 from ._frame import (
     capped_grid,
     cdiv,
@@ -114,8 +114,58 @@ def _put_piece(dest, source, rows, H, q, P, sig, pe, ITEMSIZE: tl.constexpr):
     shl.putmem_signal_block(dest + offset, source + offset, size, sig, 1, shl.SIGNAL_ADD, pe)
 
 
-@jit(do_not_specialize=["me", "rows"])  # one binary for every PE and capacity
+@triton.jit
+def _route(ids, TK, my_counts, pos_out, ids_out, E, E_BLOCK: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Route this PE's TK copies (NOTE [routing]): my_counts[e] = copies for expert e; pos_out[i] =
+    where copy i sits among the copies sorted by expert, stably (-1: routed nowhere); ids_out[i] its
+    expert (-1: nowhere). Two passes over the ids, BLOCK_C copies at a time."""
+    e = tl.arange(0, E_BLOCK)[None, :]
+    counts = tl.zeros((E_BLOCK,), dtype=tl.int64)
+    for c0 in range(0, TK, BLOCK_C):
+        i = c0 + tl.arange(0, BLOCK_C)
+        expert = tl.load(ids + i, mask=i < TK, other=-1).to(tl.int64)
+        counts += tl.sum(((expert[:, None] == e) & (e < E)).to(tl.int64), 0)  # outside 0..E-1: nowhere
+    tl.store(my_counts + tl.arange(0, E_BLOCK), counts, mask=tl.arange(0, E_BLOCK) < E)
+    before = tl.cumsum(counts, 0) - counts  # copies of every lower expert
+    for c0 in range(0, TK, BLOCK_C):
+        i = c0 + tl.arange(0, BLOCK_C)
+        expert = tl.load(ids + i, mask=i < TK, other=-1).to(tl.int64)
+        hit = ((expert[:, None] == e) & (e < E)).to(tl.int64)
+        rank = tl.cumsum(hit, 0) - 1  # among this block's copies of the same expert
+        place = tl.sum(hit * (before[None, :] + rank), 1)
+        routed = tl.sum(hit, 1) > 0
+        tl.store(pos_out + i, tl.where(routed, place, -1), mask=i < TK)
+        tl.store(ids_out + i, tl.where(routed, expert, -1), mask=i < TK)
+        before += tl.sum(hit, 0)
+
+
+@triton.jit
+def _stage_rows(tokens, pos, stage, TK, K, H, ROW_PER_COPY: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr):
+    """This program's share of the copies' rows into stage, each at its place pos[i] (a copy routed
+    nowhere is not staged): copy i carries tokens row i // K, or row i with ROW_PER_COPY."""
+    for r0 in range(tl.program_id(0) * BLOCK_R, TK, tl.num_programs(0) * BLOCK_R):
+        i = r0 + tl.arange(0, BLOCK_R)
+        place = tl.load(pos + i, mask=i < TK, other=-1)
+        if ROW_PER_COPY:
+            row = i.to(tl.int64)
+        else:
+            row = (i // K).to(tl.int64)
+        for h0 in range(0, H, BLOCK_H):
+            h = h0 + tl.arange(0, BLOCK_H)
+            mask = (place >= 0)[:, None] & (h < H)[None, :]
+            tl.store(
+                stage + place[:, None] * H + h[None, :],
+                tl.load(tokens + row[:, None] * H + h[None, :], mask=mask),
+                mask=mask,
+            )
+
+
+@jit(do_not_specialize=["me", "rows", "TK"])  # one binary for every PE, batch and capacity
 def _dispatch(
+    tokens,
+    topk_ids,
+    pos_out,
+    ids_out,
     stage,
     my_counts,
     cnt,
@@ -130,20 +180,27 @@ def _dispatch(
     me,
     n,
     H,
+    K,
+    TK,
     rows,
     L: tl.constexpr,
     N_BLOCK: tl.constexpr,
     E_BLOCK: tl.constexpr,
     ITEMSIZE: tl.constexpr,
     COPY_OUT: tl.constexpr,
+    ROW_PER_COPY: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_H: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """Program g serves PE p = g % n with piece q = g // n of each of its P = num_programs / n
-    pieces: program q = 0 puts this PE's count row to PE p; then (once every count row is here)
-    each program puts its piece of this PE's rows for each of PE p's L experts to their packed place
-    there, adding 1 to PE p's signal word of this PE. stage: this PE's rows sorted by expert.
-    Program 0 writes the count matrix (C_out [n, E]) and this PE's counts (counts_out [L, n]); with
-    COPY_OUT every program copies its share of the received rows into out ([rows, H]), zeros after."""
+    """Program 0 routes this PE's copies (_route: counts, places, ids); then every program stages its
+    share of the rows in place order (_stage_rows). Program g serves PE p = g % n with piece q = g // n
+    of each of its P = num_programs / n pieces: program q = 0 puts this PE's count row to PE p; then
+    (once every count row is here and every row is staged) each program puts its piece of this PE's
+    rows for each of PE p's L experts to their packed place there, adding 1 to PE p's signal word of
+    this PE. Program 0 writes the count matrix (C_out [n, E]) and this PE's counts (counts_out [L, n]);
+    with COPY_OUT every program copies its share of the received rows into out ([rows, H]), zeros after."""
     g = tl.program_id(0)
     P = tl.num_programs(0) // n
     p = g % n  # the count senders (q = 0) are programs 0..n-1: the first to start
@@ -154,8 +211,18 @@ def _dispatch(
     parity = epoch % 2
     cnt += parity * n * E
     cnt_sig += parity * n
+    if g == 0:
+        _route(topk_ids, TK, my_counts, pos_out, ids_out, E, E_BLOCK, BLOCK_C)
+        tl.debug_barrier()  # every thread's stores come before the release
+        tl.atomic_xchg(state + 4, epoch, sem="release", scope="gpu")
+    shl.wait_until(state + 4, shl.CMP_GE, epoch)  # routed (NOTE [routing])
+    token = tl.atomic_add(state + 4, 0, sem="acquire", scope="gpu")
     if q == 0:
-        shl.putmem_signal_block(cnt + me * E, my_counts, E * 8, cnt_sig + me, epoch, shl.SIGNAL_SET, pe)
+        shl.putmem_signal_block(
+            cnt + me * E, shl.consume_token(my_counts, token), E * 8, cnt_sig + me, epoch, shl.SIGNAL_SET, pe
+        )
+    _stage_rows(tokens, shl.consume_token(pos_out, token), stage, TK, K, H, ROW_PER_COPY, BLOCK_R, BLOCK_H)
+    staged = all_past(state, epoch)  # every program's rows are staged
     shl.wait_until_all(cnt_sig, n, shl.CMP_GE, epoch)
     s = tl.arange(0, N_BLOCK)[:, None]
     e = tl.arange(0, E_BLOCK)[None, :]
@@ -168,7 +235,9 @@ def _dispatch(
         src = tl.sum(tl.sum(tl.where((s == me) & (e < ex), C, 0), 1), 0)
         # at PE p: after every source's rows for its lower experts, then lower sources' for ex
         dst = tl.sum(tl.sum(tl.where(((e >= p * L) & (e < ex)) | ((e == ex) & (s < me)), C, 0), 1), 0)
-        _put_piece(recv + dst * H, stage + src * H, sent, H, q, P, recv_sig + me, pe, ITEMSIZE)
+        _put_piece(
+            recv + dst * H, shl.consume_token(stage, staged) + src * H, sent, H, q, P, recv_sig + me, pe, ITEMSIZE
+        )
     mine = (e >= me * L) & (e < me * L + L)
     if g == 0:
         tl.store(C_out + s * E + e, C, mask=in_C)
@@ -281,6 +350,10 @@ def _combine(
 COMPILE = {
     _dispatch: {
         "signature": {
+            "tokens": "*fp16",
+            "topk_ids": "*i64",
+            "pos_out": "*i64",
+            "ids_out": "*i64",
             "stage": "*fp16",
             "my_counts": "*i64",
             "cnt": "*i64",
@@ -295,9 +368,25 @@ COMPILE = {
             "me": "i32",
             "n": "i32",
             "H": "i32",
+            "K": "i32",
+            "TK": "i32",
             "rows": "i64",
         },
-        "constexprs": {"L": 2, "N_BLOCK": 8, "E_BLOCK": 16, "ITEMSIZE": 2, "COPY_OUT": True, "BLOCK": 4096},
+        "constexprs": {
+            "L": 2,
+            "N_BLOCK": 8,
+            "E_BLOCK": 16,
+            "ITEMSIZE": 2,
+            "COPY_OUT": True,
+            "ROW_PER_COPY": False,
+            "BLOCK_C": 256,
+            "BLOCK_R": 4,
+            "BLOCK_H": 1024,
+            "BLOCK": 4096,
+        },
+        # as a launch specialises 16-byte aligned tensors and an H divisible by 16 (a model's hidden size)
+        "aligned": ["tokens", "topk_ids", "pos_out", "ids_out", "stage", "my_counts", "cnt", "cnt_sig", "recv"]
+        + ["recv_sig", "C_out", "counts_out", "out", "state", "members", "H"],
     },
     _combine: {
         "signature": {
@@ -474,7 +563,7 @@ def _buffers(n, dtype, H, K, n_experts, rows):
     """A workspace for `rows` tokens a PE (a size class), name -> (shape, dtype)."""
     return {
         "stage": ((rows * K, H), dtype),
-        "my_counts": ((n_experts + 1,), torch.int64),  # the last: copies routed nowhere (never sent)
+        "my_counts": ((n_experts,), torch.int64),  # copies per expert (written by the kernel)
         "cnt": ((2, n, n_experts), torch.int64),
         "cnt_sig": ((2, n), torch.uint64),
         "recv": ((n * rows * K, H), dtype),
@@ -548,20 +637,18 @@ def _run_dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group)
     L = n_experts // n
     ws.epoch += 1  # the host's count of calls: only compared across PEs (combine's handle check)
     b = ws.buffers
-    ids = topk_ids.reshape(-1).to(torch.int64)
-    routed = (ids >= 0) & (ids < n_experts)
-    expert = torch.where(routed, ids, n_experts)  # copies routed nowhere sort last and are never sent
-    order = torch.argsort(expert, stable=True)  # copies sorted by expert, (t, k) order within one
-    if tokens.dim() == 3:  # a row per copy
-        torch.index_select(tokens.reshape(T * K, H), 0, order, out=b["stage"][: T * K])
-    else:
-        torch.index_select(tokens, 0, order // K, out=b["stage"][: T * K])
-    b["my_counts"].zero_().index_add_(0, expert, torch.ones_like(expert))
+    pos = torch.empty((T, K), dtype=torch.int64, device=rt.device)
+    ids = torch.empty((T, K), dtype=torch.int64, device=rt.device)
     C = torch.empty((n, n_experts), dtype=torch.int64, device=rt.device)
     counts = torch.empty((L, n), dtype=torch.int64, device=rt.device)
     rows = n * cap * K
     out = torch.empty((rows, H), dtype=tokens.dtype, device=rt.device) if padded else b["recv"]
+    block_h = min(_blocks(H), 1024)
     _dispatch[(n * ws.extra["pieces"],)](
+        tokens.contiguous(),
+        topk_ids.contiguous(),
+        pos,
+        ids,
         b["stage"],
         b["my_counts"],
         b["cnt"],
@@ -576,21 +663,23 @@ def _run_dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group)
         ws.my_index,
         n,
         H,
+        K,
+        T * K,
         rows,
         L=L,
         N_BLOCK=_blocks(n),
         E_BLOCK=_blocks(n_experts),
         ITEMSIZE=tokens.element_size(),
         COPY_OUT=padded,
+        ROW_PER_COPY=tokens.dim() == 3,
+        BLOCK_C=max(16, min(1024, _tile() // _blocks(n_experts))),
+        BLOCK_R=max(1, min(64, _tile() // block_h)),
+        BLOCK_H=block_h,
         BLOCK=_tile(),
     )
     if not padded:  # the exact layout: R read on the host
         rows = int(counts.sum())
         out = b["recv"][:rows].clone()
-    pos = torch.empty_like(order)
-    pos[order] = torch.arange(T * K, device=rt.device)
-    pos = torch.where(routed, pos, -1).view(T, K)
-    ids = torch.where(routed, ids, -1).view(T, K)
     handle = MoEHandle(ws, team, ws.epoch, C, pos, weights, ids, rows, tokens.dtype, H, L, cap, padded)
     return out, counts, handle
 
