@@ -186,6 +186,35 @@ def test_a_captured_dispatch_and_combine_replay_right_after_the_inputs_change(rt
         assert torch.equal(out, ref), (seed, (out - ref).abs().max())
 
 
+@spmd
+def test_a_captured_dispatch_and_combine_are_two_launches_and_no_torch_op(rt):
+    """NOTE [routing]: a warm dispatch (with max_tokens) and combine are their two launches alone."""
+    import unishmem.testing
+
+    n, me = rt.n_pes, rt.my_pe
+    E, cap, T = n_experts(n), 8, 6
+    tokens, ids, weights = inputs(me, n, 70, torch.float32, T=T)
+
+    def step():  # each expert returns its rows as they came
+        expert_tokens, _, handle = K.dispatch(tokens, ids, weights, E, max_tokens=cap)
+        return K.combine(expert_tokens, handle)
+
+    step()  # warm: the workspace is made outside the capture
+    with unishmem.testing.capture() as graph:
+        out = step()
+    assert graph.ops == [] and len(graph.launches) == 2, (graph.ops, graph.launches)
+    for seed in (71, 72):
+        new = inputs(me, n, seed, torch.float32, T=T)
+        new[1][seed % T, 0] = -1  # a copy routed nowhere
+        for mine, fresh in zip((tokens, ids, weights), new):
+            mine.copy_(fresh)
+        graph.replay()
+        ref = torch.zeros(T, H)
+        for k in range(TOPK):  # k by k, in float32: the documented sum
+            ref = ref + torch.where(ids[:, k : k + 1] >= 0, weights[:, k : k + 1] * tokens, 0.0)
+        assert torch.equal(out, ref), (seed, (out - ref).abs().max())
+
+
 @spmd(sizes=(2,))
 def test_capacities_of_one_size_class_share_a_workspace_and_a_capture_never_allocates(rt):
     import unishmem.testing

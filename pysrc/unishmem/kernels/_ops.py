@@ -172,8 +172,9 @@ def gemm_rs_context(ctx, inputs, output):
 def dispatch(
     tokens: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_experts: int, max_tokens: int, team: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    weights = topk_weights.detach().clone(memory_format=torch.contiguous_format)
-    out, counts, h = moe._run_dispatch(tokens.detach(), topk_ids, weights, n_experts, max_tokens, _team(team), None)
+    out, counts, h = moe._run_dispatch(
+        tokens.detach(), topk_ids, topk_weights.detach(), n_experts, max_tokens, _team(team), None
+    )
     return out, counts, h.C, h.pos, h.ids
 
 

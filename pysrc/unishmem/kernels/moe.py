@@ -42,6 +42,16 @@ A copy routed nowhere and a padding row of the capacity layout get zero gradient
 Both modes keep their host syncs: none with a capacity. Every PE must run the backward calls, in
 the same order (as for the collectives): each is a dispatch or combine call on the handle's team.
 
+NOTE [routing]: dispatch is one launch and no torch operation. Program 0 of the kernel routes this PE's
+T * K copies: it counts them per expert and gives each its place among them sorted by expert, stably
+((t, k) order within an expert), in two passes over the ids, BLOCK_C copies at a time (a cumulative sum
+of one-hot tiles), writing the handle's ids, places and copy of the weights as it goes; then it releases
+the epoch in state[4]. Every program waits for that, stages its share of the rows at their places
+(16-byte accesses where H and the tensors are aligned) and counts itself (`all_past`, NOTE [copy-in]);
+the rows are put from the stage only once every program has staged. One program routes: its passes
+cost about T * K * n_experts / (its threads) steps, fine for a serving batch (thousands of copies); a
+prefill-sized batch would want the routing spread over the grid (not done).
+
 Counts are exchanged in the dispatch kernel: every PE puts its per-expert count row (n_experts int64
 words, counted on the device) into every PE's slot for it, with a signal; after waiting for all n
 rows every PE knows the whole count matrix C[s, e], from which each sender computes where its rows
@@ -87,6 +97,7 @@ from .._workspaces import Workspace, checks_every_call, exchange, keyed_workspac
 from ..triton_support import PER_CALL, interpreting
 from ._calls import STATE_WORDS, all_past, begin_call, copied_in, end_call
 from ._frame import (
+    Plan,
     capped_grid,
     cdiv,
     check_tensor,
@@ -95,6 +106,7 @@ from ._frame import (
     peer_pieces,
     plan_and_launch,
     planned,
+    record,
     run_plan,
 )
 from ._routing import needs_op, op_team_arg
@@ -115,10 +127,10 @@ def _put_piece(dest, source, rows, H, q, P, sig, pe, ITEMSIZE: tl.constexpr):
 
 
 @triton.jit
-def _route(ids, TK, my_counts, pos_out, ids_out, E, E_BLOCK: tl.constexpr, BLOCK_C: tl.constexpr):
+def _route(ids, weights, TK, my_counts, pos_out, ids_out, weights_out, E, E_BLOCK: tl.constexpr, BLOCK_C: tl.constexpr):
     """Route this PE's TK copies (NOTE [routing]): my_counts[e] = copies for expert e; pos_out[i] =
     where copy i sits among the copies sorted by expert, stably (-1: routed nowhere); ids_out[i] its
-    expert (-1: nowhere). Two passes over the ids, BLOCK_C copies at a time."""
+    expert (-1: nowhere); weights_out[i] = weights[i]. Two passes over the ids, BLOCK_C copies at a time."""
     e = tl.arange(0, E_BLOCK)[None, :]
     counts = tl.zeros((E_BLOCK,), dtype=tl.int64)
     for c0 in range(0, TK, BLOCK_C):
@@ -136,6 +148,7 @@ def _route(ids, TK, my_counts, pos_out, ids_out, E, E_BLOCK: tl.constexpr, BLOCK
         routed = tl.sum(hit, 1) > 0
         tl.store(pos_out + i, tl.where(routed, place, -1), mask=i < TK)
         tl.store(ids_out + i, tl.where(routed, expert, -1), mask=i < TK)
+        tl.store(weights_out + i, tl.load(weights + i, mask=i < TK), mask=i < TK)
         before += tl.sum(hit, 0)
 
 
@@ -164,8 +177,10 @@ def _stage_rows(tokens, pos, stage, TK, K, H, ROW_PER_COPY: tl.constexpr, BLOCK_
 def _dispatch(
     tokens,
     topk_ids,
+    weights,
     pos_out,
     ids_out,
+    weights_out,
     stage,
     my_counts,
     cnt,
@@ -212,7 +227,7 @@ def _dispatch(
     cnt += parity * n * E
     cnt_sig += parity * n
     if g == 0:
-        _route(topk_ids, TK, my_counts, pos_out, ids_out, E, E_BLOCK, BLOCK_C)
+        _route(topk_ids, weights, TK, my_counts, pos_out, ids_out, weights_out, E, E_BLOCK, BLOCK_C)
         tl.debug_barrier()  # every thread's stores come before the release
         tl.atomic_xchg(state + 4, epoch, sem="release", scope="gpu")
     shl.wait_until(state + 4, shl.CMP_GE, epoch)  # routed (NOTE [routing])
@@ -352,8 +367,10 @@ COMPILE = {
         "signature": {
             "tokens": "*fp16",
             "topk_ids": "*i64",
+            "weights": "*fp32",
             "pos_out": "*i64",
             "ids_out": "*i64",
+            "weights_out": "*fp32",
             "stage": "*fp16",
             "my_counts": "*i64",
             "cnt": "*i64",
@@ -385,7 +402,19 @@ COMPILE = {
             "BLOCK": 4096,
         },
         # as a launch specialises 16-byte aligned tensors and an H divisible by 16 (a model's hidden size)
-        "aligned": ["tokens", "topk_ids", "pos_out", "ids_out", "stage", "my_counts", "cnt", "cnt_sig", "recv"]
+        "aligned": [
+            "tokens",
+            "topk_ids",
+            "weights",
+            "pos_out",
+            "ids_out",
+            "weights_out",
+            "stage",
+            "my_counts",
+            "cnt",
+            "cnt_sig",
+            "recv",
+        ]
         + ["recv_sig", "C_out", "counts_out", "out", "state", "members", "H"],
     },
     _combine: {
@@ -594,23 +623,30 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
             tokens, topk_ids, topk_weights, n_experts, max_tokens, number
         )
         return out, counts, MoERouting(C, pos, ids, topk_weights, n_experts, max_tokens, number)
-    # the handle's own copy (combine uses the weights as they are now), made here so that it records
-    # the weights' autograd history for combine's gradient
-    if isinstance(topk_weights, torch.Tensor):
-        topk_weights = topk_weights.clone(memory_format=torch.contiguous_format)
+    # The handle keeps its own copy of the weights (combine uses them as they are now): made by the
+    # kernel, or here where it must record the weights' autograd history for combine's gradient
+    history = isinstance(topk_weights, torch.Tensor) and topk_weights.requires_grad and torch.is_grad_enabled()
     if needs_op(tokens):
-        return _dispatch_with_grad(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group)
-    return _run_dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group)
+        out, counts, handle = _dispatch_with_grad(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group)
+    else:
+        out, counts, handle = _run_dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group)
+    if history:
+        handle.weights = topk_weights.clone(memory_format=torch.contiguous_format)
+    return out, counts, handle
 
 
-def _run_dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group):
-    """dispatch's kernel call; weights: the handle's copy of topk_weights."""
+def _run_dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group):
+    """dispatch's kernel call (the handle's weights: the kernel's copy of topk_weights)."""
     from .. import runtime
 
     rt = runtime()
+    plan_key = _dispatch_key(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group)
+    plan = planned(rt, plan_key)
+    if plan is not None:  # NOTE [call plans]
+        return plan.launch(tokens, topk_ids, topk_weights)
     team = kernel_team(rt, team, group)
     n = team.n_pes
-    problem = _dispatch_problem(rt, tokens, topk_ids, weights, n_experts, max_tokens, n)
+    problem = _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n)
     padded = max_tokens is not None
     T, H, K = (tokens.shape[0], tokens.shape[-1], topk_ids.shape[1]) if problem is None else (0, 0, 0)
     # NOTE [workspaces]: one workspace per size class of the capacity (a power of two of tokens a PE)
@@ -634,30 +670,48 @@ def _run_dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group)
         buffers = lambda: _buffers(n, tokens.dtype, H, K, n_experts, cls)  # noqa: E731
         ws = keyed_workspace(rt, team, "dispatch", key, buffers, pieces=pieces, slot=cls * K)
         ws.agreed.add(agreed)
+    launch = _dispatch_launch(rt, ws, team, tokens, topk_ids, topk_weights, n_experts, cap, padded)
+    record(rt, plan_key, Plan(ws, (n * cap * K, H), launch))
+    return launch(tokens, topk_ids, topk_weights)
+
+
+def _dispatch_key(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group):
+    """The key of a dispatch call's plan (NOTE [call plans]), or None (no plan): only with max_tokens
+    (the exact layout syncs with the host anyway), for plain tensors and int sizes, team= or the world."""
+    given = (tokens, topk_ids, topk_weights)
+    if group is not None or type(max_tokens) is not int or type(n_experts) is not int:
+        return None
+    if any(type(x) is not torch.Tensor for x in given):
+        return None
+    return ("dispatch", *((x.dtype, x.shape, x.device) for x in given), n_experts, max_tokens, team)
+
+
+def _dispatch_launch(rt, ws, team, tokens, topk_ids, topk_weights, n_experts, cap, padded):
+    """A dispatch call on ws for these shapes, with its checks done: (tokens, topk_ids, topk_weights)
+    -> (expert_tokens, counts, handle), one launch (NOTE [routing])."""
+    n, (T, K), H = team.n_pes, topk_ids.shape, tokens.shape[-1]
     L = n_experts // n
-    ws.epoch += 1  # the host's count of calls: only compared across PEs (combine's handle check)
-    b = ws.buffers
-    pos = torch.empty((T, K), dtype=torch.int64, device=rt.device)
-    ids = torch.empty((T, K), dtype=torch.int64, device=rt.device)
-    C = torch.empty((n, n_experts), dtype=torch.int64, device=rt.device)
-    counts = torch.empty((L, n), dtype=torch.int64, device=rt.device)
     rows = n * cap * K
-    out = torch.empty((rows, H), dtype=tokens.dtype, device=rt.device) if padded else b["recv"]
+    b = ws.buffers
     block_h = min(_blocks(H), 1024)
-    _dispatch[(n * ws.extra["pieces"],)](
-        tokens.contiguous(),
-        topk_ids.contiguous(),
-        pos,
-        ids,
+    device, dtype = rt.device, tokens.dtype
+    bound = _dispatch.bind(
+        (n * ws.extra["pieces"],),
+        PER_CALL,  # tokens
+        PER_CALL,  # topk_ids
+        PER_CALL,  # topk_weights
+        PER_CALL,  # pos
+        PER_CALL,  # ids
+        PER_CALL,  # weights (the handle's copy)
         b["stage"],
         b["my_counts"],
         b["cnt"],
         b["cnt_sig"],
         b["recv"],
         b["recv_sig"],
-        C,
-        counts,
-        out,
+        PER_CALL,  # C
+        PER_CALL,  # counts
+        PER_CALL,  # out
         b["state"],
         ws.members,
         ws.my_index,
@@ -677,11 +731,24 @@ def _run_dispatch(tokens, topk_ids, weights, n_experts, max_tokens, team, group)
         BLOCK_H=block_h,
         BLOCK=_tile(),
     )
-    if not padded:  # the exact layout: R read on the host
-        rows = int(counts.sum())
-        out = b["recv"][:rows].clone()
-    handle = MoEHandle(ws, team, ws.epoch, C, pos, weights, ids, rows, tokens.dtype, H, L, cap, padded)
-    return out, counts, handle
+
+    def launch(tokens, topk_ids, topk_weights):
+        ws.epoch += 1  # the host's count of calls: only compared across PEs (combine's handle check)
+        pos = torch.empty((T, K), dtype=torch.int64, device=device)
+        ids = torch.empty((T, K), dtype=torch.int64, device=device)
+        weights = torch.empty((T, K), dtype=topk_weights.dtype, device=device)
+        C = torch.empty((n, n_experts), dtype=torch.int64, device=device)
+        counts = torch.empty((L, n), dtype=torch.int64, device=device)
+        out = torch.empty((rows, H), dtype=dtype, device=device) if padded else b["recv"]
+        tokens, topk_ids, topk_weights = tokens.contiguous(), topk_ids.contiguous(), topk_weights.contiguous()
+        bound(tokens, topk_ids, topk_weights.detach(), pos, ids, weights, C, counts, out)
+        received = rows
+        if not padded:  # the exact layout: R read on the host
+            received = int(counts.sum())
+            out = b["recv"][:received].clone()
+        return out, counts, MoEHandle(ws, team, ws.epoch, C, pos, weights, ids, received, dtype, H, L, cap, padded)
+
+    return launch
 
 
 def combine(expert_out, handle, *, weights=None, per_copy: bool = False, team=None, group=None):
