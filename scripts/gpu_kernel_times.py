@@ -21,6 +21,9 @@ Per (kernel, size), on every PE:
   cache hits per binary), then the result against torch;
 - eager: the mean over a loop of calls (one pair of CUDA events around the loop: what a user's loop
   pays, host work included) and the median of calls timed one by one;
+- eager host: the host's time per call of the same loop issued behind a torch.cuda._sleep long enough
+  that the GPU never waits for the host (so the figure is the host work alone: unishmem's, Triton's or
+  the direct launch's, and the driver's), and beside it in the summary the eager mean less the graph's;
 - graph: the call captured after the warm calls (unishmem.testing.capture() first, which refuses a host
   synchronisation, so a call that cannot be captured is reported, never captured half), then
   torch.cuda.CUDAGraph replays timed the same way; then the inputs change in place and one replay must
@@ -122,6 +125,9 @@ def kernels() -> tuple[str, ...]:
 # ---- one PE's run ------------------------------------------------------------------------------
 
 
+SLEEP_HZ = 2.0e9  # torch.cuda._sleep's cycles per second, an upper bound (H100/H200 boost clocks: 1.98 GHz)
+
+
 class Clock:
     """CUDA events on a GPU, time.perf_counter on the host backend (where every call is synchronous)."""
 
@@ -148,6 +154,19 @@ class Clock:
         for _ in range(reps):
             fn()
         return (time.perf_counter() - start) / reps
+
+    def host(self, fn, reps: int, ahead_s: float) -> float:
+        """Host seconds per call over a loop of reps calls; on a GPU issued behind ahead_s of sleep, so
+        that no call waits for the GPU (the sleep counted at SLEEP_HZ cycles a second, at least as fast
+        as the GPU's clock: the sleep lasts at least ahead_s)."""
+        if self.cuda:
+            self.torch.cuda._sleep(int(ahead_s * SLEEP_HZ))
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        seconds = time.perf_counter() - start
+        self.sync()
+        return seconds / reps
 
     def each(self, fn, reps: int) -> list[float]:
         """Seconds of each of reps calls, timed one by one."""
@@ -443,6 +462,9 @@ class Run:
         row["compile_s"] = sum(c["seconds"] for c in row["compiled"])
         row["check"] = compare(out, case.expected(1), case.tol)
         row["eager"] = self.timings(case.call)
+        self.together()
+        ahead = 2 * self.args.reps * row["eager"]["mean_us"] * 1e-6 + 1e-3  # the loop's GPU time, twice
+        row["eager_host"] = {"mean_us": self.clock.host(case.call, self.args.reps, ahead) * 1e6}
         if name == "gemm_part":
             row["matmul"] = self.timings(case.matmul)
             row["matmul_check"] = compare(case.matmul(), case.expected(1), case.tol)
@@ -570,7 +592,7 @@ def plan(args) -> int:
 def us(x) -> str:
     if x is None:
         return "-"
-    return f"{x / 1e3:.3g} ms" if x >= 1e3 else f"{x:.3g} us"
+    return f"{x / 1e3:.3g} ms" if abs(x) >= 1e3 else f"{x:.3g} us"
 
 
 def summary(out_dir: str) -> str:
@@ -598,11 +620,12 @@ def summary(out_dir: str) -> str:
     lines = [
         f"unishmem.kernels timed: {info['mode']} mode, {info['device']}, {info['n_pes']} PEs, {info['dtype']}, "
         f"{info['reps']} calls per loop, started {info['started']}",
-        f"({info['note']}; figures: the slowest PE's; eager mean = loop / calls, median = calls timed one by one)",
+        f"({info['note']}; figures: the slowest PE's; eager mean = loop / calls, median = calls timed one by one;",
+        "host = the host's time per call with the GPU kept busy ahead; eager - graph = eager mean less graph mean)",
         "",
-        "| kernel | size | eager mean | eager median | graph mean | graph median | copy ref | graph / copy "
-        "| busbw (graph) | first call | check |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| kernel | size | eager mean | eager median | host | eager - graph | graph mean | graph median | copy ref "
+        "| graph / copy | busbw (graph) | first call | check |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     order = {k: i for i, k in enumerate(info.get("kernels", ()))}  # the run's, in the table's order
     for (name, size), group in sorted(rows.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):
@@ -614,9 +637,12 @@ def summary(out_dir: str) -> str:
         factor = group[0].get("busbw_factor")
         busbw = f"{size / (gmean * 1e-6) * factor / 1e9:.3g} GB/s" if gmean and factor else "-"
         first = worst(group, "first_call_s")
+        emean = worst(group, "eager", "mean_us")
         lines.append(
-            f"| {name} | {show_size(size)} | {us(worst(group, 'eager', 'mean_us'))} | "
-            f"{us(worst(group, 'eager', 'median_us'))} | {us(gmean) if not error else error.split(':')[0]} | "
+            f"| {name} | {show_size(size)} | {us(emean)} | "
+            f"{us(worst(group, 'eager', 'median_us'))} | {us(worst(group, 'eager_host', 'mean_us'))} | "
+            f"{us(emean - gmean) if emean is not None and gmean else '-'} | "
+            f"{us(gmean) if not error else error.split(':')[0]} | "
             f"{us(worst(group, 'graph', 'median_us'))} | {us(ref)} | "
             f"{f'{gmean / ref:.2f}x' if gmean and ref else '-'} | {busbw} | "
             f"{f'{first:.1f} s' if first is not None else '-'} | {'; '.join(checks)} |"
