@@ -115,6 +115,11 @@ def builds(request):
     named[("spin_on_a_peer", "hip")] = ("spin_on_a_peer", "hip", "gfx942", False)
     named[("range_wait_token", "cuda")] = ("range_wait_token", "cuda", 90, True)
     named[("range_wait_token", "hip")] = ("range_wait_token", "hip", "gfx942", False)
+    buf_and_src_aligned = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}
+    for backend, arch in (("cuda", 90), ("hip", "gfx942")):  # 1024 int32 a load: 16-byte accesses where aligned
+        signature = "SIGNATURE" if backend == "cuda" else "HIP_SIGNATURE"
+        wide = ("range_wait_token", backend, arch, backend == "cuda", signature, {"N": 1024}, None)
+        named[("tokened_copy", backend)] = wide + (buf_and_src_aligned,)
     aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
     for guard in (False, True):
         constants = dict(device_kernels.GEMM_CONSTANTS, GUARD=guard)
@@ -280,6 +285,20 @@ def test_a_range_wait_returns_a_token_that_orders_the_load(builds):
         )
         load = next(i for i, line in enumerate(lines) if re.match(r"%\S+ = (tt\.load|amdg(pu)?\.buffer_load) ", line))
         assert wait < token < load, (backend, lines[wait], lines[token], lines[load])
+
+
+def test_a_pointer_through_consume_token_keeps_its_alignment(builds):
+    """A 16-byte aligned pointer made to depend on a token still loads 16 bytes an access. On sm_90, through
+    the tie's asm itself it would lose what Triton knows of it and load 4 bytes an access (checked: eight
+    ld.global.b32 a thread); gfx942's buffer loads were 16 bytes either way."""
+    for backend in ("cuda", "hip"):
+        out = builds[("tokened_copy", backend)]
+        assert "error" not in out, out.get("error")
+        kernel = re.search(r"define [^\n]*@range_wait_token\(.*?\n}", out["llir"], re.S).group(0)  # not the library's
+        # NVIDIA: a load or its inline PTX; AMD: a buffer load
+        loads = [line for line in kernel.splitlines() if re.search(r"= load |ld\.global|buffer\.load", line)]
+        data = [line for line in loads if re.search(r"i32|\.b32", line)]
+        assert data and all(re.search(r"<4 x i32>|\.v4\.b32|\.v4i32", line) for line in data), (backend, loads)
 
 
 def test_consume_token_refuses_what_the_interpreter_refuses():

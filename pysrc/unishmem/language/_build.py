@@ -523,9 +523,20 @@ def _kind(value) -> str:
 
 
 def _tie(x, token, semantic):
-    """`x` (a pointer or integer, or a block of them) unchanged, but computed from `token` too."""
+    """`x` (a pointer or integer, or a block of them) unchanged, but computed from `token` too. A pointer
+    gets a zero offset made from the token, as a multiple of 16 elements: what Triton knows of its
+    alignment and contiguity stays (through the asm itself the pointer would lose it, and 16-byte
+    accesses would become one element each)."""
     x = semantic.to_tensor(x.value if isinstance(x, tl.constexpr) else x)
-    tied = tl.core.inline_asm_elementwise(
+    if x.type.scalar.is_ptr():
+        zero = _tied_value(semantic.to_tensor(0), token, semantic)
+        return semantic.add(x, semantic.mul(zero, 16, False), False)
+    return semantic.cast(_tied_value(x, token, semantic), x.type.scalar)
+
+
+def _tied_value(x, token, semantic):
+    """x as int64, through an asm that also takes token: the compiler must compute token first."""
+    return tl.core.inline_asm_elementwise(
         "",
         CONSUME_TOKEN_CONSTRAINTS[_vendor(semantic)],
         [semantic.cast(x, tl.int64), semantic.cast(token, tl.int64)],
@@ -534,7 +545,6 @@ def _tie(x, token, semantic):
         pack=1,
         _semantic=semantic,
     )
-    return semantic.cast(tied, x.type.scalar)
 
 
 class _TokenedDescriptorType(tl.core.tensor_descriptor_type):
