@@ -20,15 +20,21 @@ start. Nothing depends on G being the same on every PE: slots, signals and block
 task, never by program.
 
 NOTE [call plans]: a warm call skips what its first call of the same shape worked out. After a
-call's full checks, its kernel records a plan under (kernel, x's dtype, shape and device, the call's
-other arguments): its workspace, its output's shape, the elements the kernel reads from x, and its
-launch bound to every argument but x, the source, stage and out, grid included (Kernel.bind: on a GPU
-backend a warm launch skips Triton's own preparation too, NOTE [direct launch] in triton_support.py). Where arguments are compared across
-PEs only on a shape's first call (GPU backends, a capture: workspace()), a call that finds a plan
-whose workspace is still live checks only out, picks its source (x in place or copied in) and
-launches: a few microseconds of host work instead of tens. Settings that shape a launch
-(UNISHMEM_COMM_BLOCK_BYTES, UNISHMEM_MAX_PROGRAMS) are read when a shape is planned: after changing
-them, rt.free_workspaces() (which ends every plan) makes the next call plan anew.
+call's full checks, its kernel records a plan under a key of everything those checks read but the
+data: the kernel, each tensor argument's dtype, shape and device, the call's other arguments (the
+collectives' keys in collectives.py, the GEMMs' _plan_key, moe's _combine_key, which also holds the
+handle's workspace and team, and _dispatch_key). That is sound because a call whose key matches would
+pass the same checks, but for those a warm call makes again (out's, and where x is read from) and the
+workspace's, whose plans end when it is freed; no key is made where it could not hold what the checks
+read (group=, a tensor subclass, an argument of another type than the checks take). A plan holds its
+workspace, its output's shape and its launch, bound to every argument but the call's tensors, grid
+included (Kernel.bind: on a GPU backend a warm launch skips Triton's own preparation too, NOTE [direct
+launch] in triton_support.py). Where arguments are compared across PEs only on a shape's first call
+(GPU backends, a capture: workspace()), a call that finds a plan whose workspace is still live checks
+only out, picks its source (x in place or copied in) and launches: a few microseconds of host work
+instead of tens. Settings that shape a launch (UNISHMEM_COMM_BLOCK_BYTES, UNISHMEM_MAX_PROGRAMS) are
+read when a shape is planned: after changing them, rt.free_workspaces() (which ends every plan) makes
+the next call plan anew.
 """
 
 from __future__ import annotations

@@ -680,12 +680,13 @@ def _run_dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, g
 def _dispatch_key(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group):
     """The key of a dispatch call's plan (NOTE [call plans]), or None (no plan): only with max_tokens
     (the exact layout syncs with the host anyway), for plain tensors and int sizes, team= or the world."""
-    given = (tokens, topk_ids, topk_weights)
     if group is not None or type(max_tokens) is not int or type(n_experts) is not int:
         return None
-    if any(type(x) is not torch.Tensor for x in given):
+    if type(tokens) is not torch.Tensor or type(topk_ids) is not torch.Tensor or type(topk_weights) is not torch.Tensor:
         return None
-    return ("dispatch", *((x.dtype, x.shape, x.device) for x in given), n_experts, max_tokens, team)
+    ids, weights = topk_ids, topk_weights
+    shapes = (tokens.dtype, tokens.shape, tokens.device, ids.dtype, ids.shape, ids.device, weights.dtype, weights.shape)
+    return ("dispatch", *shapes, weights.device, n_experts, max_tokens, team)
 
 
 def _dispatch_launch(rt, ws, team, tokens, topk_ids, topk_weights, n_experts, cap, padded):
