@@ -215,6 +215,40 @@ def test_a_captured_dispatch_and_combine_are_two_launches_and_no_torch_op(rt):
         assert torch.equal(out, ref), (seed, (out - ref).abs().max())
 
 
+@spmd
+def test_experts_that_write_into_expert_out_are_combined_with_no_copy_in(rt):
+    import unishmem.testing
+
+    n, me = rt.n_pes, rt.my_pe
+    E, cap, T = n_experts(n), 8, 6
+    tokens, ids, weights = inputs(me, n, 80, torch.float32, T=T)
+
+    def step():  # each expert doubles its rows, writing them where combine reads them
+        expert_tokens, _, handle = K.dispatch(tokens, ids, weights, E, max_tokens=cap)
+        y = handle.expert_out()
+        assert y.shape == expert_tokens.shape and y.dtype == expert_tokens.dtype and rt.is_symmetric(y)
+        torch.mul(expert_tokens, 2.0, out=y)
+        return K.combine(y, handle)
+
+    def reference():
+        ref = torch.zeros(T, H)
+        for k in range(TOPK):  # k by k, in float32: the documented sum
+            ref = ref + torch.where(ids[:, k : k + 1] >= 0, weights[:, k : k + 1] * (2.0 * tokens), 0.0)
+        return ref
+
+    assert torch.equal(step(), reference())  # warm: the workspace is made outside the capture
+    with unishmem.testing.capture() as graph:
+        out = step()
+    assert graph.ops == ["mul"] and len(graph.launches) == 2, (graph.ops, graph.launches)
+    _, args, _, _ = graph.launches[1]  # combine's: x, src, stage, ...
+    assert args[2] == 0 and args[1] is args[0], args[:3]  # read where the experts wrote it: no copy-in
+    for seed in (81, 82):
+        for mine, fresh in zip((tokens, ids, weights), inputs(me, n, seed, torch.float32, T=T)):
+            mine.copy_(fresh)
+        graph.replay()
+        assert torch.equal(out, reference()), seed
+
+
 @spmd(sizes=(2,))
 def test_capacities_of_one_size_class_share_a_workspace_and_a_capture_never_allocates(rt):
     import unishmem.testing

@@ -483,6 +483,13 @@ class MoEHandle:
         n_experts = self.L * self.team.n_pes
         return dispatch(rows, self.ids, self.weights.detach(), n_experts, max_tokens=max_tokens, team=self.team)[0]
 
+    def expert_out(self) -> torch.Tensor:
+        """A tensor of expert_tokens' layout, shape and dtype for the experts' output, in this handle's
+        workspace: combine reads it where it lies, with no copy-in (NOTE [copy-in]). Every handle of one
+        workspace (dispatch calls of the same dtype, H, K, n_experts and capacity class) gets the same
+        memory: write it and combine it before the experts of another such handle write theirs."""
+        return self.ws.buffers["src"][: self.rows]
+
 
 class MoERouting(NamedTuple):
     """dispatch's handle under torch.compile, with max_tokens: tensors and numbers, which Dynamo
@@ -599,7 +606,7 @@ def _buffers(n, dtype, H, K, n_experts, rows):
         "cnt_sig": ((2, n), torch.uint64),
         "recv": ((n * rows * K, H), dtype),
         "recv_sig": ((n,), torch.uint64),  # a word per source PE (NOTE in _dispatch)
-        "src": ((n * rows * K, H), dtype),  # combine's staged expert_out
+        "src": ((n * rows * K, H), dtype),  # combine's staged expert_out, or the experts' own (expert_out())
         "ret": ((2, rows * K, H), dtype),
         "ret_sig": ((2, n), torch.uint64),
         "state": ((STATE_WORDS,), torch.int64),  # dispatch's call counter (NOTE [call counter])
