@@ -186,67 +186,52 @@ def test_a_captured_dispatch_and_combine_replay_right_after_the_inputs_change(rt
         assert torch.equal(out, ref), (seed, (out - ref).abs().max())
 
 
-@spmd
-def test_a_captured_dispatch_and_combine_are_two_launches_and_no_torch_op(rt):
-    """NOTE [routing]: a warm dispatch (with max_tokens) and combine are their two launches alone."""
+def check_captured_serving_step(rt, seed: int, in_place: bool):
+    """A warm dispatch (with max_tokens), experts that double their rows (into new tensors, or in place into
+    handle.expert_out()) and combine, captured, then replayed after the inputs changed (a copy routed
+    nowhere among them), against the documented sum."""
     import unishmem.testing
 
     n, me = rt.n_pes, rt.my_pe
     E, cap, T = n_experts(n), 8, 6
-    tokens, ids, weights = inputs(me, n, 70, torch.float32, T=T)
+    tokens, ids, weights = inputs(me, n, seed, torch.float32, T=T)
 
-    def step():  # each expert returns its rows as they came
+    def step():
         expert_tokens, _, handle = K.dispatch(tokens, ids, weights, E, max_tokens=cap)
-        return K.combine(expert_tokens, handle)
-
-    step()  # warm: the workspace is made outside the capture
-    with unishmem.testing.capture() as graph:
-        out = step()
-    assert graph.ops == [] and len(graph.launches) == 2, (graph.ops, graph.launches)
-    for seed in (71, 72):
-        new = inputs(me, n, seed, torch.float32, T=T)
-        new[1][seed % T, 0] = -1  # a copy routed nowhere
-        for mine, fresh in zip((tokens, ids, weights), new):
-            mine.copy_(fresh)
-        graph.replay()
-        ref = torch.zeros(T, H)
-        for k in range(TOPK):  # k by k, in float32: the documented sum
-            ref = ref + torch.where(ids[:, k : k + 1] >= 0, weights[:, k : k + 1] * tokens, 0.0)
-        assert torch.equal(out, ref), (seed, (out - ref).abs().max())
-
-
-@spmd
-def test_experts_that_write_into_expert_out_are_combined_with_no_copy_in(rt):
-    import unishmem.testing
-
-    n, me = rt.n_pes, rt.my_pe
-    E, cap, T = n_experts(n), 8, 6
-    tokens, ids, weights = inputs(me, n, 80, torch.float32, T=T)
-
-    def step():  # each expert doubles its rows, writing them where combine reads them
-        expert_tokens, _, handle = K.dispatch(tokens, ids, weights, E, max_tokens=cap)
+        if not in_place:
+            return K.combine(expert_tokens * 2.0, handle)
         y = handle.expert_out()
         assert y.shape == expert_tokens.shape and y.dtype == expert_tokens.dtype and rt.is_symmetric(y)
         torch.mul(expert_tokens, 2.0, out=y)
         return K.combine(y, handle)
 
-    def reference():
+    step()  # warm: the workspace is made outside the capture
+    with unishmem.testing.capture() as graph:
+        out = step()
+    # NOTE [routing]: dispatch and combine are their two launches alone (the experts' mul is the only op)
+    assert graph.ops == ["mul"] and len(graph.launches) == 2, (graph.ops, graph.launches)
+    _, args, _, _ = graph.launches[1]  # combine's: x, src, stage, ...
+    assert args[2] == (0 if in_place else 1), args[:3]  # in place: read where the experts wrote, no copy-in
+    for new_seed in (seed + 1, seed + 2):
+        new = inputs(me, n, new_seed, torch.float32, T=T)
+        new[1][new_seed % T, 0] = -1
+        for mine, fresh in zip((tokens, ids, weights), new):
+            mine.copy_(fresh)
+        graph.replay()
         ref = torch.zeros(T, H)
         for k in range(TOPK):  # k by k, in float32: the documented sum
             ref = ref + torch.where(ids[:, k : k + 1] >= 0, weights[:, k : k + 1] * (2.0 * tokens), 0.0)
-        return ref
+        assert torch.equal(out, ref), (new_seed, (out - ref).abs().max())
 
-    assert torch.equal(step(), reference())  # warm: the workspace is made outside the capture
-    with unishmem.testing.capture() as graph:
-        out = step()
-    assert graph.ops == ["mul"] and len(graph.launches) == 2, (graph.ops, graph.launches)
-    _, args, _, _ = graph.launches[1]  # combine's: x, src, stage, ...
-    assert args[2] == 0 and args[1] is args[0], args[:3]  # read where the experts wrote it: no copy-in
-    for seed in (81, 82):
-        for mine, fresh in zip((tokens, ids, weights), inputs(me, n, seed, torch.float32, T=T)):
-            mine.copy_(fresh)
-        graph.replay()
-        assert torch.equal(out, reference()), seed
+
+@spmd
+def test_a_captured_dispatch_and_combine_are_two_launches_and_no_torch_op(rt):
+    check_captured_serving_step(rt, 70, in_place=False)
+
+
+@spmd
+def test_experts_that_write_into_expert_out_are_combined_with_no_copy_in(rt):
+    check_captured_serving_step(rt, 80, in_place=True)
 
 
 @spmd(sizes=(2,))
