@@ -112,11 +112,20 @@ def test_the_direct_launch_passes_what_tritons_launch_would(gpu_branch):
     (launch,) = compiled.launches
     dims, (stream, function, packed, metadata, enter, leave), arguments = launch[:3], launch[3:9], list(launch[9:])
     assert (dims, stream, function, packed) == ((2, 1, 1), 7, 1234, ("packed",))
+    # Triton's launcher hands the metadata to the launch hooks alone: with none registered, none is made
     assert (metadata, enter, leave) == (
-        ("metadata", (2,), 7),
+        None,
         triton.knobs.runtime.launch_enter_hook,
         triton.knobs.runtime.launch_exit_hook,
     )
+    hooks = triton.knobs.runtime.launch_enter_hook  # a HookChain in Triton 3.6 to 3.9
+    hook = lambda metadata: None  # noqa: E731
+    hooks.add(hook)  # as a profiler registers itself
+    try:
+        bound(out, 3)
+    finally:
+        hooks.remove(hook)
+    assert compiled.launches[-1][6] == ("metadata", (2,), 7)  # what compiled.launch_metadata made
     # Triton's binder gives the parameters JITFunction.run hands its launcher (defaults filled in)
     binder = _triton_compat._binder(_scaled_copy.jit_function, SM_90)
     expected, _, _ = binder(x, out, 100, 0, SCALE=3)

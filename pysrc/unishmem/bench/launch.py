@@ -24,6 +24,7 @@ every timed call, and the best run's mean beside it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 
@@ -42,15 +43,21 @@ def _plain_copy(x, out, n, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
 
 
-def _timed(op, calls: int, runs: int) -> dict:
-    op()
-    per_run = []
+def _timed_together(groups: list, calls: int, runs: int) -> dict:
+    """name -> figure of every op of groups, [(context, {name: op})]: each run times every op in turn,
+    a group inside its context, so that a drift of the machine's speed (on the dev VM up to 1.7x over
+    minutes) falls on every figure of a run alike, the references' included."""
+    per_run: dict = {}
     for _ in range(runs):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            op()
-        per_run.append((time.perf_counter() - t0) / calls)
-    return {"mean": sum(per_run) / runs, "best": min(per_run)}
+        for context, ops in groups:
+            with context():
+                for name, op in ops.items():
+                    op()
+                    t0 = time.perf_counter()
+                    for _ in range(calls):
+                        op()
+                    per_run.setdefault(name, []).append((time.perf_counter() - t0) / calls)
+    return {name: {"mean": sum(times) / runs, "best": min(times)} for name, times in per_run.items()}
 
 
 @contextlib.contextmanager
@@ -141,41 +148,32 @@ def _gpu_stood_in(whole: list):
         yield
 
 
-def _direct(call, calls: int, runs: int):
-    """The mean host work of call() on the direct path, or None where it takes Triton's whole path."""
-    whole: list = []
-    with _gpu_stood_in(whole):
-        call()
-        call()  # the first call of each variant has compiled
-        whole.clear()
-        figure = _timed(call, calls, runs)
-    return None if whole else figure
+def _takes_direct_path(call, whole: list) -> bool:
+    """Whether call()'s warm call launches directly (in _gpu_stood_in(whole))."""
+    call()
+    call()  # the first call of each variant has compiled
+    whole.clear()
+    call()
+    return not whole
 
 
-def _plain_direct(x, out, calls: int, runs: int):
+def _plain_direct(x, out):
     """The plain kernel launched from a compiled kernel its caller keeps: the stream asked of the
-    driver, the launch metadata made and the launcher called, as Triton's own launch does."""
+    driver, the launch metadata made for a launch hook (none here) and the launcher called, as the
+    direct path does."""
+    from ..triton_support import hooked
+
     driver, compiled = _Driver(), _Compiled("_plain_copy")
     knobs = triton.knobs.runtime
 
     def launch():
         stream = driver.get_current_stream(driver.get_current_device())
         args = (x.data_ptr(), out.data_ptr(), x.numel(), 1024)
-        metadata = compiled.launch_metadata((8,), stream, *args)
-        compiled.run(
-            8,
-            1,
-            1,
-            stream,
-            compiled.function,
-            compiled.packed_metadata,
-            metadata,
-            knobs.launch_enter_hook,
-            knobs.launch_exit_hook,
-            *args,
-        )
+        enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
+        metadata = compiled.launch_metadata((8,), stream, *args) if hooked(enter, leave) else None
+        compiled.run(8, 1, 1, stream, compiled.function, compiled.packed_metadata, metadata, enter, leave, *args)
 
-    return _timed(launch, calls, runs)
+    return launch
 
 
 def measure(calls: int = CALLS, runs: int = RUNS) -> dict:
@@ -189,39 +187,53 @@ def measure(calls: int = CALLS, runs: int = RUNS) -> dict:
     from ..triton_support import extern_libs
 
     target = GPUTarget(*TARGETS["sm_90"])
+    libs = functools.partial(extern_libs, "cuda", 90)
     try:
-        extern_libs("cuda", 90)
-        libs = _timed(lambda: extern_libs("cuda", 90), calls, runs)
+        libs()
     except BackendUnavailable:
         libs = None
-    rows = []
     with unishmem.init(backend="host", heap_size="64M"):
         x, out = torch.ones(BYTES // 4), torch.empty(BYTES // 4)
-        plain = _timed(
-            lambda: _triton_compat.launch_cache_key(_plain_copy, target, (x, out, x.numel()), {"BLOCK": 1024}),
-            calls,
-            runs,
+        plain = functools.partial(
+            _triton_compat.launch_cache_key, _plain_copy, target, (x, out, x.numel()), {"BLOCK": 1024}
         )
+        whole_path = {"plain": plain, **({"libs": libs} if libs else {})}
         recorded: list = []
         with _launches_skipped(recorded):
             calls_of = _calls()
             for kernel in KERNELS:
                 call = calls_of[kernel.name]
-                host = _timed(call, calls, runs)
+                call()
                 jit, args, kwargs = recorded[0]
-                prep = _timed(
-                    lambda: _triton_compat.launch_cache_key(jit.jit_function, target, args, kwargs), calls, runs
+                whole_path[kernel.name] = call
+                whole_path[kernel.name, "triton"] = functools.partial(
+                    _triton_compat.launch_cache_key, jit.jit_function, target, args, kwargs
                 )
-                rows.append({"kernel": kernel.name, "bytes": BYTES, "host": host, "triton": prep})
-        for kernel, row in zip(KERNELS, rows):
-            row["direct"] = _direct(calls_of[kernel.name], calls, runs)
-        plain_direct = _plain_direct(x, out, calls, runs)
+        whole: list = []
+        with _gpu_stood_in(whole):
+            direct = {"plain": _plain_direct(x, out)}
+            direct.update((k.name, calls_of[k.name]) for k in KERNELS if _takes_direct_path(calls_of[k.name], whole))
+        groups = [
+            (functools.partial(_launches_skipped, []), whole_path),
+            (functools.partial(_gpu_stood_in, whole), {(name, "direct"): op for name, op in direct.items()}),
+        ]
+        figures = _timed_together(groups, calls, runs)
+    rows = [
+        {
+            "kernel": k.name,
+            "bytes": BYTES,
+            "host": figures[k.name],
+            "triton": figures[k.name, "triton"],
+            "direct": figures.get((k.name, "direct")),
+        }
+        for k in KERNELS
+    ]
     return {
         "calls": calls,
         "runs": runs,
-        "plain_triton": plain,
-        "plain_direct": plain_direct,
-        "extern_libs": libs,
+        "plain_triton": figures["plain"],
+        "plain_direct": figures["plain", "direct"],
+        "extern_libs": figures.get("libs"),
         "rows": rows,
     }
 

@@ -143,8 +143,14 @@ def into(out, result, what: str):
     return out
 
 
+def empty(shape, dtype, device) -> torch.Tensor:
+    """torch.empty(shape): the sizes passed one by one, which torch's argument parser takes about
+    0.5 us sooner than a tuple (a warm call's outputs)."""
+    return torch.empty(*shape, dtype=dtype, device=device) if shape else torch.empty((), dtype=dtype, device=device)
+
+
 def output(rt, out, shape, dtype):
-    return torch.empty(shape, dtype=dtype, device=rt.device) if out is None else out
+    return empty(shape, dtype, rt.device) if out is None else out
 
 
 def inputs(rt, ws: Workspace, x, out):
@@ -204,7 +210,7 @@ def plan_and_launch(rt, key, ws: Workspace, shape, launch, x, out, *more):
 def run_plan(rt, plan: Plan, x, out, what: str, *more):
     """A warm call (NOTE [call plans]): check out, pick x's source, launch."""
     if out is None:
-        out = torch.empty(plan.shape, dtype=x.dtype, device=rt.device)
+        out = empty(plan.shape, x.dtype, rt.device)
     else:
         problem = check_out(out, plan.shape, x.dtype, what)
         if problem:

@@ -171,11 +171,11 @@ def gemm_rs_context(ctx, inputs, output):
 
 def dispatch(
     tokens: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_experts: int, max_tokens: int, team: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     out, counts, h = moe._run_dispatch(
         tokens.detach(), topk_ids, topk_weights.detach(), n_experts, max_tokens, _team(team), None
     )
-    return out, counts, h.C, h.pos, h.ids
+    return out, counts, h.route
 
 
 def dispatch_fake(tokens, topk_ids, topk_weights, n_experts, max_tokens, team):
@@ -185,65 +185,63 @@ def dispatch_fake(tokens, topk_ids, topk_weights, n_experts, max_tokens, team):
     return (
         tokens.new_empty((n * max_tokens * K, tokens.shape[-1])),
         tokens.new_empty((n_experts // n, n), **index),
-        tokens.new_empty((n, n_experts), **index),
-        tokens.new_empty((T, K), **index),
-        tokens.new_empty((T, K), **index),
+        tokens.new_empty((2 * T * K + n * n_experts,), **index),  # NOTE [route] in moe.py
     )
 
 
 def dispatch_context(ctx, inputs, output):
-    tokens, _, topk_weights, ctx.n_experts, ctx.max_tokens, ctx.team = inputs
-    ctx.per_copy, ctx.weights_dtype = tokens.dim() == 3, topk_weights.dtype
-    ctx.save_for_backward(*output[2:])
+    tokens, topk_ids, topk_weights, ctx.n_experts, ctx.max_tokens, ctx.team = inputs
+    ctx.per_copy, ctx.weights_dtype, ctx.shape = tokens.dim() == 3, topk_weights.dtype, tuple(topk_ids.shape)
+    ctx.save_for_backward(output[2])
 
 
 def dispatch_backward(ctx, grad, *_):
-    C, pos, ids = ctx.saved_tensors
+    (route,) = ctx.saved_tensors
     routing = (ctx.n_experts, ctx.max_tokens)
     if ctx.per_copy:  # copy (t, k) carried tokens[t, k]
-        grad_tokens = ops.combine(grad.contiguous(), C, pos, ids, None, *routing, True, ctx.team)
+        grad_tokens = ops.combine(grad.contiguous(), route, None, *routing, True, ctx.team)
     else:  # copy (t, k) carried tokens[t]: the sum of its copies' gradients
-        ones = torch.ones(pos.shape, dtype=wide_dtype(grad.dtype, ctx.weights_dtype), device=grad.device)
-        grad_tokens = ops.combine(grad.contiguous(), C, pos, ids, ones, *routing, False, ctx.team)
+        ones = torch.ones(ctx.shape, dtype=wide_dtype(grad.dtype, ctx.weights_dtype), device=grad.device)
+        grad_tokens = ops.combine(grad.contiguous(), route, ones, *routing, False, ctx.team)
     return grad_tokens, None, None, None, None, None
 
 
 def combine(
     expert_out: torch.Tensor,
-    C: torch.Tensor,
-    pos: torch.Tensor,
-    ids: torch.Tensor,
+    route: torch.Tensor,
     weights: torch.Tensor | None,
     n_experts: int,
     max_tokens: int,
     per_copy: bool,
     team: int,
 ) -> torch.Tensor:
-    handle = moe._handle_of(expert_out, C, pos, ids, weights, n_experts, max_tokens, _team(team))
+    handle = moe._handle_of(expert_out, route, weights, n_experts, max_tokens, _team(team))
     w = None if weights is None else weights.detach()
     return moe._run_combine(expert_out.detach(), handle, w, per_copy, handle.team, None)
 
 
-def combine_fake(expert_out, C, pos, ids, weights, n_experts, max_tokens, per_copy, team):
-    T, K = pos.shape
+def combine_fake(expert_out, route, weights, n_experts, max_tokens, per_copy, team):
+    T, K = moe.route_shape(route, expert_out.shape[0], _team(team).n_pes, n_experts, max_tokens)
     return expert_out.new_empty((T, K, expert_out.shape[1]) if per_copy else (T, expert_out.shape[1]))
 
 
 def combine_context(ctx, inputs, output):
-    expert_out, C, pos, ids, weights, ctx.n_experts, ctx.max_tokens, ctx.per_copy, ctx.team = inputs
-    ctx.save_for_backward(expert_out, C, pos, ids, weights)
+    expert_out, route, weights, ctx.n_experts, ctx.max_tokens, ctx.per_copy, ctx.team = inputs
+    ctx.save_for_backward(expert_out, route, weights)
 
 
 def combine_backward(ctx, grad):
-    expert_out, C, pos, ids, weights = ctx.saved_tensors
+    expert_out, route, weights = ctx.saved_tensors
     routing = (ctx.n_experts, ctx.max_tokens, ctx.team)
     grad = grad.contiguous()
     grad_rows = grad_weights = None
     if ctx.needs_input_grad[0]:  # row (t, k) of expert_out: w[t, k] * grad[t] (per_copy: grad[t, k])
         rows = grad if ctx.per_copy else copy_rows(weights, grad, expert_out.dtype)
-        unit = torch.ones(pos.shape, dtype=torch.float32, device=grad.device)  # (never read: a routing only)
+        T, K = moe.route_shape(route, expert_out.shape[0], _team(ctx.team).n_pes, ctx.n_experts, ctx.max_tokens)
+        ids = moe.route_parts(route, T, K)[1]
+        unit = torch.ones(T, K, dtype=torch.float32, device=grad.device)  # (never read: a routing only)
         grad_rows = ops.dispatch(rows, ids, unit, *routing)[0]
-    if ctx.needs_input_grad[4]:  # w[t, k]: <grad[t], row (t, k) back on this PE>
-        copies = ops.combine(expert_out, C, pos, ids, None, ctx.n_experts, ctx.max_tokens, True, ctx.team)
+    if ctx.needs_input_grad[2]:  # w[t, k]: <grad[t], row (t, k) back on this PE>
+        copies = ops.combine(expert_out, route, None, ctx.n_experts, ctx.max_tokens, True, ctx.team)
         grad_weights = weights_grad(copies, grad, weights.dtype)
-    return grad_rows, None, None, None, grad_weights, None, None, None, None
+    return grad_rows, None, grad_weights, None, None, None, None

@@ -68,4 +68,8 @@ def needs_op(*tensors) -> bool:
     must record it."""
     if torch.compiler.is_compiling():
         return True
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+    if torch.is_grad_enabled():
+        for t in tensors:  # (a loop: a generator costs a warm call about a microsecond)
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                return True
+    return False

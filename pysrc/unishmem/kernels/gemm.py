@@ -42,6 +42,7 @@ from ._frame import (
     capped_grid,
     cdiv,
     check_tensor,
+    empty,
     kernel_team,
     next_power_of_2,
     plan_and_launch,
@@ -462,7 +463,7 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, 
     key = _plan_key("gemm_rs", a, b_shard, (block_m, block_n, block_k), team, group)
     plan = planned(rt, key)  # NOTE [call plans]: a and b_shard passed at every call
     if plan is not None:
-        c = torch.empty(plan.shape, dtype=a.dtype, device=rt.device)
+        c = empty(plan.shape, a.dtype, rt.device)
         plan.launch(a.contiguous(), b_shard.contiguous(), c)
         return c
     team = kernel_team(rt, team, group)

@@ -52,6 +52,13 @@ the rows are put from the stage only once every program has staged. One program 
 cost about T * K * n_experts / (its threads) steps, fine for a serving batch (thousands of copies); a
 prefill-sized batch would want the routing spread over the grid (not done).
 
+NOTE [route]: the routing a dispatch call leaves for combine is one int64 tensor of 2 * T * K +
+n * n_experts words, written by the kernel: pos [T, K] (where copy (t, k) sits among this PE's copies
+sorted by expert; -1: nowhere), then ids [T, K] (its expert; -1: nowhere), then C [n, n_experts] (the
+rows PE s sent to expert e in this call). One tensor rather than three because a warm eager call pays
+about a microsecond of host work for each tensor it allocates and passes to its launch; the kernels
+find the parts at fixed offsets, and route_parts gives them as views.
+
 Counts are exchanged in the dispatch kernel: every PE puts its per-expert count row (n_experts int64
 words, counted on the device) into every PE's slot for it, with a signal; after waiting for all n
 rows every PE knows the whole count matrix C[s, e], from which each sender computes where its rows
@@ -90,7 +97,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import jit
+from .. import _active, jit
 from .. import language as shl
 from .._dtypes import DTYPE_CODES
 from .._workspaces import Workspace, checks_every_call, exchange, keyed_workspace, room_problem, size_class
@@ -178,8 +185,7 @@ def _dispatch(
     tokens,
     topk_ids,
     weights,
-    pos_out,
-    ids_out,
+    route,
     weights_out,
     stage,
     my_counts,
@@ -187,7 +193,6 @@ def _dispatch(
     cnt_sig,
     recv,
     recv_sig,
-    C_out,
     counts_out,
     out,
     state,
@@ -214,14 +219,16 @@ def _dispatch(
     of each of its P = num_programs / n pieces: program q = 0 puts this PE's count row to PE p; then
     (once every count row is here and every row is staged) each program puts its piece of this PE's
     rows for each of PE p's L experts to their packed place there, adding 1 to PE p's signal word of
-    this PE. Program 0 writes the count matrix (C_out [n, E]) and this PE's counts (counts_out [L, n]);
-    with COPY_OUT every program copies its share of the received rows into out ([rows, H]), zeros after."""
+    this PE. route is the handle's (NOTE [route]): program 0 writes the places and ids there, and then
+    the count matrix, and this PE's counts (counts_out [L, n]); with COPY_OUT every program copies its
+    share of the received rows into out ([rows, H]), zeros after."""
     g = tl.program_id(0)
     P = tl.num_programs(0) // n
     p = g % n  # the count senders (q = 0) are programs 0..n-1: the first to start
     q = g // n
     pe = tl.load(members + p)
     E = n * L
+    pos_out, ids_out, C_out = route, route + TK, route + 2 * TK  # NOTE [route]
     epoch = begin_call(state)
     parity = epoch % 2
     cnt += parity * n * E
@@ -278,12 +285,11 @@ def _combine(
     x,
     src,
     stage,
-    C,
+    route,
     ret,
     ret_sig,
     state,
     members,
-    pos,
     weights,
     out,
     me,
@@ -307,10 +313,12 @@ def _combine(
     staged them (its rows sorted by expert), adding 1 to PE p's return word of this PE. Then program
     g sums the weighted returned copies of tokens g*BLOCK_T.. of this PE (in float64 with WIDE, else
     float32), or with PER_COPY stores each copy's row as it came back (out [T, K, H]); a copy whose pos
-    is -1 was routed nowhere: it adds nothing (PER_COPY: its row is zero)."""
+    is -1 was routed nowhere: it adds nothing (PER_COPY: its row is zero). route: the handle's (NOTE
+    [route])."""
     g = tl.program_id(0)
     grid = tl.num_programs(0)
     E = n * L
+    pos, C = route, route + 2 * T * K
     epoch = begin_call(state)
     parity = epoch % 2
     ret += parity * slot * H  # slot: rows of one parity, the same on every PE (T is not)
@@ -368,8 +376,7 @@ COMPILE = {
             "tokens": "*fp16",
             "topk_ids": "*i64",
             "weights": "*fp32",
-            "pos_out": "*i64",
-            "ids_out": "*i64",
+            "route": "*i64",
             "weights_out": "*fp32",
             "stage": "*fp16",
             "my_counts": "*i64",
@@ -377,7 +384,6 @@ COMPILE = {
             "cnt_sig": "*u64",
             "recv": "*fp16",
             "recv_sig": "*u64",
-            "C_out": "*i64",
             "counts_out": "*i64",
             "out": "*fp16",
             "state": "*i64",
@@ -406,8 +412,7 @@ COMPILE = {
             "tokens",
             "topk_ids",
             "weights",
-            "pos_out",
-            "ids_out",
+            "route",
             "weights_out",
             "stage",
             "my_counts",
@@ -415,19 +420,18 @@ COMPILE = {
             "cnt_sig",
             "recv",
         ]
-        + ["recv_sig", "C_out", "counts_out", "out", "state", "members", "H"],
+        + ["recv_sig", "counts_out", "out", "state", "members", "H"],
     },
     _combine: {
         "signature": {
             "x": "*fp16",
             "src": "*fp16",
             "stage": "i32",
-            "C": "*i64",
+            "route": "*i64",
             "ret": "*fp16",
             "ret_sig": "*u64",
             "state": "*i64",
             "members": "*i32",
-            "pos": "*i64",
             "weights": "*fp32",
             "out": "*fp16",
             "me": "i32",
@@ -451,22 +455,34 @@ COMPILE = {
         },
         "options": {"enable_fp_fusion": False},  # as launched: w*x then +, never an fma
         # as a launch specialises 16-byte aligned tensors and an H divisible by 16 (a model's hidden size)
-        "aligned": ["x", "src", "C", "ret", "ret_sig", "state", "members", "pos", "weights", "out", "H"],
+        "aligned": ["x", "src", "route", "ret", "ret_sig", "state", "members", "weights", "out", "H"],
     },
 }
 
 
-@dataclass
+def route_parts(route, T: int, K: int):
+    """(pos [T, K], ids [T, K], C [n, n_experts]): views of a dispatch call's route (NOTE [route])."""
+    TK = T * K
+    return route[:TK].view(T, K), route[TK : 2 * TK].view(T, K), route[2 * TK :]
+
+
+def route_shape(route, rows: int, n: int, n_experts: int, max_tokens: int) -> tuple[int, int]:
+    """(T, K) of a dispatch call with max_tokens, from its route's length and expert_tokens' rows."""
+    K = rows // (n * max_tokens)
+    return (route.shape[0] - n * n_experts) // (2 * K), K
+
+
+@dataclass(slots=True)
 class MoEHandle:
     """What combine needs from one dispatch call of this PE (see the module's docstring)."""
 
     ws: Workspace
     team: object  # the dispatch call's Team: combine runs on it
     call: int  # the dispatch call's number on the host: every PE must combine the same call (checked)
-    C: torch.Tensor  # [n, n_experts] int64: rows PE s sent to expert e, this call (written by the kernel)
-    pos: torch.Tensor  # [T, K] int64: where copy (t, k) sits among this PE's rows sorted by expert; -1: nowhere
+    route: torch.Tensor  # pos, ids and C, written by the kernel (NOTE [route])
     weights: torch.Tensor  # [T, K] a copy of topk_weights as passed to dispatch (with their autograd history)
-    ids: torch.Tensor  # [T, K] int64: the expert of copy (t, k), -1 where it went nowhere (for `dispatch`)
+    T: int
+    K: int
     rows: int  # expert_tokens' rows: R, or the capacity's n * max_tokens * K when padded
     dtype: torch.dtype
     H: int
@@ -483,6 +499,14 @@ class MoEHandle:
         n_experts = self.L * self.team.n_pes
         return dispatch(rows, self.ids, self.weights.detach(), n_experts, max_tokens=max_tokens, team=self.team)[0]
 
+    @property
+    def pos(self) -> torch.Tensor:  # [T, K] int64: where copy (t, k) sits among this PE's rows sorted by expert
+        return route_parts(self.route, self.T, self.K)[0]
+
+    @property
+    def ids(self) -> torch.Tensor:  # [T, K] int64: the expert of copy (t, k), -1 where it went nowhere
+        return route_parts(self.route, self.T, self.K)[1]
+
     def expert_out(self) -> torch.Tensor:
         """A tensor of expert_tokens' layout, shape and dtype for the experts' output, in this handle's
         workspace: combine reads it where it lies, with no copy-in (NOTE [copy-in]). Every handle of one
@@ -495,31 +519,29 @@ class MoERouting(NamedTuple):
     """dispatch's handle under torch.compile, with max_tokens: tensors and numbers, which Dynamo
     traces; combine takes it as it takes a MoEHandle, and finds the workspace again by its key."""
 
-    C: torch.Tensor
-    pos: torch.Tensor
-    ids: torch.Tensor
+    route: torch.Tensor  # NOTE [route]
     weights: torch.Tensor  # topk_weights as passed to dispatch
     n_experts: int
     max_tokens: int
     team: int  # the team's number (what custom ops take)
 
 
-def _handle_of(expert_out, C, pos, ids, weights, n_experts: int, max_tokens: int, team) -> MoEHandle:
+def _handle_of(expert_out, route, weights, n_experts: int, max_tokens: int, team) -> MoEHandle:
     """The MoEHandle of a dispatch with max_tokens, from what a MoERouting holds: the workspace is the
     one such a dispatch uses (its key), the call the workspace's last."""
     from .. import runtime
 
     rt = runtime()
-    n, K, H = team.n_pes, pos.shape[1], expert_out.shape[-1]
+    n, H = team.n_pes, expert_out.shape[-1]
+    T, K = route_shape(route, expert_out.shape[0], n, n_experts, max_tokens)
     ws = rt.workspaces.get(("moe", expert_out.dtype, H, K, n_experts, size_class(max_tokens), team.key))
     if ws is None:
         raise ValueError("combine: no dispatch with these shapes and max_tokens has run (or its workspace was freed)")
     if weights is None:  # (per_copy: never read)
-        weights = torch.ones(pos.shape, dtype=torch.float32, device=pos.device)
+        weights = torch.ones(T, K, dtype=torch.float32, device=route.device)
     L = n_experts // n
-    return MoEHandle(
-        ws, team, ws.epoch, C, pos, weights, ids, n * max_tokens * K, expert_out.dtype, H, L, max_tokens, True
-    )
+    rows = n * max_tokens * K
+    return MoEHandle(ws, team, ws.epoch, route, weights, T, K, rows, expert_out.dtype, H, L, max_tokens, True)
 
 
 def _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n):
@@ -628,10 +650,8 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
         if max_tokens is None:  # the exact layout's rows are known only after the call: a graph break
             return _eager_dispatch(tokens, topk_ids, topk_weights, n_experts, team=team, group=group)
         number = op_team_arg(team, group)
-        out, counts, C, pos, ids = torch.ops.unishmem.dispatch(
-            tokens, topk_ids, topk_weights, n_experts, max_tokens, number
-        )
-        return out, counts, MoERouting(C, pos, ids, topk_weights, n_experts, max_tokens, number)
+        out, counts, route = torch.ops.unishmem.dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens, number)
+        return out, counts, MoERouting(route, topk_weights, n_experts, max_tokens, number)
     # The handle keeps its own copy of the weights (combine uses them as they are now): made by the
     # kernel, or here where it must record the weights' autograd history for combine's gradient
     history = isinstance(topk_weights, torch.Tensor) and topk_weights.requires_grad and torch.is_grad_enabled()
@@ -646,9 +666,7 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
 
 def _run_dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group):
     """dispatch's kernel call (the handle's weights: the kernel's copy of topk_weights)."""
-    from .. import runtime
-
-    rt = runtime()
+    rt = _active.runtime()
     plan_key = _dispatch_key(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group)
     plan = planned(rt, plan_key)
     if plan is not None:  # NOTE [call plans]
@@ -710,8 +728,7 @@ def _dispatch_launch(rt, ws, team, tokens, topk_ids, topk_weights, n_experts, ca
         PER_CALL,  # tokens
         PER_CALL,  # topk_ids
         PER_CALL,  # topk_weights
-        PER_CALL,  # pos
-        PER_CALL,  # ids
+        PER_CALL,  # route (NOTE [route])
         PER_CALL,  # weights (the handle's copy)
         b["stage"],
         b["my_counts"],
@@ -719,7 +736,6 @@ def _dispatch_launch(rt, ws, team, tokens, topk_ids, topk_weights, n_experts, ca
         b["cnt_sig"],
         b["recv"],
         b["recv_sig"],
-        PER_CALL,  # C
         PER_CALL,  # counts
         PER_CALL,  # out
         b["state"],
@@ -744,19 +760,17 @@ def _dispatch_launch(rt, ws, team, tokens, topk_ids, topk_weights, n_experts, ca
 
     def launch(tokens, topk_ids, topk_weights):
         ws.epoch += 1  # the host's count of calls: only compared across PEs (combine's handle check)
-        pos = torch.empty((T, K), dtype=torch.int64, device=device)
-        ids = torch.empty((T, K), dtype=torch.int64, device=device)
-        weights = torch.empty((T, K), dtype=topk_weights.dtype, device=device)
-        C = torch.empty((n, n_experts), dtype=torch.int64, device=device)
-        counts = torch.empty((L, n), dtype=torch.int64, device=device)
-        out = torch.empty((rows, H), dtype=dtype, device=device) if padded else b["recv"]
+        route = torch.empty(2 * T * K + n * n_experts, dtype=torch.int64, device=device)
+        weights = torch.empty(T, K, dtype=topk_weights.dtype, device=device)  # (sizes one by one: _frame.empty)
+        counts = torch.empty(L, n, dtype=torch.int64, device=device)
+        out = torch.empty(rows, H, dtype=dtype, device=device) if padded else b["recv"]
         tokens, topk_ids, topk_weights = tokens.contiguous(), topk_ids.contiguous(), topk_weights.contiguous()
-        bound(tokens, topk_ids, topk_weights.detach(), pos, ids, weights, C, counts, out)
+        bound(tokens, topk_ids, topk_weights.detach(), route, weights, counts, out)
         received = rows
         if not padded:  # the exact layout: R read on the host
             received = int(counts.sum())
             out = b["recv"][:received].clone()
-        return out, counts, MoEHandle(ws, team, ws.epoch, C, pos, weights, ids, received, dtype, H, L, cap, padded)
+        return out, counts, MoEHandle(ws, team, ws.epoch, route, weights, T, K, received, dtype, H, L, cap, padded)
 
     return launch
 
@@ -773,8 +787,8 @@ def combine(expert_out, handle, *, weights=None, per_copy: bool = False, team=No
     dispatch with max_tokens, a custom op (torch.ops.unishmem.combine); otherwise a graph break."""
     if isinstance(handle, MoERouting):  # from a dispatch with max_tokens under torch.compile
         w = None if per_copy else handle.weights if weights is None else weights
-        C, pos, ids, _, n_experts, max_tokens, number = handle
-        return torch.ops.unishmem.combine(expert_out, C, pos, ids, w, n_experts, max_tokens, per_copy, number)
+        route, _, n_experts, max_tokens, number = handle
+        return torch.ops.unishmem.combine(expert_out, route, w, n_experts, max_tokens, per_copy, number)
     if torch.compiler.is_compiling():
         return _eager_combine(expert_out, handle, weights=weights, per_copy=per_copy, team=team, group=group)
     if weights is None and not per_copy and isinstance(handle, MoEHandle):
@@ -789,7 +803,7 @@ def _weights_problem(weights, handle, per_copy, rt):
         return None
     if per_copy:
         return ValueError("combine: per_copy=True returns each copy's row unweighted: pass no weights= with it")
-    T, K = handle.pos.shape
+    T, K = handle.T, handle.K
     if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (T, K) or weights.dtype not in FLOATS:
         got = f"{weights.dtype} of shape {list(weights.shape)}" if isinstance(weights, torch.Tensor) else type(weights)
         return ValueError(
@@ -803,14 +817,12 @@ def _weights_problem(weights, handle, per_copy, rt):
 
 def _run_combine(expert_out, handle, weights, per_copy, team, group):
     """combine's kernel call; weights: those to apply (None with per_copy)."""
-    from .. import runtime
-
-    rt = runtime()
+    rt = _active.runtime()
     key = _combine_key(expert_out, handle, weights, per_copy, team, group)
     plan = planned(rt, key)
     if plan is not None:  # NOTE [call plans]: the handle's routing and the weights passed at every call
         weights = (handle.weights if weights is None else weights).detach().contiguous()
-        return run_plan(rt, plan, expert_out.detach(), None, "combine", handle.C, handle.pos, weights)
+        return run_plan(rt, plan, expert_out.detach(), None, "combine", handle.route, weights)
     team = kernel_team(rt, team, group)
     n = team.n_pes
     problem = check_tensor(rt, expert_out, "expert_out", "combine")
@@ -838,8 +850,7 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
         )
         if mismatch:
             raise mismatch
-    ws, H, L = handle.ws, handle.H, handle.L
-    T, K = handle.pos.shape
+    ws, H, L, T, K = handle.ws, handle.H, handle.L, handle.T, handle.K
     weights = (handle.weights if weights is None else weights).detach().contiguous()  # per_copy: never read
     b = ws.buffers
     shape = (T, K, H) if per_copy else (T, H)
@@ -852,12 +863,11 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
         PER_CALL,  # expert_out
         PER_CALL,  # src
         PER_CALL,  # stage
-        PER_CALL,  # handle.C
+        PER_CALL,  # handle.route
         b["ret"],
         b["ret_sig"],
         b["cstate"],
         ws.members,
-        PER_CALL,  # handle.pos
         PER_CALL,  # weights
         PER_CALL,  # out
         ws.my_index,
@@ -879,10 +889,10 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
         enable_fp_fusion=False,
     )
 
-    def launch(expert_out, src, stage, out, C, pos, weights):
-        bound(expert_out, src, stage, C, pos, weights, out)
+    def launch(expert_out, src, stage, out, route, weights):
+        bound(expert_out, src, stage, route, weights, out)
 
-    return plan_and_launch(rt, key, ws, shape, launch, expert_out, None, handle.C, handle.pos, weights)
+    return plan_and_launch(rt, key, ws, shape, launch, expert_out, None, handle.route, weights)
 
 
 def _combine_key(expert_out, handle, weights, per_copy, team, group):
@@ -895,7 +905,7 @@ def _combine_key(expert_out, handle, weights, per_copy, team, group):
         return None
     w = None if weights is None else (weights.dtype, weights.shape, weights.device)
     got = (expert_out.dtype, expert_out.shape, expert_out.device)
-    return ("combine", got, id(handle.ws), handle.team, handle.pos.shape, w, per_copy, team)
+    return ("combine", got, id(handle.ws), handle.team, handle.T, handle.K, w, per_copy, team)
 
 
 # Under torch.compile: run eagerly (a graph break), since the handle is not a tensor
@@ -940,7 +950,7 @@ class _Dispatch(torch.autograd.Function):
         if ctx.per_copy:  # copy (t, k) carried tokens[t, k]
             grad_tokens = combine(grad.contiguous(), h, per_copy=True, team=h.team)
         else:  # copy (t, k) carried tokens[t]: the sum of its copies' gradients
-            ones = torch.ones(h.pos.shape, dtype=wide_dtype(grad.dtype), device=grad.device)
+            ones = torch.ones(h.T, h.K, dtype=wide_dtype(grad.dtype), device=grad.device)
             grad_tokens = combine(grad.contiguous(), h, weights=ones, team=h.team)
         return grad_tokens, None, None, None, None, None, None
 
