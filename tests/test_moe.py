@@ -137,17 +137,26 @@ def test_a_capacity_pads_the_layout_and_ids_of_minus_one_route_nowhere(rt):
     check_round_trip(rt, torch.float32, seed=24, T=0, max_tokens=1)
 
 
-@spmd(sizes=(2,))
+@spmd(sizes=(2, 4))
 def test_each_peers_rows_move_through_several_programs(rt):
     # UNISHMEM_COMM_BLOCK_BYTES=64 and a capacity of 16 tokens: each (receiver, expert) slab leaves in
-    # up to 16 pieces of 64-byte multiples, many of them empty, the last shorter; back the same way,
-    # combine from a grid of 1 program on PE 0 and 2 on the others (NOTE [persistent grid])
+    # up to 16 pieces of 64-byte multiples, many of them empty, the last shorter; back the same way;
+    # dispatch and combine from a grid of 1 program on PE 0 and 2 on the others, the n * 16 pieces
+    # round it (NOTE [persistent grid])
+    import unishmem.testing
+
+    cap = 1 if rt.my_pe == 0 else 2
     os.environ["UNISHMEM_COMM_BLOCK_BYTES"] = "64"
-    os.environ["UNISHMEM_MAX_PROGRAMS"] = "1" if rt.my_pe == 0 else "2"
+    os.environ["UNISHMEM_MAX_PROGRAMS"] = str(cap)
     try:
         for dtype, seed in ((torch.float32, 25), (torch.float16, 26)):
             check_round_trip(rt, dtype, seed, T=11, max_tokens=16, combines=2)
             check_round_trip(rt, dtype, seed + 2, T=16, max_tokens=16, drop=True)
+        tokens, ids, weights = inputs(rt.my_pe, rt.n_pes, 29, torch.float32, T=16)
+        with unishmem.testing.capture(dry=True) as graph:  # the grids of the calls checked above
+            expert_tokens, _, handle = K.dispatch(tokens, ids, weights, n_experts(rt.n_pes), max_tokens=16)
+            K.combine(expert_tokens, handle)
+        assert [grid for _, _, grid, _ in graph.launches] == [(cap,), (cap,)], graph.launches
     finally:
         del os.environ["UNISHMEM_COMM_BLOCK_BYTES"], os.environ["UNISHMEM_MAX_PROGRAMS"]
     rt.free_workspaces()

@@ -83,9 +83,10 @@ Buffer reuse: dispatch and combine number their calls on the device, each with i
 dispatch call k+1 only after it has every PE's counts of call k+1, sent when that PE has started it,
 hence finished everything before it on its stream (combine k and whatever read expert_tokens), so
 the receive buffer needs one copy; the count slots, written before that wait, have two parities.
-combine's return buffer has two parities: its puts wait for nothing. combine launches from the
-capped grid (NOTE [persistent grid]: the pieces to send, then the token blocks, round the grid) and
-copies a non-symmetric expert_out into its workspace in the same launch (NOTE [copy-in]).
+combine's return buffer has two parities: its puts wait for nothing. Both launch from the capped
+grid (NOTE [persistent grid]: dispatch's count rows, then its pieces; combine's pieces, then its
+token blocks; each round the grid), and combine copies a non-symmetric expert_out into its workspace
+in the same launch (NOTE [copy-in]).
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def _stage_rows(tokens, pos, stage, TK, K, H, ROW_PER_COPY: tl.constexpr, BLOCK_
             )
 
 
-@jit(do_not_specialize=["me", "rows", "TK"])  # one binary for every PE, batch and capacity
+@jit(do_not_specialize=["me", "rows", "TK", "P"])  # one binary for every PE, batch and capacity
 def _dispatch(
     tokens,
     topk_ids,
@@ -203,6 +204,7 @@ def _dispatch(
     K,
     TK,
     rows,
+    P,
     L: tl.constexpr,
     N_BLOCK: tl.constexpr,
     E_BLOCK: tl.constexpr,
@@ -215,18 +217,15 @@ def _dispatch(
     BLOCK: tl.constexpr,
 ):
     """Program 0 routes this PE's copies (_route: counts, places, ids); then every program stages its
-    share of the rows in place order (_stage_rows). Program g serves PE p = g % n with piece q = g // n
-    of each of its P = num_programs / n pieces: program q = 0 puts this PE's count row to PE p; then
-    (once every count row is here and every row is staged) each program puts its piece of this PE's
-    rows for each of PE p's L experts to their packed place there, adding 1 to PE p's signal word of
-    this PE. route is the handle's (NOTE [route]): program 0 writes the places and ids there, and then
+    share of the rows in place order (_stage_rows), after putting this PE's count row to PE p for each
+    p = g, g + G, ... < n (G: the grid, capped: NOTE [persistent grid]). Then (once every count row is
+    here and every row is staged) task t = g, g + G, ... < n * P puts piece q = t // n of P of this PE's
+    rows for each of PE p = t % n's L experts to their packed place there, adding 1 to PE p's signal
+    word of this PE. route is the handle's (NOTE [route]): program 0 writes the places and ids there, and then
     the count matrix, and this PE's counts (counts_out [L, n]); with COPY_OUT every program copies its
     share of the received rows into out ([rows, H]), zeros after."""
     g = tl.program_id(0)
-    P = tl.num_programs(0) // n
-    p = g % n  # the count senders (q = 0) are programs 0..n-1: the first to start
-    q = g // n
-    pe = tl.load(members + p)
+    G = tl.num_programs(0)
     E = n * L
     pos_out, ids_out, C_out = route, route + TK, route + 2 * TK  # NOTE [route]
     epoch = begin_call(state)
@@ -239,9 +238,15 @@ def _dispatch(
         tl.atomic_xchg(state + 4, epoch, sem="release", scope="gpu")
     shl.wait_until(state + 4, shl.CMP_GE, epoch)  # routed (NOTE [routing])
     token = tl.atomic_add(state + 4, 0, sem="acquire", scope="gpu")
-    if q == 0:
+    for p in range(g, n, G):  # the count rows first, from the first programs to start
         shl.putmem_signal_block(
-            cnt + me * E, shl.consume_token(my_counts, token), E * 8, cnt_sig + me, epoch, shl.SIGNAL_SET, pe
+            cnt + me * E,
+            shl.consume_token(my_counts, token),
+            E * 8,
+            cnt_sig + me,
+            epoch,
+            shl.SIGNAL_SET,
+            tl.load(members + p),
         )
     _stage_rows(tokens, shl.consume_token(pos_out, token), stage, TK, K, H, ROW_PER_COPY, BLOCK_R, BLOCK_H)
     staged = all_past(state, epoch)  # every program's rows are staged
@@ -250,16 +255,19 @@ def _dispatch(
     e = tl.arange(0, E_BLOCK)[None, :]
     in_C = (s < n) & (e < E)
     C = tl.load(cnt + s * E + e, mask=in_C, other=0)  # C[s, e]: rows PE s sends to expert e
-    for j in range(L):
-        ex = p * L + j
-        sent = tl.sum(tl.sum(tl.where((s == me) & (e == ex), C, 0), 1), 0)
-        # my rows for expert ex follow my rows for every lower expert in stage
-        src = tl.sum(tl.sum(tl.where((s == me) & (e < ex), C, 0), 1), 0)
-        # at PE p: after every source's rows for its lower experts, then lower sources' for ex
-        dst = tl.sum(tl.sum(tl.where(((e >= p * L) & (e < ex)) | ((e == ex) & (s < me)), C, 0), 1), 0)
-        _put_piece(
-            recv + dst * H, shl.consume_token(stage, staged) + src * H, sent, H, q, P, recv_sig + me, pe, ITEMSIZE
-        )
+    for task in range(g, n * P, G):  # tasks round the grid (NOTE [persistent grid])
+        p = task % n
+        q = task // n
+        pe = tl.load(members + p)
+        for j in range(L):
+            ex = p * L + j
+            sent = tl.sum(tl.sum(tl.where((s == me) & (e == ex), C, 0), 1), 0)
+            # my rows for expert ex follow my rows for every lower expert in stage
+            src = tl.sum(tl.sum(tl.where((s == me) & (e < ex), C, 0), 1), 0)
+            # at PE p: after every source's rows for its lower experts, then lower sources' for ex
+            dst = tl.sum(tl.sum(tl.where(((e >= p * L) & (e < ex)) | ((e == ex) & (s < me)), C, 0), 1), 0)
+            rows_at = shl.consume_token(stage, staged) + src * H
+            _put_piece(recv + dst * H, rows_at, sent, H, q, P, recv_sig + me, pe, ITEMSIZE)
     mine = (e >= me * L) & (e < me * L + L)
     if g == 0:
         tl.store(C_out + s * E + e, C, mask=in_C)
@@ -394,6 +402,7 @@ COMPILE = {
             "K": "i32",
             "TK": "i32",
             "rows": "i64",
+            "P": "i32",
         },
         "constexprs": {
             "L": 2,
@@ -724,7 +733,7 @@ def _dispatch_launch(rt, ws, team, tokens, topk_ids, topk_weights, n_experts, ca
     block_h = min(_blocks(H), 1024)
     device, dtype = rt.device, tokens.dtype
     bound = _dispatch.bind(
-        (n * ws.extra["pieces"],),
+        capped_grid(_dispatch, n * ws.extra["pieces"]),
         PER_CALL,  # tokens
         PER_CALL,  # topk_ids
         PER_CALL,  # topk_weights
@@ -746,6 +755,7 @@ def _dispatch_launch(rt, ws, team, tokens, topk_ids, topk_weights, n_experts, ca
         K,
         T * K,
         rows,
+        ws.extra["pieces"],
         L=L,
         N_BLOCK=_blocks(n),
         E_BLOCK=_blocks(n_experts),
@@ -765,7 +775,7 @@ def _dispatch_launch(rt, ws, team, tokens, topk_ids, topk_weights, n_experts, ca
         counts = torch.empty(L, n, dtype=torch.int64, device=device)
         out = torch.empty(rows, H, dtype=dtype, device=device) if padded else b["recv"]
         tokens, topk_ids, topk_weights = tokens.contiguous(), topk_ids.contiguous(), topk_weights.contiguous()
-        bound(tokens, topk_ids, topk_weights.detach(), route, weights, counts, out)
+        bound(tokens, topk_ids, topk_weights, route, weights, counts, out)
         received = rows
         if not padded:  # the exact layout: R read on the host
             received = int(counts.sum())
