@@ -361,6 +361,7 @@ class WorkspaceStore:
         self._arenas: list = []  # (world allocation, this PE's teams using it) per team arena, in split order
         self._team_arenas: dict[int, Arena] = {}  # Team.key -> its arena
         self._no_arena: dict[int, str] = {}  # Team.key -> why it has none (teams made by a split)
+        self.plans: dict = {}  # the kernels' call plans by key (NOTE [call plans] in kernels/_frame.py)
 
     def get(self, key: tuple) -> Workspace | None:
         return self._by_key.get(key)
@@ -464,6 +465,7 @@ class WorkspaceStore:
                 for t in ws.buffers.values():
                     self._rt.free(t)
         self._by_key.clear()
+        self.plans.clear()
         for arena in self._team_arenas.values():
             arena.low = arena.base
         self._reclaim()

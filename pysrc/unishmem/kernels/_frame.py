@@ -40,7 +40,6 @@ the next call plan anew.
 from __future__ import annotations
 
 import functools
-import weakref
 from dataclasses import dataclass
 
 import torch
@@ -179,13 +178,9 @@ class Plan:
     launch: object  # launch(x, src, stage, out)
 
 
-_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Runtime -> {key: Plan}
-
-
 def planned(rt, key):
     """The plan recorded under key, where a call may use it (NOTE [call plans]), or None."""
-    plans = _PLANS.get(rt)
-    plan = plans.get(key) if plans is not None else None
+    plan = rt.workspaces.plans.get(key)
     if plan is None or plan.ws.freed or checks_every_call(rt):
         return None
     return plan
@@ -194,7 +189,7 @@ def planned(rt, key):
 def record(rt, key, plan: Plan) -> None:
     """Keep a call's plan (NOTE [call plans]) under key; None: the call has none."""
     if key is not None:
-        _PLANS.setdefault(rt, {})[key] = plan
+        rt.workspaces.plans[key] = plan
 
 
 def plan_and_launch(rt, key, ws: Workspace, shape, launch, x, out, *more):
