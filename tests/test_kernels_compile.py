@@ -46,3 +46,36 @@ def test_every_kernel_links_for_sm_90_and_lowers_for_gfx942(module, request):
             assert r["linked"] and not r["unresolved"], r
         else:  # what rocSHMEM's bitcode must provide at module load: C-linkage symbols only
             assert r["unresolved"] and all(s.startswith("rocshmem_") for s in r["unresolved"]), r
+
+
+def test_the_collectives_copies_and_reductions_use_16_byte_accesses(request, tmp_path):
+    # NOTE [16-byte copies]: in the sm_90 IR at float32, each loop over a whole block of BLOCK elements
+    # moves them 16 bytes an access: BLOCK / (128 threads, Triton's default 4 warps) / 4 = 8 accesses
+    from unishmem import BackendUnavailable
+    from unishmem.kernels.collectives import BLOCK
+    from unishmem.triton_support import extern_libs
+
+    try:
+        cache = CompileCache(request.config, __file__).triton_cache(*extern_libs("cuda", 90).values())
+    except BackendUnavailable:
+        pytest.skip("NVSHMEM's bitcode is not installed: the kernels do not link for sm_90")
+    module = "unishmem.kernels.collectives"
+    proc = subprocess.run(
+        [sys.executable, "-m", "unishmem", "compile", module, "--target", "sm_90", "--fast", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, TRITON_CACHE_DIR=cache),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    per_loop = BLOCK // (128 * 4)
+
+    def check(name, loads, stores):
+        ir = (tmp_path / f"{name}.sm_90.llir").read_text()
+        found = ir.count("ld.global.v4.b32"), ir.count("st.global.v4.b32")
+        assert found[0] >= loads * per_loop and found[1] >= stores * per_loop, (name, found)
+
+    check("_all_gather", 2, 2)  # the copy-in's whole blocks; the copy out of the slots (where numel allows)
+    # two-shot: the copy-in; the reduction (a slot's load, then the others' in a loop) and its store;
+    # the copy out of the gathered blocks
+    check("_reduce.1", 4, 3)

@@ -18,6 +18,19 @@ specialised (always as a multiple of 16), so whole blocks of the receive slots l
 accesses (seen in the sm_90 IR). Sizes from 2**31 elements on are 64-bit integers to Triton, and
 get a second binary.
 
+NOTE [16-byte copies]: Triton issues a 16-byte access only where it can prove the address 16-byte
+aligned and the mask the same over those 16 bytes. The sizes being do_not_specialize, an offset such
+as i * numel into out is not known to be a multiple of anything, and all_gather's copy out of its
+slots, and two-shot's out of its gathered blocks, were 4-byte accesses at float32 (2-byte at float16)
+for every element. all_gather tests whether numel is a multiple of 16 bytes (at run time, the same
+in every thread) and if so says so with tl.multiple_of: its copy is compiled twice, with 16-byte
+accesses for those sizes, element by element for the rest. Two-shot's chunk is its own choice, a
+member's share rounded up to 16 bytes, so its copy always says so. `cap` and `piece` are multiples
+of 16 bytes by construction (_class, peer_pieces). A hint marks the operation that made the value,
+for every use of it, so each hinted value is made where the hint is true (not before the test),
+and never a helper's result or argument (inlining drops the mark). tests/test_kernels_compile.py
+counts the 16-byte accesses in the sm_90 IR.
+
 NOTE [pull one-shot]: every member reads every member's x where it lies (x in place when it is a
 contiguous symmetric tensor, else its copy in the workspace's `src`) through its load/store
 address (remote_ptr), so nothing is copied into receive slots and the workspace holds one copy, not
@@ -140,13 +153,14 @@ def _all_gather(
         i = t // pieces
         first = t % pieces * piece
         token = shl.signal_wait_until(sig + i * pieces + t % pieces, shl.CMP_GE, epoch)
-        # the loads come after the wait (docs/device-library.md, rule 2)
-        _copy(
-            out + i * numel + first,
-            dst + shl.consume_token(i * cap + first, token),
-            _clamp(numel - first, piece),
-            BLOCK,
-        )
+        # the loads come after the wait (rule 2)
+        if numel % (16 // ITEMSIZE) == 0:  # NOTE [16-byte copies]: every value hinted is made here
+            at = tl.multiple_of(shl.consume_token(i * cap + first, token), 16 // ITEMSIZE)
+            count = tl.multiple_of(tl.minimum(tl.maximum(numel - first, 0), piece), 16 // ITEMSIZE)
+            _copy(out + tl.multiple_of(i * numel + first, 16 // ITEMSIZE), dst + at, count, BLOCK)
+        else:
+            at = shl.consume_token(i * cap + first, token)
+            _copy(out + i * numel + first, dst + at, _clamp(numel - first, piece), BLOCK)
     end_call(state, epoch)
 
 
@@ -214,8 +228,9 @@ def _reduce(
     """Push chunk q of src (SCATTER; else all of it) to member q's slot my_index, each chunk in
     `pieces` pieces; reduce this PE's n slots block by block into out (with GATHER into red, then
     push each reduced block to every member, whose blocks go into out). numel: src's elements (with
-    SCATTER the last chunks may hold fewer than chunk, or none). Tasks go round the grid (NOTE
-    [persistent grid]). stage: x is copied into src first (NOTE [copy-in]), else src is x."""
+    SCATTER the last chunks may hold fewer than chunk, or none; with GATHER chunk is a multiple of 16
+    bytes, NOTE [16-byte copies]). Tasks go round the grid (NOTE [persistent grid]). stage: x is
+    copied into src first (NOTE [copy-in]), else src is x."""
     # Opens as _all_gather does on purpose: each kernel moves its own buffers to the call's parity
     # (NOTE [workspaces]); a shared @triton.jit helper would have to take and hand back every one.
     p = tl.program_id(0)
@@ -264,14 +279,10 @@ def _reduce(
         for b in range(p, blocks, grid):
             shl.wait_until_all(sig2 + b * n, n, shl.CMP_GE, epoch)
             token = shl.signal_fetch(sig2 + b * n)  # the loads below depend on it (rule 2)
-            for j in range(n):
-                _copy_block(
-                    out + j * chunk,
-                    gathered + shl.consume_token(j * cap, token),
-                    b * BLOCK,
-                    _clamp(numel - j * chunk, chunk),
-                    BLOCK,
-                )
+            for j in range(n):  # (chunk and cap: multiples of 16 bytes, NOTE [16-byte copies])
+                at = tl.multiple_of(shl.consume_token(j * cap, token), 16 // ITEMSIZE)
+                dest = out + tl.multiple_of(j * chunk, 16 // ITEMSIZE)
+                _copy_block(dest, gathered + at, b * BLOCK, _clamp(numel - j * chunk, chunk), BLOCK)
     else:
         for b in range(p, blocks, grid):
             _reduce_block(recv, cap, out, b * BLOCK, mine, n, OP, WIDEN, BLOCK)
@@ -561,7 +572,12 @@ def all_reduce(
         variant = "one_shot" if pulls else "one_shot, push"
     else:
         pulls, variant = False, algorithm
-    chunk = 0 if problem else -(-x.numel() // n) if two_shot else x.numel()
+    if problem:
+        chunk = 0
+    elif two_shot:  # a member's share, rounded up to 16 bytes (NOTE [16-byte copies]); the last ones shorter
+        chunk = cdiv(cdiv(x.numel(), n), 16 // x.element_size()) * (16 // x.element_size())
+    else:
+        chunk = x.numel()
     cap = _class(chunk, 1 if problem else x.element_size())
     ws = workspace(
         rt,
