@@ -98,12 +98,44 @@ def test_reduce_scatter(rt):
 
 
 @spmd(sizes=(2, 4))
+def test_all_gather_and_all_to_all_pull_and_push_alike(rt):
+    # NOTE [pull one-shot]: every member reachable (one host), all_gather and all_to_all read the
+    # members' data where it lies, and UNISHMEM_PULL=0 pushes it: both give torch's result, for x
+    # symmetric (read in place) and not (copied in), several blocks a member, sizes of 16-byte
+    # multiples and not (NOTE [16-byte copies])
+    import unishmem.testing
+
+    n, me = rt.n_pes, rt.my_pe
+    try:
+        for pull, kernel in (("1", "_pull_gather"), ("0", "_all_gather")):
+            os.environ["UNISHMEM_PULL"] = pull
+            for dtype in (torch.float32, torch.float16):
+                for rows in (700, 701):
+                    shape = (rows * n, 3)
+                    xs = torch.stack([data(pe, shape, dtype, seed=rows) for pe in range(n)])
+                    symmetric = rt.empty(shape, dtype)
+                    symmetric.copy_(xs[me])
+                    for x in (xs[me].clone(), symmetric):
+                        assert torch.equal(K.all_gather(x), torch.cat(list(xs))), (pull, dtype, rows)
+                        mine = torch.cat([xs[i].chunk(n)[me] for i in range(n)])
+                        assert torch.equal(K.all_to_all(x), mine), (pull, dtype, rows)
+                    rt.barrier_all()  # no peer still reads it
+                    rt.free(symmetric)
+            with unishmem.testing.capture(dry=True) as graph:
+                K.all_gather(xs[me])
+            assert [launch.fn.__name__ for launch, *_ in graph.launches] == [kernel], graph.launches
+    finally:
+        del os.environ["UNISHMEM_PULL"]
+    rt.free_workspaces()
+
+
+@spmd(sizes=(2, 4))
 def test_bad_arguments_raise_on_every_pe_and_the_job_goes_on(rt):
     # one PE passes another shape: every PE raises, naming both
     shape = (4,) if rt.my_pe else (5,)
     raises(
         lambda: K.all_gather(torch.zeros(shape)),
-        "all_gather: the PEs of world disagree: member 0 passes torch.float32 of shape [5], member 1",
+        "all_gather: the PEs of world disagree: member 0 passes torch.float32 of shape [5] (pull), member 1",
     )
     # one PE's bad op: it raises its own error, the others say who rejected
     op = "mean" if rt.my_pe == 1 else "sum"
@@ -132,6 +164,7 @@ def test_each_peers_data_moves_through_several_programs(rt):
     from unishmem.kernels._frame import peer_pieces
 
     os.environ["UNISHMEM_COMM_BLOCK_BYTES"] = "64"
+    os.environ["UNISHMEM_PULL"] = "0"  # all_gather pushes too (NOTE [pull one-shot])
     try:
         assert peer_pieces(100, 4) == (7, 16) and peer_pieces(100, 2) == (4, 32)
         assert peer_pieces(10_000, 4) == (16, 628)
@@ -146,7 +179,7 @@ def test_each_peers_data_moves_through_several_programs(rt):
                 for algorithm in ("one_shot", "two_shot"):
                     assert torch.equal(K.all_reduce(x, algorithm=algorithm), xs.sum(0)), (dtype, rows, algorithm)
     finally:
-        del os.environ["UNISHMEM_COMM_BLOCK_BYTES"]
+        del os.environ["UNISHMEM_COMM_BLOCK_BYTES"], os.environ["UNISHMEM_PULL"]
     rt.free_workspaces()
 
 
@@ -245,8 +278,8 @@ def test_forty_calls_compile_one_binary_per_kernel_and_dtype(rt):
                 call(data(me, (2 * n, 3), dtype, seed=i))
     assert len(graph.launches) == 40 * (len(collectives) + len(gemms)), len(graph.launches)
     # _reduce: reduce-scatter and two-shot are its two forms (constexprs), for two dtypes, as all_gather
-    # and all_to_all are _all_gather's; the one-shot pulls (every PE reaches every other here)
-    expected = {"_all_gather": 4, "_reduce": 4, "_pull_reduce": 2, "_ag_gemm": 2, "_gemm_rs": 2}
+    # and all_to_all are _pull_gather's; the one-shot pulls too (every PE reaches every other here)
+    expected = {"_pull_gather": 4, "_reduce": 4, "_pull_reduce": 2, "_ag_gemm": 2, "_gemm_rs": 2}
     assert graph.compiled_variants("sm_90") == expected, graph.compiled_variants("sm_90")
     rt.free_workspaces()
 
@@ -306,17 +339,24 @@ def test_a_capped_grid_takes_many_blocks_per_program(rt):
         rt.barrier_all()  # no peer still reads this x
         rt.free(x)
         # under the interpreter never more programs than are resident (a wait on one that cannot
-        # start would never finish): 16 pieces to each peer, 8 programs
+        # start would never finish): 16 pieces to each peer (push) or 16 blocks from each (pull), 8 programs
         os.environ["UNISHMEM_MAX_PROGRAMS"] = "1000"
         os.environ["UNISHMEM_INTERPRET_RESIDENT"] = "8"
-        x = data(me, (4096,), torch.float32)
-        K.all_gather(x)  # warm
-        with unishmem.testing.capture() as graph:
-            out = K.all_gather(x)
-        assert torch.equal(out, torch.cat([data(pe, (4096,), torch.float32) for pe in range(n)]))
-        assert [grid for _, _, grid, _ in graph.launches] == [(8,)], graph.launches
+        for pull in ("0", "1"):
+            os.environ["UNISHMEM_PULL"] = pull
+            x = data(me, (16 * BLOCK,), torch.float32)
+            K.all_gather(x)  # warm
+            with unishmem.testing.capture() as graph:
+                out = K.all_gather(x)
+            assert torch.equal(out, torch.cat([data(pe, x.shape, torch.float32) for pe in range(n)]))
+            assert [grid for _, _, grid, _ in graph.launches] == [(8,)], graph.launches
     finally:
-        for name in ("UNISHMEM_MAX_PROGRAMS", "UNISHMEM_COMM_BLOCK_BYTES", "UNISHMEM_INTERPRET_RESIDENT"):
+        for name in (
+            "UNISHMEM_MAX_PROGRAMS",
+            "UNISHMEM_COMM_BLOCK_BYTES",
+            "UNISHMEM_INTERPRET_RESIDENT",
+            "UNISHMEM_PULL",
+        ):
             os.environ.pop(name, None)
     rt.free_workspaces()
 
@@ -496,7 +536,7 @@ def test_sub_team_errors_raise_on_every_member_and_the_job_goes_on(rt):
     me = half.my_pe
     raises(
         lambda: K.all_gather(torch.zeros(4 if me else 5), team=half),
-        f"all_gather: the PEs of {half.name} disagree: member 0 passes torch.float32 of shape [5], member 1 "
+        f"all_gather: the PEs of {half.name} disagree: member 0 passes torch.float32 of shape [5] (pull), member 1 "
         "torch.float32 of shape [4]",
     )
     raises(
@@ -504,13 +544,13 @@ def test_sub_team_errors_raise_on_every_member_and_the_job_goes_on(rt):
         "member 0 passes torch.float32 of shape [3] (one_shot), member 1 torch.float32 of shape [3] (two_shot)",
     )
     # a workspace larger than the arena (the default: a sixteenth of the job's 64 MiB heap)
-    big = torch.zeros(300_000)  # src + two parities of 2 slots: 5 * 1.2 MB
+    big = torch.zeros(1_500_000)  # a pull's src alone: 6 MB
     try:
         K.all_gather(big, team=half)
     except ValueError as e:
         text = str(e)
         need = int(re.search(r"needs (\d+) bytes", text).group(1))
-        assert need >= 5 * big.nbytes and f"of its {(64 << 20) // 16} bytes free" in text, text
+        assert need >= big.nbytes and f"of its {(64 << 20) // 16} bytes free" in text, text
         assert "UNISHMEM_TEAM_ARENA" in text and half.name in text, text
     else:
         raise AssertionError("a workspace larger than the team arena was accepted")

@@ -14,7 +14,7 @@ from compile_cache import CompileCache  # noqa: E402
 pytestmark = pytest.mark.compile
 
 KERNELS = {
-    "unishmem.kernels.collectives": ("_all_gather", "_reduce"),
+    "unishmem.kernels.collectives": ("_all_gather", "_pull_gather", "_reduce", "_pull_reduce"),
     "unishmem.kernels.moe": ("_dispatch", "_combine"),
 }
 
@@ -76,6 +76,7 @@ def test_the_collectives_copies_and_reductions_use_16_byte_accesses(request, tmp
         assert found[0] >= loads * per_loop and found[1] >= stores * per_loop, (name, found)
 
     check("_all_gather", 2, 2)  # the copy-in's whole blocks; the copy out of the slots (where numel allows)
+    check("_pull_gather", 2, 2)  # the copy-in's whole blocks; the copy from the members (where numel allows)
     # two-shot: the copy-in; the reduction (a slot's load, then the others' in a loop) and its store;
     # the copy out of the gathered blocks
     check("_reduce.1", 4, 3)

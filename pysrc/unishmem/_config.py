@@ -228,6 +228,15 @@ SETTINGS = {
             see="[Kernels](kernels.md)",
         ),
         Setting(
+            "UNISHMEM_PULL",
+            FLAG,
+            True,
+            "`unishmem.kernels` all_gather, all_to_all and all_reduce's one-shot (given `pull=None`) read every "
+            "member's data where it lies when every member is reachable by load/store; 0: they push it into "
+            "receive slots instead; the same on every PE",
+            see="[Kernels](kernels.md)",
+        ),
+        Setting(
             "UNISHMEM_WORKSPACE_BYTES",
             BYTES,
             None,

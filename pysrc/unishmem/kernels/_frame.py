@@ -32,9 +32,9 @@ included (Kernel.bind: on a GPU backend a warm launch skips Triton's own prepara
 launch] in triton_support.py). Where arguments are compared across PEs only on a shape's first call
 (GPU backends, a capture: workspace()), a call that finds a plan whose workspace is still live checks
 only out, picks its source (x in place or copied in) and launches: a few microseconds of host work
-instead of tens. Settings that shape a launch (UNISHMEM_COMM_BLOCK_BYTES, UNISHMEM_MAX_PROGRAMS) are
-read when a shape is planned: after changing them, rt.free_workspaces() (which ends every plan) makes
-the next call plan anew.
+instead of tens. Settings that shape a launch (UNISHMEM_COMM_BLOCK_BYTES, UNISHMEM_MAX_PROGRAMS,
+UNISHMEM_PULL) are read when a shape is planned: after changing them, rt.free_workspaces() (which
+ends every plan) makes the next call plan anew.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """all_gather, reduce_scatter and all_reduce as Triton kernels in unishmem.language, over any team.
 
-all_gather, reduce_scatter and the two-shot all_reduce push: a PE puts its data into each member's
-receive slot with putmem_signal (the signal SET to the call's epoch, NOTE [workspaces]) and then
-waits for its own slots. The one-shot all_reduce pulls where every member is reachable by
-load/store (NOTE [pull one-shot]), else pushes too. Each kernel numbers its calls on the device
+reduce_scatter and the two-shot all_reduce push: a PE puts its data into each member's receive slot
+with putmem_signal (the signal SET to the call's epoch, NOTE [workspaces]) and then waits for its own
+slots. all_gather, all_to_all and the one-shot all_reduce pull where every member is reachable by
+load/store (NOTE [pull one-shot]; UNISHMEM_PULL=0: never), else push too. Each kernel numbers its calls on the device
 (NOTE [call counter]) and writes the result into `out` itself, so a call's launch arguments are the
 same every time: captured in a CUDA graph, it replays correctly.
 x is read in place where it is a contiguous symmetric tensor (and out does not overlap it), else the
@@ -34,7 +34,8 @@ counts the 16-byte accesses in the sm_90 IR.
 NOTE [pull one-shot]: every member reads every member's x where it lies (x in place when it is a
 contiguous symmetric tensor, else its copy in the workspace's `src`) through its load/store
 address (remote_ptr), so nothing is copied into receive slots and the workspace holds one copy, not
-1 + 2n. Per call (epoch e, NOTE [call counter]): program 0 SETs this PE's `ready` word on
+1 + 2n. all_gather and all_to_all pull the same way (_pull_gather: each (member, block) a task,
+copied straight into out), with the same words (_publish, _read_everywhere). Per call (epoch e, NOTE [call counter]): program 0 SETs this PE's `ready` word on
 every member to e (src holds call e's data: the launch is stream-ordered after whatever wrote it);
 programs with blocks wait for every member's ready >= e, then reduce their blocks from the n
 members' src in member order; the last program to finish reading (a local count) SETs this PE's
@@ -50,7 +51,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import jit
+from .. import _config, jit
 from .. import language as shl
 from .._workspaces import Workspace, size_class, workspace
 from ..enums import REDUCE_OPS
@@ -73,6 +74,7 @@ from ._routing import needs_op, op_team_arg
 
 ALGORITHMS = ("auto", "one_shot", "two_shot")
 VARIANTS = ("one_shot", "two_shot", "one_shot, push")  # with buffers of their own; compared across PEs
+GATHER_VARIANTS = ("pull", "push")  # all_gather's and all_to_all's
 _REACHABLE: dict[int, bool] = {}  # team id (never reused) -> every member reachable by load/store
 ONE_SHOT_MAX_BYTES = 256 * 1024  # "auto": one-shot reads n full copies; two-shot moves 2x the data once
 BLOCK = 4096  # elements a program reduces or copies at a time, whatever the message's size
@@ -354,16 +356,7 @@ def _pull_reduce(
     p = tl.program_id(0)
     grid = tl.num_programs(0)
     epoch = begin_call(state)
-    # src holds this call's data: x in place (the launch is stream-ordered after what wrote it), or
-    # x's copy once every program's share is in
-    publish = p == 0
-    if stage:
-        publish = copy_in(x, src, numel, state)
-    if publish:
-        if stage:
-            shl.fence()  # the copies, made by every program, reach the peers before the signals
-        for j in range(n):
-            shl.signal_op(ready + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
+    _publish(x, src, stage, ready, numel, state, members, my_index, n, epoch)
     blocks = tl.cdiv(numel, BLOCK)
     if p < blocks:
         shl.wait_until_all(ready, n, shl.CMP_GE, epoch)
@@ -373,14 +366,83 @@ def _pull_reduce(
             _pull_block(src, members, token, out, b * BLOCK, numel, n, OP, WIDEN, BLOCK, ALIGNED, True)
         else:
             _pull_block(src, members, token, out, b * BLOCK, numel, n, OP, WIDEN, BLOCK, ALIGNED, False)
-    # the last program to finish reading tells every member, and waits until every member has read
-    # this PE's src: only then may the call end (and src change)
+    _read_everywhere(count, done, members, my_index, n, epoch)
+    end_call(state, epoch)
+
+
+@triton.jit
+def _publish(x, src, stage, ready, numel, state, members, my_index, n, epoch):
+    """SET this PE's ready word on every member to epoch once src holds this call's data (NOTE [pull
+    one-shot]): x in place (the launch is stream-ordered after what wrote it), from program 0; or
+    with stage x's numel elements copied in by every program, from the last to finish its share."""
+    publish = tl.program_id(0) == 0
+    if stage:
+        publish = copy_in(x, src, numel, state)
+    if publish:
+        if stage:
+            shl.fence()  # the copies, made by every program, reach the peers before the signals
+        for j in range(n):
+            shl.signal_op(ready + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
+
+
+@triton.jit
+def _read_everywhere(count, done, members, my_index, n, epoch):
+    """Count this program as done reading (count: this PE's); the last one SETs this PE's done word on
+    every member to epoch and waits until every member has read this PE's src: only then may the
+    call end, and src change (NOTE [pull one-shot])."""
     finished = tl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
-    if finished == grid - 1:
+    if finished == tl.num_programs(0) - 1:
         tl.store(count, 0)
         for j in range(n):
             shl.signal_op(done + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
         shl.wait_until_all(done, n, shl.CMP_GE, epoch)
+
+
+@jit(do_not_specialize=("stage", "numel"))
+def _pull_gather(
+    x,
+    src,
+    stage,
+    ready,
+    done,
+    count,
+    out,
+    state,
+    members,
+    my_index,
+    n,
+    numel,
+    ALL_TO_ALL: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ITEMSIZE: tl.constexpr,
+    ALIGNED: tl.constexpr,
+):
+    """all_gather (ALL_TO_ALL: all_to_all) by pulling (NOTE [pull one-shot]): task (j, b) = t % n,
+    t // n copies block b of member j's numel elements (ALL_TO_ALL: of its block my_index) from its
+    src, read where it lies, into out at j * numel; consecutive programs read different members.
+    ALIGNED: src is 16-byte aligned (the same on every member)."""
+    p = tl.program_id(0)
+    grid = tl.num_programs(0)
+    epoch = begin_call(state)
+    _publish(x, src, stage, ready, n * numel if ALL_TO_ALL else numel, state, members, my_index, n, epoch)
+    tasks = n * tl.cdiv(numel, BLOCK)
+    if p < tasks:
+        shl.wait_until_all(ready, n, shl.CMP_GE, epoch)
+    token = shl.signal_fetch(ready)  # the loads below depend on it (docs/device-library.md, rule 2)
+    for t in range(p, tasks, grid):
+        j = t % n
+        start = t // n * BLOCK
+        if ALIGNED and numel % (16 // ITEMSIZE) == 0:  # NOTE [16-byte copies]: every value hinted is made here
+            peer = tl.multiple_of(shl.remote_ptr(shl.consume_token(src, token), tl.load(members + j)), 16)
+            if ALL_TO_ALL:
+                peer += tl.multiple_of(my_index * numel, 16 // ITEMSIZE)
+            _copy_block(out + tl.multiple_of(j * numel, 16 // ITEMSIZE), peer, start, numel, BLOCK)
+        else:
+            peer = shl.remote_ptr(shl.consume_token(src, token), tl.load(members + j))
+            if ALL_TO_ALL:
+                peer += my_index * numel
+            _copy_block(out + j * numel, peer, start, numel, BLOCK)
+    _read_everywhere(count, done, members, my_index, n, epoch)
     end_call(state, epoch)
 
 
@@ -434,21 +496,44 @@ def _gather(x, out, team, group, what: str):
     numel = 0 if problem else x.numel() // n if to_all else x.numel()  # what goes to one member
     itemsize = x.element_size() if problem is None else 1
     cap = _class(numel, itemsize)
-    ws = workspace(
-        rt,
-        team,
-        what,
-        x,
-        lambda: {
+    pulls = problem is None and _pulls(rt, team)
+    if pulls:
+        buffers = lambda: _pull_buffers(x, n, n * cap if to_all else cap)  # noqa: E731
+    else:
+        buffers = lambda: {  # noqa: E731
             "src": ((n * cap if to_all else cap,), x.dtype),
             "dst": ((2, n * cap), x.dtype),
             "sig": ((2, n * MAX_PIECES), torch.uint64),
             "state": ((STATE_WORDS,), torch.int64),
-        },
-        problem,
-        key=(cap,),
-    )
+        }
+    variant = "pull" if pulls else "push"
+    ws = workspace(rt, team, what, x, buffers, problem, key=(variant, cap), variants=GATHER_VARIANTS)
     b = ws.buffers
+    if pulls:
+        bound = _pull_gather.bind(
+            capped_grid(_pull_gather, n * cdiv(numel, BLOCK)),
+            PER_CALL,  # x
+            PER_CALL,  # src
+            PER_CALL,  # stage
+            b["ready"],
+            b["done"],
+            b["count"],
+            PER_CALL,  # out
+            b["state"],
+            ws.members,
+            ws.my_index,
+            n,
+            numel,
+            ALL_TO_ALL=to_all,
+            BLOCK=BLOCK,
+            ITEMSIZE=itemsize,
+            ALIGNED=PER_CALL,
+        )
+
+        def pull(x, src, stage, out):
+            bound(x, src, stage, out, src.data_ptr() % 16 == 0)
+
+        return plan_and_launch(rt, key, ws, shape, pull, x, out)
     pieces, piece = peer_pieces(numel, itemsize)
     launch = _all_gather.bind(
         capped_grid(_all_gather, n * pieces),
@@ -568,7 +653,7 @@ def all_reduce(
                 f"all_reduce: pull=True needs every member of {team.name} reachable by load/store, and some "
                 "are not (another node)"
             )
-        pulls = reachable if pull is None else pull
+        pulls = (reachable and _config.get("UNISHMEM_PULL")) if pull is None else pull
         variant = "one_shot" if pulls else "one_shot, push"
     else:
         pulls, variant = False, algorithm
@@ -594,6 +679,12 @@ def all_reduce(
     return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=two_shot, gather=two_shot, key=key)
 
 
+def _pulls(rt, team) -> bool:
+    """Whether all_gather and all_to_all pull on team: where every member is reachable by load/store,
+    unless UNISHMEM_PULL=0 (NOTE [pull one-shot])."""
+    return _config.get("UNISHMEM_PULL") and _reachable(rt, team)
+
+
 def _reachable(rt, team) -> bool:
     """Whether this PE reaches every member of team by load/store (rt.peer is not None): the same on
     every member, as PEs reach each other by node. Asked once per team."""
@@ -605,11 +696,12 @@ def _reachable(rt, team) -> bool:
     return found
 
 
-def _pull_buffers(x, n: int, cap: int) -> dict:
-    """For a pull one-shot of at most cap elements: the staging copy of x (read by the peers), a
-    readiness and a done word per member, the count of programs done reading, and the call counter."""
+def _pull_buffers(x, n: int, elements: int) -> dict:
+    """For a pull (NOTE [pull one-shot]) of x of at most `elements` elements: the staging copy of x
+    (read by the peers), a readiness and a done word per member, the count of programs done
+    reading, and the call counter."""
     return {
-        "src": ((cap,), x.dtype),
+        "src": ((elements,), x.dtype),
         "ready": ((n,), torch.uint64),
         "done": ((n,), torch.uint64),
         "count": ((1,), torch.int64),
@@ -767,5 +859,10 @@ COMPILE = {
         "signature": _PULL_SIG,
         "constexprs": {"OP": 0, "WIDEN": False, "BLOCK": BLOCK, "ALIGNED": True},
         "aligned": _aligned(_PULL_SIG)[:-1],  # (no cap)
+    },
+    _pull_gather: {
+        "signature": _PULL_SIG,
+        "constexprs": {"ALL_TO_ALL": False, "BLOCK": BLOCK, "ITEMSIZE": 4, "ALIGNED": True},
+        "aligned": _aligned(_PULL_SIG)[:-1],
     },
 }
