@@ -572,6 +572,7 @@ class Watchdog:
                 os.remove(part)
             except FileNotFoundError:
                 pass
+            self.diagnostics.remove_empty_hang_dir()
         # The report is out: what the program's threads print as the peers leave (PeerFailure) is not news.
         os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
         os._exit(HANG_EXIT)
@@ -620,3 +621,14 @@ class Diagnostics:
             import shutil
 
             shutil.rmtree(self._hang_dir, ignore_errors=True)
+
+    def remove_empty_hang_dir(self) -> None:
+        """Another PE, as it leaves after a report: the job's hang directory where init made it and it
+        is empty. A part written late (a loaded machine) can land while rank 0 removes the directory,
+        which then stays, empty once that PE has taken its part back; while rank 0 is still there the
+        directory holds its part, and this does nothing."""
+        if self._own_hang_dir:
+            try:
+                os.rmdir(self._hang_dir)
+            except OSError:
+                pass

@@ -510,29 +510,7 @@ def _gather(x, out, team, group, what: str):
     ws = workspace(rt, team, what, x, buffers, problem, key=(variant, cap), variants=GATHER_VARIANTS)
     b = ws.buffers
     if pulls:
-        bound = _pull_gather.bind(
-            capped_grid(_pull_gather, n * cdiv(numel, BLOCK)),
-            PER_CALL,  # x
-            PER_CALL,  # src
-            PER_CALL,  # stage
-            b["ready"],
-            b["done"],
-            b["count"],
-            PER_CALL,  # out
-            b["state"],
-            ws.members,
-            ws.my_index,
-            n,
-            numel,
-            ALL_TO_ALL=to_all,
-            BLOCK=BLOCK,
-            ITEMSIZE=itemsize,
-            ALIGNED=PER_CALL,
-        )
-
-        def pull(x, src, stage, out):
-            bound(x, src, stage, out, src.data_ptr() % 16 == 0)
-
+        pull = _pull_launch(_pull_gather, n * cdiv(numel, BLOCK), ws, n, numel, ALL_TO_ALL=to_all, ITEMSIZE=itemsize)
         return plan_and_launch(rt, key, ws, shape, pull, x, out)
     pieces, piece = peer_pieces(numel, itemsize)
     launch = _all_gather.bind(
@@ -710,10 +688,18 @@ def _pull_buffers(x, n: int, elements: int) -> dict:
 
 
 def _run_pull(rt, ws: Workspace, x, op, out, shape, n, key):
-    b = ws.buffers
     numel = x.numel()
-    bound = _pull_reduce.bind(
-        capped_grid(_pull_reduce, cdiv(numel, BLOCK)),
+    widen = x.dtype in (torch.float16, torch.bfloat16)
+    launch = _pull_launch(_pull_reduce, cdiv(numel, BLOCK), ws, n, numel, OP=REDUCE_OPS[op], WIDEN=widen)
+    return plan_and_launch(rt, key, ws, shape, launch, x, out)
+
+
+def _pull_launch(kernel, tasks: int, ws: Workspace, n: int, numel: int, **constexprs):
+    """launch(x, src, stage, out) of a pull kernel (NOTE [pull one-shot]) on ws for `tasks` tasks, src's
+    16-byte alignment passed as ALIGNED (the same on every member: the heap's offsets are)."""
+    b = ws.buffers
+    bound = kernel.bind(
+        capped_grid(kernel, tasks),
         PER_CALL,  # x
         PER_CALL,  # src
         PER_CALL,  # stage
@@ -726,16 +712,15 @@ def _run_pull(rt, ws: Workspace, x, op, out, shape, n, key):
         ws.my_index,
         n,
         numel,
-        OP=REDUCE_OPS[op],
-        WIDEN=x.dtype in (torch.float16, torch.bfloat16),
         BLOCK=BLOCK,
         ALIGNED=PER_CALL,
+        **constexprs,
     )
 
     def launch(x, src, stage, out):
         bound(x, src, stage, out, src.data_ptr() % 16 == 0)
 
-    return plan_and_launch(rt, key, ws, shape, launch, x, out)
+    return launch
 
 
 def _reduce_buffers(x, n: int, cap: int, scatter: bool, gather: bool) -> dict:
