@@ -3,8 +3,8 @@
 reduce_scatter and the two-shot all_reduce push: a PE puts its data into each member's receive slot
 with putmem_signal (the signal SET to the call's epoch, NOTE [workspaces]) and then waits for its own
 slots. all_gather, all_to_all and the one-shot all_reduce pull where every member is reachable by
-load/store (NOTE [pull one-shot]; UNISHMEM_PULL=0: never), else push too. Each kernel numbers its calls on the device
-(NOTE [call counter]) and writes the result into `out` itself, so a call's launch arguments are the
+load/store (NOTE [pull one-shot]; UNISHMEM_PULL=0: never), else push too. Each kernel numbers its
+calls on the device (NOTE [call counter]) and writes the result into `out` itself, so a call's launch arguments are the
 same every time: captured in a CUDA graph, it replays correctly.
 x is read in place where it is a contiguous symmetric tensor (and out does not overlap it), else the
 kernel copies it into its workspace first, in the same launch (NOTE [copy-in]; a strided x is copied
@@ -35,10 +35,10 @@ NOTE [pull one-shot]: every member reads every member's x where it lies (x in pl
 contiguous symmetric tensor, else its copy in the workspace's `src`) through its load/store
 address (remote_ptr), so nothing is copied into receive slots and the workspace holds one copy, not
 1 + 2n. all_gather and all_to_all pull the same way (_pull_gather: each (member, block) a task,
-copied straight into out), with the same words (_publish, _read_everywhere). Per call (epoch e, NOTE [call counter]): program 0 SETs this PE's `ready` word on
-every member to e (src holds call e's data: the launch is stream-ordered after whatever wrote it);
-programs with blocks wait for every member's ready >= e, then reduce their blocks from the n
-members' src in member order; the last program to finish reading (a local count) SETs this PE's
+copied straight into out), with the same words (_publish, _read_everywhere). Per call (epoch e, NOTE
+[call counter]): program 0 SETs this PE's `ready` word on every member to e (src holds call e's
+data: the launch is stream-ordered after whatever wrote it); programs with blocks wait for every
+member's ready >= e, then reduce (or copy) their blocks from the n members' src in member order; the last program to finish reading (a local count) SETs this PE's
 `done` word on every member to e and waits for every member's done >= e, so the call ends only when
 nobody still reads this PE's src: the next call, or the caller, may then change it. One copy of each
 word and no parity are needed: a member's ready for e + 1 comes after its call e ended, which needed
@@ -631,7 +631,7 @@ def all_reduce(
                 f"all_reduce: pull=True needs every member of {team.name} reachable by load/store, and some "
                 "are not (another node)"
             )
-        pulls = (reachable and _config.get("UNISHMEM_PULL")) if pull is None else pull
+        pulls = _pulls(rt, team) if pull is None else pull
         variant = "one_shot" if pulls else "one_shot, push"
     else:
         pulls, variant = False, algorithm
@@ -658,8 +658,9 @@ def all_reduce(
 
 
 def _pulls(rt, team) -> bool:
-    """Whether all_gather and all_to_all pull on team: where every member is reachable by load/store,
-    unless UNISHMEM_PULL=0 (NOTE [pull one-shot])."""
+    """Whether a collective that can pull (all_gather, all_to_all, all_reduce's one-shot given pull=None)
+    does on team: where every member is reachable by load/store, unless UNISHMEM_PULL=0 (NOTE [pull
+    one-shot])."""
     return _config.get("UNISHMEM_PULL") and _reachable(rt, team)
 
 
