@@ -4,8 +4,10 @@
 #
 #   bash scripts/gpu_check.sh               # summary and logs under $OUT (default ./gpu-check-out)
 #   bash scripts/gpu_check.sh --times-only  # build, info, then only the timing phase (a rerun: see below)
+#   bash scripts/gpu_check.sh --sweep       # build, info, then only the collectives' sweep (scripts/gpu_sweep.py:
+#                                           # every variant and knob, device time; resumes a cut run)
 #   bash scripts/gpu_check.sh --no-gpu      # what runs without a GPU: build, info, every kernel compiled for
-#                                           # sm_90, the timing script's compile plan and its CPU mode
+#                                           # sm_90, the timing script's compile plan and CPU mode, the sweep's CPU mode
 #
 # Expects the image of the lent H200 as it is: its python3 (torch 2.11 cu130, Triton 3.6, the NVSHMEM wheel
 # torch pins, pybind11, scikit-build-core, cmake, ninja) and CUDA's compiler and headers; nothing is fetched.
@@ -25,6 +27,9 @@
 # GPU_CHECK_TIMES=full (default) | quick (4 sizes, 10 calls a loop) | off. It gets what is left of the
 # budget, at most 240 s (480 s with --times-only), and starts no row it is unlikely to finish; its rows are
 # written as they are made.
+# --sweep writes $OUT/sweep-pe<N>.json row by row and $OUT/gpu-<date>.json (the rows for docs/benchmarks/) at
+# the end; GPU_CHECK_MPS=1 runs it under MPS as the timing phase; it gets the budget's rest, at most 480 s
+# (GPU_CHECK_SWEEP_LIMIT), and a rerun with the same $OUT runs only the rows the first did not finish.
 # Triton's cache is build/triton-cache (unless TRITON_CACHE_DIR is set), kept by a warm machine between
 # commands: a --times-only rerun after a full run compiles nothing the first run compiled.
 #
@@ -39,8 +44,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 NO_GPU=0
 TIMES_ONLY=0
+SWEEP=0
 [ "${1:-}" = "--no-gpu" ] && NO_GPU=1
 [ "${1:-}" = "--times-only" ] && TIMES_ONLY=1
+[ "${1:-}" = "--sweep" ] && SWEEP=1 && TIMES_ONLY=1
 TIMES="${GPU_CHECK_TIMES:-full}"
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
@@ -119,6 +126,21 @@ if [ $NO_GPU -eq 1 ]; then
   else
     status=1
   fi
+  # The sweep without a GPU: every configuration at 8 KiB on the host backend, checked against torch, its
+  # rows merged into the JSON a GPU run writes (10-25 s on the development machine).
+  phase "the collectives' sweep, CPU mode, 2 PEs (log: sweep_cpu.log)"
+  if t=$(limit 120); then
+    rm -rf "$OUT/sweep-cpu"
+    timeout "$t" "$PY" -m unishmem run -n 2 scripts/gpu_sweep.py "$OUT/sweep-cpu" --cpu >"$OUT/sweep_cpu.log" 2>&1
+    src=$?
+    [ $src -ne 0 ] && status=1
+    { echo "sweep (CPU mode): exit status $src, $(grep -c '^\[pe 0\]' "$OUT/sweep_cpu.log") rows on PE 0"
+      grep -E "^wrote" "$OUT/sweep_cpu.log"
+    } | tee -a "$OUT/summary.txt"
+    [ $src -ne 0 ] && tail -n 20 "$OUT/sweep_cpu.log" | tee -a "$OUT/summary.txt"
+  else
+    status=1
+  fi
   phase "done (--no-gpu), exit status $status"
   exit $status
 fi
@@ -174,6 +196,50 @@ else
 fi
 fi  # TIMES_ONLY
 
+# MPS for the timed phases (GPU_CHECK_MPS=1): start_mps sets mps=1 where the daemon started; stop_mps ends it
+mps=0
+start_mps() {
+  [ "${GPU_CHECK_MPS:-0}" = "1" ] || return 0
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/unishmem-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/unishmem-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d; then
+    mps=1
+    export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+    echo "MPS started: each PE on 50% of the SMs" | tee -a "$OUT/summary.txt"
+  else
+    echo "MPS could not be started (nvidia-cuda-mps-control: $(command -v nvidia-cuda-mps-control || echo none)); timing without it" | tee -a "$OUT/summary.txt"
+  fi
+}
+stop_mps() {
+  if [ $mps -eq 1 ]; then
+    echo quit | nvidia-cuda-mps-control
+    unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+    mps=0
+  fi
+}
+
+# ---- the collectives' sweep (scripts/gpu_sweep.py), --sweep only --------------------------------
+if [ $SWEEP -eq 1 ]; then
+  phase "the collectives' sweep, 2 PEs (log: sweep.log, per PE: sweep-pe0.json, sweep-pe1.json)"
+  start_mps
+  if t=$(limit "${GPU_CHECK_SWEEP_LIMIT:-480}"); then
+    GPU_CHECK_COMMIT="${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" timeout "$t" "$PY" -m unishmem run -n 2 \
+      scripts/gpu_sweep.py "$OUT" --deadline-s $((t - 25)) >"$OUT/sweep.log" 2>&1
+    src=$?
+    [ $src -ne 0 ] && status=1
+    [ $src -ne 0 ] && "$PY" scripts/gpu_sweep.py --merge "$OUT" >>"$OUT/sweep.log" 2>&1  # the rows so far
+    { echo "sweep job exit status $src, $(grep -c '^\[pe 0\]' "$OUT/sweep.log") rows on PE 0 this run"
+      grep -E "^(wrote|/)" "$OUT/sweep.log" | tail -n 1
+    } | tee -a "$OUT/summary.txt"
+    [ $src -ne 0 ] && tail -n 30 "$OUT/sweep.log" | tee -a "$OUT/summary.txt"
+  else
+    status=1
+  fi
+  stop_mps
+  phase "done (--sweep), exit status $status"
+  exit $status
+fi
+
 # ---- unishmem.kernels timed (scripts/gpu_kernel_times.py) ------------------------------------
 # Last, so that it takes no time from the checks above: what is left of the budget, at most 240 s (480 s
 # with --times-only; GPU_CHECK_TIMES_LIMIT sets it). Its deadline leaves 25 s for finalize and the
@@ -182,18 +248,7 @@ if [ "$TIMES" = "off" ]; then
   echo "== kernel times: off (GPU_CHECK_TIMES=off)" | tee -a "$OUT/summary.txt"
 else
   phase "unishmem.kernels timed ($TIMES), 2 PEs (log: kernel_times.log, per PE: times-pe0.json, times-pe1.json)"
-  mps=0
-  if [ "${GPU_CHECK_MPS:-0}" = "1" ]; then
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/unishmem-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/unishmem-mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d; then
-      mps=1
-      export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
-      echo "MPS started: each PE on 50% of the SMs" | tee -a "$OUT/summary.txt"
-    else
-      echo "MPS could not be started (nvidia-cuda-mps-control: $(command -v nvidia-cuda-mps-control || echo none)); timing without it" | tee -a "$OUT/summary.txt"
-    fi
-  fi
+  start_mps
   if t=$(limit "${GPU_CHECK_TIMES_LIMIT:-$([ $TIMES_ONLY -eq 1 ] && echo 480 || echo 240)}"); then
     rm -f "$OUT"/times-pe*.json  # a summary of this run only
     quick=()
@@ -208,10 +263,7 @@ else
   else
     status=1
   fi
-  if [ $mps -eq 1 ]; then
-    echo quit | nvidia-cuda-mps-control
-    unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
-  fi
+  stop_mps
 fi
 
 phase "done, exit status $status"

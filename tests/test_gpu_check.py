@@ -77,3 +77,94 @@ def test_summary_names_failures_and_rows_the_budget_left_out(tmp_path):
     assert "NOT RUN (time budget): moe 64M" in text, text
     assert "FAILED: all_gather 8K (pe 0), all_gather 8K (pe 1)" in text, text
     assert times.summary(str(tmp_path / "none")).startswith("no times-pe*.json")
+
+
+def sweep_script():
+    spec = importlib.util.spec_from_file_location("gpu_sweep", SWEEP)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SWEEP = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "gpu_sweep.py")
+
+
+def test_the_sweep_times_every_configuration_checks_it_and_resumes(tmp_path):
+    # scripts/gpu_sweep.py's CPU mode: every configuration of reduce_scatter (pulling at two grid caps,
+    # pushing at two caps and three block sizes), graphed and eager, each beside the copy of its floor,
+    # checked against torch; the merged JSON in the issue's format; a rerun runs nothing it has, and a
+    # cut run (rows missing) runs only what is missing
+    sweep = sweep_script()
+    command = [SWEEP, str(tmp_path), "--cpu", "--kernels", "reduce_scatter", "--dtypes", "float16"]
+    proc = launch(command, 2, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    expected = {json.dumps([v, k], sort_keys=True) for _, v, k in sweep.configs(["reduce_scatter"], cpu=True)}
+    assert len(expected) == 8, expected
+    # all_gather on a GPU: pulling at 2 caps, the copy engine once (one program), pushing at 2 x 3 knobs
+    variants = [v for _, v, _ in sweep.configs(["all_gather"], cpu=False)]
+    assert sorted(variants) == ["copy"] + ["pull"] * 2 + ["push"] * 6, variants
+    merged = json.load(
+        open(tmp_path / f"gpu-{json.load(open(tmp_path / 'sweep-pe0.json'))['header']['started'][:10]}.json")
+    )
+    header, *rows = merged
+    assert header["n_pes"] == 2 and header["arch"] == "cpu" and "torch" in header["stack"], header
+    assert {json.dumps([r["variant"], r["knobs"]], sort_keys=True) for r in rows} == expected
+    assert sorted({r["mode"] for r in rows}) == ["eager", "graph"] and len(rows) == 16, len(rows)
+    for r in rows:
+        assert r["kernel"] == "reduce_scatter" and r["bytes"] == 8192 and r["dtype"] == "float16", r
+        assert r["check"] == "ok" and r["us"] > 0 and r["ref_us"] > 0 and len(r["us_per_pe"]) == 2, r
+        assert r["ref"] == "device copy of 6144 bytes (the floor)", r  # reads 8 KiB, writes 4 KiB at 2 PEs
+    assert proc.stdout.count("[pe 0] reduce_scatter") == 8, proc.stdout
+    # resume: PE 0's file lost its last two rows (one configuration): only that one runs again
+    path = tmp_path / "sweep-pe0.json"
+    report = json.load(open(path))
+    report["rows"] = report["rows"][:-2]
+    path.write_text(json.dumps(report))
+    proc = launch(command, 2, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("[pe 0] reduce_scatter") == 1, proc.stdout
+    assert len(json.load(open(path))["rows"]) == 16
+
+
+def test_the_table_takes_the_fastest_right_configuration_per_size(tmp_path):
+    # --table: per (architecture, PEs, kernel, size) the configuration with the least mean graphed time
+    # over the dtypes, never one whose result was wrong; eager rows do not count
+    sweep = sweep_script()
+    header = {"arch": "sm_90", "n_pes": 2, "device": "NVIDIA H200", "mps_percent": "50", "commit": "abc"}
+
+    def row(variant, us, dtype="float16", mode="graph", check="ok", size=8192, programs=None):
+        knobs = {"programs": programs, "block_bytes": None}
+        return {"kernel": "all_reduce", "variant": variant, "knobs": knobs, "bytes": size, "dtype": dtype}, {
+            "n_pes": 2,
+            "mode": mode,
+            "us": us,
+            "check": check,
+        }
+
+    rows = [
+        row("one_shot", 10.0),
+        row("one_shot", 30.0, "bfloat16"),  # mean 20
+        row("two_shot", 15.0),
+        row("two_shot", 16.0, "bfloat16"),  # mean 15.5: the fastest
+        row("one_shot, push", 1.0, check="FAILED: max error 3"),  # fastest, but wrong
+        row("two_shot, push", 2.0, mode="eager"),  # not graphed
+        row("one_shot", 50.0, size=64 << 20, programs=32),
+        row("one_shot", 40.0, size=64 << 20, programs=64),
+    ]
+    (tmp_path / "gpu.json").write_text(json.dumps([header, *({**a, **b} for a, b in rows)]))
+    source = tmp_path / "_tuned.py"
+    source.write_text(open(sweep.TUNED).read())
+    sweep.table(str(tmp_path / "gpu.json"), str(source))
+    spec = importlib.util.spec_from_file_location("tuned_copy", source)
+    tuned = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tuned)
+    assert tuned.TABLE == {
+        ("sm_90", 2, "all_reduce", 8192): {"variant": "two_shot", "programs": None, "block_bytes": None},
+        ("sm_90", 2, "all_reduce", 64 << 20): {"variant": "one_shot", "programs": 64, "block_bytes": None},
+    }, tuned.TABLE
+    assert tuned.measured("sm_90", 2, "all_reduce", 6000)["variant"] == "two_shot"  # 8 KiB's class
+    assert tuned.measured("sm_90", 4, "all_reduce", 8192) is None  # measured at 2 PEs only
+    # the sweep's ladder is the table's size classes
+    from unishmem import parse_size
+
+    assert tuple(parse_size(s) for s in sweep.SIZES) == tuned.SIZE_CLASSES

@@ -68,11 +68,14 @@ def test_all_to_all_sizes_dtypes_and_teams(rt):
         raises(lambda: K.all_to_all(torch.zeros(n + 1)), f"all_to_all: x of shape [{n + 1}] does not split into {n}")
 
 
+PULLS_AND_PUSHES = (("one_shot", None), ("one_shot", False), ("two_shot", None), ("two_shot", False))  # None pulls here
+
+
 @spmd
 def test_all_reduce_both_algorithms_every_op(rt):
     cases = [(op, torch.float32, (1001,)) for op in ("sum", "prod", "min", "max")]
     cases += [("sum", torch.float32, (1,)), ("sum", torch.float16, (3, 5)), ("max", torch.int32, (64,))]
-    for algorithm, pull in (("one_shot", None), ("one_shot", False), ("two_shot", None)):  # pull: None pulls here
+    for algorithm, pull in PULLS_AND_PUSHES:
         for op, dtype, shape in cases:
             x = data(rt.my_pe, shape, dtype, seed=1)
             ref = REFERENCE[op](torch.stack([data(pe, shape, dtype, seed=1) for pe in range(rt.n_pes)]))
@@ -97,18 +100,73 @@ def test_reduce_scatter(rt):
         assert torch.equal(K.reduce_scatter(x, op=op), full[rt.my_pe * rows : (rt.my_pe + 1) * rows]), (op, dtype)
 
 
+@spmd(sizes=(2,))
+def test_auto_takes_the_measured_default_else_the_rule(rt):
+    # NOTE [measured defaults]: a row of the table for this architecture ("cpu" here), PE count, kernel and
+    # size class picks all_reduce's algorithm and pull, and a collective's pull or push; without one,
+    # the rule: pull where every member is reachable, the one-shot up to 256 KiB
+    import unishmem.testing
+    from unishmem.kernels import _tuned
+
+    n, me = rt.n_pes, rt.my_pe
+    x = data(me, (1000,), torch.float32)  # 4000 bytes: the 8 KiB class
+    xs = torch.stack([data(pe, x.shape, x.dtype) for pe in range(n)])
+
+    def launched(call):
+        rt.free_workspaces()  # and the call plans, which hold the choice
+        with unishmem.testing.capture(dry=True) as graph:
+            call()
+        return [launch.fn.__name__ for launch, *_ in graph.launches]
+
+    saved = dict(_tuned.TABLE)
+    _tuned.TABLE.clear()
+    assert launched(lambda: K.all_reduce(x)) == ["_pull_reduce"]  # the rule
+    assert launched(lambda: K.all_reduce(torch.zeros(70000))) == ["_pull_two_shot"]
+    assert launched(lambda: K.all_gather(x)) == ["_pull_gather"]
+    try:
+        for variant, kernel in (
+            ("two_shot, push", "_reduce"),
+            ("two_shot", "_pull_two_shot"),
+            ("one_shot, push", "_reduce"),
+            ("one_shot", "_pull_reduce"),
+        ):
+            _tuned.TABLE[("cpu", n, "all_reduce", 8192)] = {"variant": variant, "programs": None, "block_bytes": None}
+            assert launched(lambda: K.all_reduce(x)) == [kernel], variant
+            assert torch.equal(K.all_reduce(x), xs.sum(0)), variant
+            # an explicit algorithm, or pull, is the caller's
+            assert launched(lambda: K.all_reduce(x, algorithm="one_shot", pull=True)) == ["_pull_reduce"]
+        for what, push, pull in (
+            ("all_gather", "_all_gather", "_pull_gather"),
+            ("reduce_scatter", "_reduce", "_pull_reduce"),
+            ("all_to_all", "_all_gather", "_pull_gather"),
+        ):
+            for variant, kernel in (("push", push), ("pull", pull)):
+                _tuned.TABLE[("cpu", n, what, 8192)] = {"variant": variant, "programs": None, "block_bytes": None}
+                assert launched(lambda: getattr(K, what)(x)) == [kernel], (what, variant)
+        assert torch.equal(K.all_gather(x), torch.cat(list(xs)))
+        assert launched(lambda: K.all_reduce(torch.zeros(70000))) == ["_pull_two_shot"]  # another class: no row
+    finally:
+        _tuned.TABLE.clear()
+        _tuned.TABLE.update(saved)
+        rt.free_workspaces()
+
+
 @spmd(sizes=(2, 4))
-def test_all_gather_and_all_to_all_pull_and_push_alike(rt):
-    # NOTE [pull one-shot]: every member reachable (one host), all_gather and all_to_all read the
-    # members' data where it lies, and UNISHMEM_PULL=0 pushes it: both give torch's result, for x
-    # symmetric (read in place) and not (copied in), several blocks a member, sizes of 16-byte
-    # multiples and not (NOTE [16-byte copies])
+def test_gathers_and_reductions_pull_and_push_alike(rt):
+    # NOTE [pull one-shot], [pull two-shot]: every member reachable (one host), all_gather,
+    # all_to_all, reduce_scatter and all_reduce read the members' data where it lies, and
+    # UNISHMEM_PULL=0 pushes it: both give torch's result, for x symmetric (read in place) and not
+    # (copied in), several blocks a member, sizes of 16-byte multiples and not (NOTE [16-byte copies])
     import unishmem.testing
 
     n, me = rt.n_pes, rt.my_pe
     try:
-        for pull, kernel in (("1", "_pull_gather"), ("0", "_all_gather")):
-            os.environ["UNISHMEM_PULL"] = pull
+        for pull, copy, kernels in (
+            ("1", "0", ["_pull_gather", "_pull_reduce", "_pull_two_shot"]),
+            ("0", "0", ["_all_gather", "_reduce", "_reduce"]),
+            ("1", "1", ["_handshake", "_handshake", "_pull_reduce", "_pull_two_shot"]),  # NOTE [copy engine]
+        ):
+            os.environ["UNISHMEM_PULL"], os.environ["UNISHMEM_COPY_ENGINE"] = pull, copy
             for dtype in (torch.float32, torch.float16):
                 for rows in (700, 701):
                     shape = (rows * n, 3)
@@ -119,13 +177,20 @@ def test_all_gather_and_all_to_all_pull_and_push_alike(rt):
                         assert torch.equal(K.all_gather(x), torch.cat(list(xs))), (pull, dtype, rows)
                         mine = torch.cat([xs[i].chunk(n)[me] for i in range(n)])
                         assert torch.equal(K.all_to_all(x), mine), (pull, dtype, rows)
+                        total = xs.float().sum(0).to(dtype)  # (fp16 is reduced in float32)
+                        assert torch.equal(K.reduce_scatter(x), total.chunk(n)[me]), (pull, dtype, rows)
+                        for algorithm in ("one_shot", "two_shot"):
+                            got = K.all_reduce(x, algorithm=algorithm)
+                            assert torch.equal(got, total), (pull, dtype, rows, algorithm)
                     rt.barrier_all()  # no peer still reads it
                     rt.free(symmetric)
             with unishmem.testing.capture(dry=True) as graph:
                 K.all_gather(xs[me])
-            assert [launch.fn.__name__ for launch, *_ in graph.launches] == [kernel], graph.launches
+                K.reduce_scatter(xs[me])
+                K.all_reduce(xs[me], algorithm="two_shot")
+            assert [launch.fn.__name__ for launch, *_ in graph.launches] == kernels, graph.launches
     finally:
-        del os.environ["UNISHMEM_PULL"]
+        del os.environ["UNISHMEM_PULL"], os.environ["UNISHMEM_COPY_ENGINE"]
     rt.free_workspaces()
 
 
@@ -155,6 +220,57 @@ def test_bad_arguments_raise_on_every_pe_and_the_job_goes_on(rt):
             kernel(torch.zeros([rt.n_pes] + [1] * 6))
     x = data(rt.my_pe, (6,), torch.float32)
     assert torch.equal(K.all_reduce(x), torch.stack([data(pe, (6,), torch.float32) for pe in range(rt.n_pes)]).sum(0))
+
+
+@spmd(sizes=(2, 4))
+def test_the_copy_engine_gathers_on_teams_into_out_in_place_and_replayed(rt):
+    # NOTE [copy engine]: two handshakes and a torch copy from each member's view; x symmetric (read in
+    # place), plain (copied to src by torch) or strided; out given, all_to_all into its own x; on a
+    # sub-team; captured and replayed after the inputs change, one PE late to a replay
+    import time
+
+    import unishmem.testing
+
+    n, me = rt.n_pes, rt.my_pe
+    os.environ["UNISHMEM_COPY_ENGINE"] = "1"
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            for rows in (1, 701):
+                shape = (rows * n, 3)
+                xs = torch.stack([data(pe, shape, dtype, seed=rows) for pe in range(n)])
+                mine = torch.cat([xs[i].chunk(n)[me] for i in range(n)])
+                symmetric = rt.empty(shape, dtype)
+                symmetric.copy_(xs[me])
+                strided = xs[me].t().contiguous().t()
+                for x in (xs[me].clone(), symmetric, strided):
+                    assert torch.equal(K.all_gather(x), torch.cat(list(xs))), (dtype, rows)
+                    assert torch.equal(K.all_to_all(x), mine), (dtype, rows)
+                out = torch.empty((n * rows * n, 3), dtype=dtype)
+                assert K.all_gather(symmetric, out=out) is out and torch.equal(out, torch.cat(list(xs)))
+                assert K.all_to_all(symmetric, out=symmetric) is symmetric and torch.equal(symmetric, mine)
+                rt.barrier_all()  # no peer still reads it
+                rt.free(symmetric)
+        if n == 4:
+            team = halves(rt)
+            x = data(me, (6, 2), torch.float32, seed=8)
+            xs = torch.stack([data(pe, (6, 2), torch.float32, seed=8) for pe in members(team)])
+            assert torch.equal(K.all_gather(x, team=team), torch.cat(list(xs)))
+            assert torch.equal(K.all_to_all(x, team=team), torch.cat([t.chunk(2)[team.my_pe] for t in xs]))
+        x = data(me, (4 * n, 3), torch.float32)
+        K.all_gather(x)  # warm: the workspace is made outside the capture
+        with unishmem.testing.capture() as graph:
+            out = K.all_gather(x)
+        assert [launch.fn.__name__ for launch, *_ in graph.launches] == ["_handshake", "_handshake"]
+        assert graph.ops == ["copy_"] * (n + 1), graph.ops  # x into src, then one copy per member
+        for seed in range(1, 6):
+            x.copy_(data(me, x.shape, x.dtype, seed))
+            if seed == 3 and me == n - 1:
+                time.sleep(0.2)
+            graph.replay()
+            assert torch.equal(out, torch.cat([data(pe, x.shape, x.dtype, seed) for pe in range(n)])), seed
+    finally:
+        del os.environ["UNISHMEM_COPY_ENGINE"]
+    rt.free_workspaces()
 
 
 @spmd(sizes=(2, 4))
@@ -199,6 +315,7 @@ def test_captured_calls_replay_right_after_the_inputs_change(rt):
         "one_shot": (lambda x: K.all_reduce(x, algorithm="one_shot"), lambda xs: xs.sum(0)),
         "one_shot_push": (lambda x: K.all_reduce(x, algorithm="one_shot", pull=False), lambda xs: xs.sum(0)),
         "two_shot": (lambda x: K.all_reduce(x, algorithm="two_shot"), lambda xs: xs.sum(0)),
+        "two_shot_push": (lambda x: K.all_reduce(x, algorithm="two_shot", pull=False), lambda xs: xs.sum(0)),
         "all_to_all": (lambda x: K.all_to_all(x), lambda xs: torch.cat([t.chunk(n)[me] for t in xs])),
     }
     collectives = list(calls)
@@ -229,6 +346,7 @@ def test_captured_calls_replay_right_after_the_inputs_change(rt):
         "one_shot, out=x": lambda x: K.all_reduce(x, algorithm="one_shot", out=x),
         "one_shot_push, out=x": lambda x: K.all_reduce(x, algorithm="one_shot", pull=False, out=x),
         "two_shot, out=x": lambda x: K.all_reduce(x, algorithm="two_shot", out=x),
+        "two_shot_push, out=x": lambda x: K.all_reduce(x, algorithm="two_shot", pull=False, out=x),
         "all_to_all, out=x": lambda x: K.all_to_all(x, out=x),
     }
     for name in [*collectives, "ag_gemm", *in_place]:
@@ -277,9 +395,9 @@ def test_forty_calls_compile_one_binary_per_kernel_and_dtype(rt):
             for call in gemms.values():
                 call(data(me, (2 * n, 3), dtype, seed=i))
     assert len(graph.launches) == 40 * (len(collectives) + len(gemms)), len(graph.launches)
-    # _reduce: reduce-scatter and two-shot are its two forms (constexprs), for two dtypes, as all_gather
-    # and all_to_all are _pull_gather's; the one-shot pulls too (every PE reaches every other here)
-    expected = {"_pull_gather": 4, "_reduce": 4, "_pull_reduce": 2, "_ag_gemm": 2, "_gemm_rs": 2}
+    # every collective pulls (every PE reaches every other here): all_gather and all_to_all are
+    # _pull_gather's two forms (constexprs), the one-shot and reduce_scatter _pull_reduce's, for two dtypes
+    expected = {"_pull_gather": 4, "_pull_reduce": 4, "_pull_two_shot": 2, "_ag_gemm": 2, "_gemm_rs": 2}
     assert graph.compiled_variants("sm_90") == expected, graph.compiled_variants("sm_90")
     rt.free_workspaces()
 
@@ -667,7 +785,7 @@ def test_bfloat16_results_are_the_float32_result_rounded_to_nearest_even(rt):
 
     xs = torch.stack([ints(pe, (4 * 64,), 64, 256, seed=7) for pe in range(n)])
     x = xs[me].to(torch.bfloat16)
-    for algorithm, pull in (("one_shot", None), ("one_shot", False), ("two_shot", None)):
+    for algorithm, pull in PULLS_AND_PUSHES:
         assert same_bits(K.all_reduce(x, algorithm=algorithm, pull=pull), xs.sum(0)), (algorithm, pull)
     assert same_bits(K.reduce_scatter(x), xs.sum(0).chunk(n)[me])
     shards = [ints(pe, (16, 4), 0, 15, seed=8) for pe in range(n)]
@@ -691,7 +809,7 @@ def test_16_bit_floats_reduce_in_float32(rt):
     for dtype in (torch.bfloat16, torch.float16):
         ints = data(me, (1000,), torch.float32, seed=3)
         xs = torch.stack([data(pe, (1000,), torch.float32, seed=3) for pe in range(n)])
-        for algorithm, pull in (("one_shot", None), ("one_shot", False), ("two_shot", None)):
+        for algorithm, pull in PULLS_AND_PUSHES:
             out = K.all_reduce(ints.to(dtype), algorithm=algorithm, pull=pull)
             assert out.dtype == dtype and torch.equal(out, xs.sum(0).to(dtype)), (dtype, algorithm, pull)
             for op in ("max", "min"):
@@ -703,6 +821,6 @@ def test_16_bit_floats_reduce_in_float32(rt):
     # against 0.5)
     tiny = torch.full((64,), 2.0**-12 if me else 0.5).to(torch.float16)
     ref = (torch.tensor(0.5) + (n - 1) * 2.0**-12).to(torch.float16)
-    for algorithm, pull in (("one_shot", None), ("one_shot", False), ("two_shot", None)):
+    for algorithm, pull in PULLS_AND_PUSHES:
         got = K.all_reduce(tiny, algorithm=algorithm, pull=pull)
         assert torch.equal(got, torch.full((64,), ref.item(), dtype=torch.float16)), (algorithm, pull, got[:2], ref)

@@ -80,3 +80,9 @@ def test_the_collectives_copies_and_reductions_use_16_byte_accesses(request, tmp
     # two-shot: the copy-in; the reduction (a slot's load, then the others' in a loop) and its store;
     # the copy out of the gathered blocks
     check("_reduce.1", 4, 3)
+    # the pulls (NOTE [pull one-shot], [pull two-shot]): the copy-in; the first member's load and the
+    # others' in a loop; the store (reduce_scatter: where its block's offset allows); the two-shot
+    # stores its share into red and out, then copies the members' shares
+    check("_pull_reduce.0", 3, 2)
+    check("_pull_reduce.1", 3, 2)
+    check("_pull_two_shot", 4, 4)

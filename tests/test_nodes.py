@@ -76,6 +76,20 @@ def test_every_kernel_runs_on_the_node_team(rt):
     assert torch.equal(K.reduce_scatter(y, team=node), full[node.my_pe * 3 : node.my_pe * 3 + 3])
     check_both_gemms(rt, node, 70)
     check_round_trip(rt, torch.float32, seed=22, team=node)
+    # NOTE [copy engine]: the node team's members are reachable, so it copies; the world's are not, so it pushes
+    import unishmem.testing
+
+    os.environ["UNISHMEM_COPY_ENGINE"] = "1"
+    try:
+        assert torch.equal(K.all_gather(x, team=node), torch.cat(list(xs)))
+        everyone = torch.stack([data(pe, (5, 3), torch.float32, seed=20) for pe in range(4)])
+        assert torch.equal(K.all_gather(x), torch.cat(list(everyone)))
+        with unishmem.testing.capture(dry=True) as graph:
+            K.all_gather(x, team=node)
+            K.all_gather(x)
+        assert [launch.fn.__name__ for launch, *_ in graph.launches] == ["_handshake", "_handshake", "_all_gather"]
+    finally:
+        del os.environ["UNISHMEM_COPY_ENGINE"]
     # the arena outlives free_workspaces, and a team split from the node carves its own from it
     rt.free_workspaces()
     assert torch.equal(K.all_reduce(x, team=node), xs.sum(0))

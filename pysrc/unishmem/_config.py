@@ -228,12 +228,22 @@ SETTINGS = {
             see="[Kernels](kernels.md)",
         ),
         Setting(
+            "UNISHMEM_COPY_ENGINE",
+            FLAG,
+            False,
+            "`unishmem.kernels` all_gather and all_to_all, where they pull, copy each member's data with a "
+            "device copy of its load/store view (the GPU's copy engines; no SM moves it) between two small "
+            "handshake kernels; the measured defaults choose it where the sweep found it faster; the same on "
+            "every PE",
+            see="[Kernels](kernels.md)",
+        ),
+        Setting(
             "UNISHMEM_PULL",
             FLAG,
             True,
-            "`unishmem.kernels` all_gather, all_to_all and all_reduce's one-shot (given `pull=None`) read every "
-            "member's data where it lies when every member is reachable by load/store; 0: they push it into "
-            "receive slots instead; the same on every PE",
+            "`unishmem.kernels` all_gather, all_to_all, reduce_scatter and all_reduce (given `pull=None`) read "
+            "every member's data where it lies when every member is reachable by load/store; 0: they push it "
+            "into receive slots instead; the same on every PE",
             see="[Kernels](kernels.md)",
         ),
         Setting(
@@ -454,6 +464,14 @@ def get(name: str):
     setting = SETTINGS[name]
     text = os.environ.get(name)
     return setting.default if text is None else setting.kind.parse(name, text)
+
+
+def given(name: str) -> bool:
+    """Whether setting `name` is set in the environment: a choice made, which defaults measured by
+    unishmem (NOTE [measured defaults]) do not override."""
+    if name not in SETTINGS:
+        raise KeyError(f"{name} is not a setting")
+    return os.environ.get(name) is not None
 
 
 def seconds(name: str) -> float:

@@ -64,14 +64,14 @@ def _copy_share(x, dest, numel):
 
 
 @triton.jit
-def _counted(state):
-    """Count this program in state[2]; True in the last program of the grid, which resets the count,
-    once every program's earlier stores are visible at gpu scope."""
-    tl.debug_barrier()  # every thread's stores come before the count's release
-    finished = tl.atomic_add(state + 2, 1, sem="acq_rel", scope="gpu")
+def last_to_count(word):
+    """Count this program in word; True in the last program of the grid, which resets the count,
+    once every program's earlier loads and stores are done (stores visible at gpu scope)."""
+    tl.debug_barrier()  # every thread's accesses come before the count's release
+    finished = tl.atomic_add(word, 1, sem="acq_rel", scope="gpu")
     last = finished == tl.num_programs(0) - 1
     if last:
-        tl.store(state + 2, 0)
+        tl.store(word, 0)
     return last
 
 
@@ -80,14 +80,14 @@ def copy_in(x, dest, numel, state):
     """Copy this program's share of x's numel elements into dest (NOTE [copy-in]); True in the last
     program of the grid to finish its share, once every program's copies are visible at gpu scope."""
     _copy_share(x, dest, numel)
-    return _counted(state)
+    return last_to_count(state + 2)
 
 
 @triton.jit
 def all_past(state, epoch):
     """Wait until every program of this call (epoch) has called it; a token (for consume_token) that
     orders this program's later loads after every program's stores before its call."""
-    if _counted(state):
+    if last_to_count(state + 2):
         tl.atomic_xchg(state + 3, epoch, sem="release", scope="gpu")
     shl.wait_until(state + 3, shl.CMP_GE, epoch)
     return tl.atomic_add(state + 3, 0, sem="acquire", scope="gpu")

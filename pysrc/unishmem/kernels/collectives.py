@@ -1,49 +1,71 @@
-"""all_gather, reduce_scatter and all_reduce as Triton kernels in unishmem.language, over any team.
+"""all_gather, all_to_all, reduce_scatter and all_reduce as Triton kernels in unishmem.language, over
+any team.
 
-reduce_scatter and the two-shot all_reduce push: a PE puts its data into each member's receive slot
-with putmem_signal (the signal SET to the call's epoch, NOTE [workspaces]) and then waits for its own
-slots. all_gather, all_to_all and the one-shot all_reduce pull where every member is reachable by
-load/store (NOTE [pull one-shot]; UNISHMEM_PULL=0: never), else push too. Each kernel numbers its
-calls on the device (NOTE [call counter]) and writes the result into `out` itself, so a call's launch arguments are the
-same every time: captured in a CUDA graph, it replays correctly.
-x is read in place where it is a contiguous symmetric tensor (and out does not overlap it), else the
-kernel copies it into its workspace first, in the same launch (NOTE [copy-in]; a strided x is copied
-there by torch), so x and out may be any tensors on the runtime's device; out must be contiguous. Workspaces come in size classes (NOTE [workspaces]): a slot holds `cap`
+Every collective pulls where every member is reachable by load/store (NOTE [pull one-shot], [pull
+two-shot]; UNISHMEM_PULL=0: never; all_reduce's pull=False: not that call): each PE reads its
+members' data where it lies. Else it pushes: a PE puts its data into each member's receive slot with
+putmem_signal (the signal SET to the call's epoch, NOTE [workspaces]) and then waits for its own
+slots. Each kernel numbers its calls on the device (NOTE [call counter]) and writes the result into
+`out` itself, so a call's launch arguments are the same every time: captured in a CUDA graph, it
+replays correctly. x is read in place where it is a contiguous symmetric tensor (and out does not
+overlap it), else the kernel copies it into its workspace first, in the same launch (NOTE [copy-in];
+a strided x is copied there by torch), so x and out may be any tensors on the runtime's device; out
+must be contiguous. Workspaces come in size classes (NOTE [workspaces]): a slot holds `cap`
 elements, the class, and a call uses its first numel (or chunk) of them.
 
 The collectives launch on the capped grid (NOTE [persistent grid] in _frame.py). BLOCK is one
 constant and every size argument but `cap` is do_not_specialize, so one binary serves every size of
 a dtype (a compile with NVSHMEM's bitcode takes 20-30 s); `cap`, a power of two >= 16, is
 specialised (always as a multiple of 16), so whole blocks of the receive slots load with 16-byte
-accesses (seen in the sm_90 IR). Sizes from 2**31 elements on are 64-bit integers to Triton, and
-get a second binary.
+accesses (seen in the sm_90 IR). Sizes from 2**31 elements on are 64-bit integers to Triton, and get
+a second binary.
 
 NOTE [16-byte copies]: Triton issues a 16-byte access only where it can prove the address 16-byte
 aligned and the mask the same over those 16 bytes. The sizes being do_not_specialize, an offset such
 as i * numel into out is not known to be a multiple of anything, and all_gather's copy out of its
-slots, and two-shot's out of its gathered blocks, were 4-byte accesses at float32 (2-byte at float16)
-for every element. all_gather tests whether numel is a multiple of 16 bytes (at run time, the same
-in every thread) and if so says so with tl.multiple_of: its copy is compiled twice, with 16-byte
-accesses for those sizes, element by element for the rest. Two-shot's chunk is its own choice, a
-member's share rounded up to 16 bytes, so its copy always says so. `cap` and `piece` are multiples
-of 16 bytes by construction (_class, peer_pieces). A hint marks the operation that made the value,
-for every use of it, so each hinted value is made where the hint is true (not before the test),
-and never a helper's result or argument (inlining drops the mark). tests/test_kernels_compile.py
-counts the 16-byte accesses in the sm_90 IR.
+slots, and two-shot's out of its gathered blocks, were 4-byte accesses at float32 (2-byte at
+float16) for every element. all_gather tests whether numel is a multiple of 16 bytes (at run time,
+the same in every thread) and if so says so with tl.multiple_of: its copy is compiled twice, with
+16-byte accesses for those sizes, element by element for the rest. Two-shot's chunk is its own
+choice, a member's share rounded up to 16 bytes, so its copy always says so. `cap` and `piece` are
+multiples of 16 bytes by construction (_class, peer_pieces). A hint marks the operation that made
+the value, for every use of it, so each hinted value is made where the hint is true (not before the
+test), and never a helper's result or argument (inlining drops the mark).
+tests/test_kernels_compile.py counts the 16-byte accesses in the sm_90 IR.
 
 NOTE [pull one-shot]: every member reads every member's x where it lies (x in place when it is a
-contiguous symmetric tensor, else its copy in the workspace's `src`) through its load/store
-address (remote_ptr), so nothing is copied into receive slots and the workspace holds one copy, not
-1 + 2n. all_gather and all_to_all pull the same way (_pull_gather: each (member, block) a task,
-copied straight into out), with the same words (_publish, _read_everywhere). Per call (epoch e, NOTE
-[call counter]): program 0 SETs this PE's `ready` word on every member to e (src holds call e's
-data: the launch is stream-ordered after whatever wrote it); programs with blocks wait for every
-member's ready >= e, then reduce (or copy) their blocks from the n members' src in member order; the last program to finish reading (a local count) SETs this PE's
-`done` word on every member to e and waits for every member's done >= e, so the call ends only when
-nobody still reads this PE's src: the next call, or the caller, may then change it. One copy of each
-word and no parity are needed: a member's ready for e + 1 comes after its call e ended, which needed
-this PE's done for e.
-"""
+contiguous symmetric tensor, else its copy in the workspace's `src`) through its load/store address
+(remote_ptr), so nothing is copied into receive slots and the workspace holds one copy, not 1 + 2n.
+all_gather and all_to_all pull the same way (_pull_gather: each (member, block) a task, copied
+straight into out), with the same words (_publish, _read_everywhere), and so does reduce_scatter
+(_pull_reduce with SCATTER: each PE reads only its own block of every member's src). Per call (epoch
+e, NOTE [call counter]): program 0 SETs this PE's `ready` word on every member to e (src holds call
+e's data: the launch is stream-ordered after whatever wrote it); programs with blocks wait for every
+member's ready >= e, then reduce (or copy) their blocks from the n members' src in member order; the
+last program to finish reading (a local count) SETs this PE's `done` word on every member to e and
+waits for every member's done >= e, so the call ends only when nobody still reads this PE's src: the
+next call, or the caller, may then change it. One copy of each word and no parity are needed: a
+member's ready for e + 1 comes after its call e ended, which needed this PE's done for e.
+
+NOTE [pull two-shot]: the two-shot reads each byte of x once, not n times: PE i reduces share i
+(chunk elements, a multiple of 16 bytes; the last shares shorter or empty) of every member's src
+into its own symmetric `red` (and into out), then copies every other member's red into out. The
+first half is the one-shot's protocol on a share; between the halves, the last of this PE's programs
+to finish its part of red (a second count) SETs this PE's second ready word on every member to e,
+after a fence; programs wait for every member's second ready >= e before they read. The done word
+then covers both src and red: a member's red is written for e + 1 only after its call e ended, which
+needed this PE's done for e, so one red and no parity are needed.
+
+NOTE [copy engine]: with UNISHMEM_COPY_ENGINE=1 (or where the measured defaults say so) all_gather and
+all_to_all, where they would pull, move the data with device copies instead of programs: a
+one-program kernel SETs this PE's ready word on every member to the call's epoch and waits for every
+member's (src holds its data: x in place, or x copied there by torch first); then one torch copy per
+member from its view of src (rt.peer: on a GPU a copy-engine transfer, no SM moves it) into out; then
+a second one-program kernel does the same with the done words and ends the call (NOTE [call
+counter]), so nobody still reads a src when the call ends. Two launches and n copies a call, where
+the pull makes one launch: it pays at large messages, or where the SMs have other work (the GEMMs).
+Captured in a CUDA graph, the copies replay with the views they were made with; the handshakes
+number the calls on the device."""
 
 from __future__ import annotations
 
@@ -56,7 +78,8 @@ from .. import language as shl
 from .._workspaces import Workspace, size_class, workspace
 from ..enums import REDUCE_OPS
 from ..triton_support import PER_CALL
-from ._calls import STATE_WORDS, begin_call, copied_in, copy_in, end_call
+from . import _tuned
+from ._calls import STATE_WORDS, begin_call, copied_in, copy_in, end_call, last_to_count
 from ._frame import (
     MAX_PIECES,
     capped_grid,
@@ -73,10 +96,10 @@ from ._frame import (
 from ._routing import needs_op, op_team_arg
 
 ALGORITHMS = ("auto", "one_shot", "two_shot")
-VARIANTS = ("one_shot", "two_shot", "one_shot, push")  # with buffers of their own; compared across PEs
-GATHER_VARIANTS = ("pull", "push")  # all_gather's and all_to_all's
+# all_reduce's forms with buffers of their own (compared across PEs)
+VARIANTS = ("one_shot", "two_shot", "one_shot, push", "two_shot, push")
+GATHER_VARIANTS = ("pull", "push", "copy")  # all_gather's and all_to_all's; reduce_scatter's the first two
 _REACHABLE: dict[int, bool] = {}  # team id (never reused) -> every member reachable by load/store
-ONE_SHOT_MAX_BYTES = 256 * 1024  # "auto": one-shot reads n full copies; two-shot moves 2x the data once
 BLOCK = 4096  # elements a program reduces or copies at a time, whatever the message's size
 _MAX_PIECES = tl.constexpr(MAX_PIECES)  # (the frame's, for the kernels)
 MIN_CLASS_BYTES = 4096  # the smallest size class of a workspace's slots
@@ -292,12 +315,16 @@ def _reduce(
 
 
 @triton.jit
-def _pull_load(src, members, token, s, offs, valid, WIDEN: tl.constexpr, ALIGNED: tl.constexpr, FULL: tl.constexpr):
-    """Member s's src at offs (those below `valid`), through its load/store address."""
+def _pull_load(
+    src, offset, members, token, s, offs, valid, WIDEN: tl.constexpr, ALIGNED: tl.constexpr, FULL: tl.constexpr
+):
+    """Member s's src at offset + offs (offs below `valid`), through its load/store address."""
     # the address depends on the readiness wait (rule 2); its alignment restated where it is true
     peer = shl.remote_ptr(shl.consume_token(src, token), tl.load(members + s))
-    if ALIGNED:
-        peer = tl.multiple_of(peer, 16)
+    if ALIGNED:  # (each value marked: an offset of 0 leaves no addition to mark)
+        peer = tl.multiple_of(tl.multiple_of(peer, 16) + offset, 16)
+    else:
+        peer += offset
     if FULL:
         return _widen(tl.load(peer + offs), WIDEN)
     else:
@@ -305,30 +332,51 @@ def _pull_load(src, members, token, s, offs, valid, WIDEN: tl.constexpr, ALIGNED
 
 
 @triton.jit
-def _pull_block(
+def _pull_sum(
     src,
+    offset,
+    members,
+    token,
+    offs,
+    valid,
+    n,
+    OP: tl.constexpr,
+    WIDEN: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    FULL: tl.constexpr,
+):
+    """The reduction of every member's src at offset + offs (offs below `valid`), read in place, in
+    member order (the same on every PE)."""
+    acc = _pull_load(src, offset, members, token, 0, offs, valid, WIDEN, ALIGNED, FULL)
+    for s in range(1, n):
+        acc = _combine(acc, _pull_load(src, offset, members, token, s, offs, valid, WIDEN, ALIGNED, FULL), OP)
+    return acc
+
+
+@triton.jit
+def _pull_blocks(
+    src,
+    offset,
     members,
     token,
     out,
-    start,
-    valid,
+    numel,
     n,
     OP: tl.constexpr,
     WIDEN: tl.constexpr,
     BLOCK: tl.constexpr,
     ALIGNED: tl.constexpr,
-    FULL: tl.constexpr,
 ):
-    """out[start.. start + BLOCK] (those below `valid`) = the reduction of every member's src, read in
-    place, in member order (the same on every PE)."""
-    offs = start + tl.arange(0, BLOCK)
-    acc = _pull_load(src, members, token, 0, offs, valid, WIDEN, ALIGNED, FULL)
-    for s in range(1, n):
-        acc = _combine(acc, _pull_load(src, members, token, s, offs, valid, WIDEN, ALIGNED, FULL), OP)
-    if FULL:
-        tl.store(out + offs, acc.to(out.dtype.element_ty))
-    else:
-        tl.store(out + offs, acc.to(out.dtype.element_ty), mask=offs < valid)
+    """out[:numel] = the reduction of every member's src[offset: offset + numel], BLOCK elements at a
+    time round the grid. ALIGNED: src + offset is 16-byte aligned."""
+    for b in range(tl.program_id(0), tl.cdiv(numel, BLOCK), tl.num_programs(0)):
+        offs = b * BLOCK + tl.arange(0, BLOCK)
+        if b * BLOCK + BLOCK <= numel:  # a whole block: no mask
+            acc = _pull_sum(src, offset, members, token, offs, numel, n, OP, WIDEN, ALIGNED, True)
+            tl.store(out + offs, acc.to(out.dtype.element_ty))
+        else:
+            acc = _pull_sum(src, offset, members, token, offs, numel, n, OP, WIDEN, ALIGNED, False)
+            tl.store(out + offs, acc.to(out.dtype.element_ty), mask=offs < numel)
 
 
 @jit(do_not_specialize=("stage", "numel"))
@@ -348,24 +396,96 @@ def _pull_reduce(
     OP: tl.constexpr,
     WIDEN: tl.constexpr,
     BLOCK: tl.constexpr,
+    ITEMSIZE: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    SCATTER: tl.constexpr,
+):
+    """One-shot all_reduce by pulling (NOTE [pull one-shot]); SCATTER: reduce_scatter, out the
+    reduction of block my_index (numel elements) of every member's src. src (x in place, or with
+    stage x's copy, NOTE [copy-in]) is symmetric and read by every member; ready and done: a word per
+    member; count: this PE's count of programs that have finished reading. ALIGNED: src is
+    16-byte aligned (the same on every member)."""
+    epoch = begin_call(state)
+    _publish(x, src, stage, ready, n * numel if SCATTER else numel, state, members, my_index, n, epoch)
+    if tl.program_id(0) < tl.cdiv(numel, BLOCK):
+        shl.wait_until_all(ready, n, shl.CMP_GE, epoch)
+    token = shl.signal_fetch(ready)
+    if SCATTER:  # NOTE [16-byte copies]: block my_index's offset, a multiple of 16 bytes or not
+        if ALIGNED and numel % (16 // ITEMSIZE) == 0:
+            _pull_blocks(src, my_index * numel, members, token, out, numel, n, OP, WIDEN, BLOCK, True)
+        else:
+            _pull_blocks(src, my_index * numel, members, token, out, numel, n, OP, WIDEN, BLOCK, False)
+    else:
+        _pull_blocks(src, 0, members, token, out, numel, n, OP, WIDEN, BLOCK, ALIGNED)
+    _read_everywhere(count, done, members, my_index, n, epoch)
+    end_call(state, epoch)
+
+
+@jit(do_not_specialize=("stage", "numel", "chunk"))
+def _pull_two_shot(
+    x,
+    src,
+    stage,
+    ready,
+    done,
+    count,
+    out,
+    state,
+    members,
+    my_index,
+    n,
+    numel,
+    red,
+    chunk,
+    OP: tl.constexpr,
+    WIDEN: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ITEMSIZE: tl.constexpr,
     ALIGNED: tl.constexpr,
 ):
-    """One-shot all_reduce by pulling (NOTE [pull one-shot]): src (x in place, or with stage x's copy,
-    NOTE [copy-in]) is symmetric and read by every member; ready and done: a word per member; count:
-    this PE's count of programs that have finished reading."""
+    """Two-shot all_reduce by pulling (NOTE [pull two-shot]): reduce this PE's chunk of every
+    member's src into red (and out), then copy every other member's red into out. ready: two words
+    per member (src, then red ready); count: two words (programs done reading, done reducing).
+    chunk: a multiple of 16 bytes (NOTE [16-byte copies]); ALIGNED: src is 16-byte aligned."""
     p = tl.program_id(0)
     grid = tl.num_programs(0)
     epoch = begin_call(state)
     _publish(x, src, stage, ready, numel, state, members, my_index, n, epoch)
-    blocks = tl.cdiv(numel, BLOCK)
+    mine = _clamp(numel - my_index * chunk, chunk)
+    blocks = tl.cdiv(mine, BLOCK)
     if p < blocks:
         shl.wait_until_all(ready, n, shl.CMP_GE, epoch)
     token = shl.signal_fetch(ready)
+    at = tl.multiple_of(my_index * chunk, 16 // ITEMSIZE)
     for b in range(p, blocks, grid):
-        if b * BLOCK + BLOCK <= numel:  # a whole block: no mask
-            _pull_block(src, members, token, out, b * BLOCK, numel, n, OP, WIDEN, BLOCK, ALIGNED, True)
+        offs = b * BLOCK + tl.arange(0, BLOCK)
+        if b * BLOCK + BLOCK <= mine:  # a whole block: no mask
+            acc = _pull_sum(src, at, members, token, offs, mine, n, OP, WIDEN, ALIGNED, True)
+            tl.store(red + offs, acc.to(red.dtype.element_ty))
+            tl.store(out + at + offs, acc.to(out.dtype.element_ty))
         else:
-            _pull_block(src, members, token, out, b * BLOCK, numel, n, OP, WIDEN, BLOCK, ALIGNED, False)
+            acc = _pull_sum(src, at, members, token, offs, mine, n, OP, WIDEN, ALIGNED, False)
+            tl.store(red + offs, acc.to(red.dtype.element_ty), mask=offs < mine)
+            tl.store(out + at + offs, acc.to(out.dtype.element_ty), mask=offs < mine)
+    if last_to_count(count + 1):  # every program's part of red is written: publish it
+        shl.fence()
+        for j in range(n):
+            shl.signal_op(ready + n + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
+    tasks = n * tl.cdiv(chunk, BLOCK)
+    if p < tasks:
+        shl.wait_until_all(ready + n, n, shl.CMP_GE, epoch)
+    token = shl.signal_fetch(ready + n)  # the loads below depend on it (rule 2)
+    for t in range(p, tasks, grid):
+        j = t % n
+        if j != my_index:
+            peer = tl.multiple_of(shl.remote_ptr(shl.consume_token(red, token), tl.load(members + j)), 16)
+            _copy_block(
+                out + tl.multiple_of(j * chunk, 16 // ITEMSIZE),
+                peer,
+                t // n * BLOCK,
+                _clamp(numel - j * chunk, chunk),
+                BLOCK,
+            )
     _read_everywhere(count, done, members, my_index, n, epoch)
     end_call(state, epoch)
 
@@ -390,9 +510,7 @@ def _read_everywhere(count, done, members, my_index, n, epoch):
     """Count this program as done reading (count: this PE's); the last one SETs this PE's done word on
     every member to epoch and waits until every member has read this PE's src: only then may the
     call end, and src change (NOTE [pull one-shot])."""
-    finished = tl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
-    if finished == tl.num_programs(0) - 1:
-        tl.store(count, 0)
+    if last_to_count(count):
         for j in range(n):
             shl.signal_op(done + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
         shl.wait_until_all(done, n, shl.CMP_GE, epoch)
@@ -446,6 +564,19 @@ def _pull_gather(
     end_call(state, epoch)
 
 
+@jit
+def _handshake(ready, done, state, members, my_index, n, DONE: tl.constexpr):
+    """One program: SET this PE's ready word (DONE: done word) on every member to the call's epoch and
+    wait until every member's is; with DONE, the call ends (NOTE [copy engine])."""
+    epoch = begin_call(state)
+    words = done if DONE else ready
+    for j in range(n):
+        shl.signal_op(words + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
+    shl.wait_until_all(words, n, shl.CMP_GE, epoch)
+    if DONE:
+        end_call(state, epoch)
+
+
 def _class(numel: int, itemsize: int) -> int:
     """The elements of a workspace slot for a message of numel elements (NOTE [workspaces]): a power of
     two, at least MIN_CLASS_BYTES and 16 elements (so that every slot starts 16-byte aligned)."""
@@ -496,8 +627,8 @@ def _gather(x, out, team, group, what: str):
     numel = 0 if problem else x.numel() // n if to_all else x.numel()  # what goes to one member
     itemsize = x.element_size() if problem is None else 1
     cap = _class(numel, itemsize)
-    pulls = problem is None and _pulls(rt, team)
-    if pulls:
+    variant = "push" if problem else _gather_variant(rt, team, what, x.numel() * x.element_size())
+    if variant != "push":  # (the copy engine's handshakes use the pull's words)
         buffers = lambda: _pull_buffers(x, n, n * cap if to_all else cap)  # noqa: E731
     else:
         buffers = lambda: {  # noqa: E731
@@ -506,10 +637,11 @@ def _gather(x, out, team, group, what: str):
             "sig": ((2, n * MAX_PIECES), torch.uint64),
             "state": ((STATE_WORDS,), torch.int64),
         }
-    variant = "pull" if pulls else "push"
     ws = workspace(rt, team, what, x, buffers, problem, key=(variant, cap), variants=GATHER_VARIANTS)
     b = ws.buffers
-    if pulls:
+    if variant == "copy":
+        return plan_and_launch(rt, key, ws, shape, _copy_engine_launch(rt, ws, team, numel, to_all), x, out)
+    if variant == "pull":
         pull = _pull_launch(_pull_gather, n * cdiv(numel, BLOCK), ws, n, numel, ALL_TO_ALL=to_all, ITEMSIZE=itemsize)
         return plan_and_launch(rt, key, ws, shape, pull, x, out)
     pieces, piece = peer_pieces(numel, itemsize)
@@ -582,15 +714,19 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
     n = team.n_pes
     chunk = x.numel() // n if problem is None else 0
     cap = _class(chunk, x.element_size() if problem is None else 1)
+    pulls = problem is None and _pulls(rt, team, "reduce_scatter", x.numel() * x.element_size())
     ws = workspace(
         rt,
         team,
         "reduce_scatter",
         x,
-        lambda: _reduce_buffers(x, n, cap, scatter=True, gather=False),
+        (lambda: _pull_buffers(x, n, n * cap)) if pulls else (lambda: _reduce_buffers(x, n, cap, True, False)),
         problem,
-        key=(cap,),
+        key=("pull" if pulls else "push", cap),
+        variants=GATHER_VARIANTS,
     )
+    if pulls:
+        return plan_and_launch(rt, key, ws, shape, _pull_reduce_launch(ws, x, op, n, chunk, True), x, out)
     return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=True, gather=False, key=key)
 
 
@@ -598,9 +734,9 @@ def all_reduce(
     x, op: str = "sum", algorithm: str = "auto", out=None, team=None, group=None, *, pull: bool | None = None
 ):
     """The elementwise reduction of every member's x, on every member. "one_shot": each PE reads
-    all n copies, in place where every member is reachable by load/store (pull; pull=False pushes
-    them instead, into receive slots); "two_shot": reduce-scatter then all-gather in one launch;
-    "auto": one-shot up to 256 KiB. Runs on torch's current stream; safe to capture in a CUDA graph
+    all n copies; "two_shot": reduce-scatter then all-gather in one launch; "auto": the measured default
+    (NOTE [measured defaults] in _tuned.py), else one-shot up to 256 KiB. Both read the members' data in place where every member is reachable by load/store
+    (pull; pull=False pushes it instead, into receive slots). Runs on torch's current stream; safe to capture in a CUDA graph
     once a call of the same shape has run. group: a torch.distributed ProcessGroup naming the team
     instead. Differentiable for op="sum" (its own gradient); traceable by torch.compile."""
     if needs_op(x):
@@ -621,47 +757,123 @@ def all_reduce(
     if problem is None and pull not in (None, True, False):
         problem = TypeError(f"all_reduce: pull must be None, True or False, got {pull!r}")
     n = team.n_pes
-    if algorithm == "auto":
-        algorithm = "one_shot" if problem or x.numel() * x.element_size() <= ONE_SHOT_MAX_BYTES else "two_shot"
+    nbytes = 0 if problem else x.numel() * x.element_size()
+    row = (
+        None
+        if problem or algorithm != "auto"
+        else _tuned.measured(_tuned.architecture(rt.device), n, "all_reduce", nbytes)
+    )
+    if row is not None:  # NOTE [measured defaults]
+        algorithm = row["variant"].split(",")[0]
+    elif algorithm == "auto":
+        algorithm = "one_shot" if nbytes <= _tuned.ONE_SHOT_MAX_BYTES else "two_shot"
     two_shot = algorithm == "two_shot"
-    if not two_shot and problem is None:
-        reachable = _reachable(rt, team)
-        if pull and not reachable:
+    pulls = False
+    if problem is None:
+        if pull and not _reachable(rt, team):
             problem = ValueError(
                 f"all_reduce: pull=True needs every member of {team.name} reachable by load/store, and some "
                 "are not (another node)"
             )
-        pulls = _pulls(rt, team) if pull is None else pull
-        variant = "one_shot" if pulls else "one_shot, push"
-    else:
-        pulls, variant = False, algorithm
+        pulls = _pulls(rt, team, "all_reduce", nbytes, row) if pull is None else pull
+    variant = algorithm if pulls else f"{algorithm}, push"
+    itemsize = 1 if problem else x.element_size()
     if problem:
         chunk = 0
     elif two_shot:  # a member's share, rounded up to 16 bytes (NOTE [16-byte copies]); the last ones shorter
-        chunk = cdiv(cdiv(x.numel(), n), 16 // x.element_size()) * (16 // x.element_size())
+        chunk = _share(x.numel(), n, itemsize)
     else:
         chunk = x.numel()
-    cap = _class(chunk, 1 if problem else x.element_size())
-    ws = workspace(
-        rt,
-        team,
-        "all_reduce",
-        x,
-        (lambda: _pull_buffers(x, n, cap)) if pulls else (lambda: _reduce_buffers(x, n, cap, two_shot, two_shot)),
-        problem,
-        key=(variant, cap),
-        variants=VARIANTS,
-    )
-    if pulls:
-        return _run_pull(rt, ws, x, op, out, shape, n, key)
-    return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=two_shot, gather=two_shot, key=key)
+    if pulls and two_shot:  # (src holds all of x, red one share of any size of its class)
+        cap = _class(x.numel(), itemsize)
+        buffers = lambda: _pull_buffers(x, n, cap, red=_share(cap, n, itemsize))  # noqa: E731
+    elif pulls:
+        cap = _class(chunk, itemsize)
+        buffers = lambda: _pull_buffers(x, n, cap)  # noqa: E731
+    else:
+        cap = _class(chunk, itemsize)
+        buffers = lambda: _reduce_buffers(x, n, cap, two_shot, two_shot)  # noqa: E731
+    ws = workspace(rt, team, "all_reduce", x, buffers, problem, key=(variant, cap), variants=VARIANTS)
+    if pulls and two_shot:
+        red = ws.buffers["red"]
+        launch = _pull_launch(
+            _pull_two_shot, n * cdiv(chunk, BLOCK), ws, n, x.numel(), red, chunk, **_reduction_constexprs(x, op)
+        )
+    elif pulls:
+        launch = _pull_reduce_launch(ws, x, op, n, chunk, False)
+    else:
+        return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=two_shot, gather=two_shot, key=key)
+    return plan_and_launch(rt, key, ws, shape, launch, x, out)
 
 
-def _pulls(rt, team) -> bool:
-    """Whether a collective that can pull (all_gather, all_to_all, all_reduce's one-shot given pull=None)
-    does on team: where every member is reachable by load/store, unless UNISHMEM_PULL=0 (NOTE [pull
-    one-shot])."""
-    return _config.get("UNISHMEM_PULL") and _reachable(rt, team)
+def _share(numel: int, n: int, itemsize: int) -> int:
+    """A member's share of numel elements in a two-shot, rounded up to 16 bytes (NOTE [16-byte copies])."""
+    return cdiv(cdiv(numel, n), 16 // itemsize) * (16 // itemsize)
+
+
+def _reduction_constexprs(x, op: str) -> dict:
+    """OP, WIDEN (16-bit floats are reduced in float32) and ITEMSIZE of a reduction of x by op."""
+    return {"OP": REDUCE_OPS[op], "WIDEN": x.dtype in (torch.float16, torch.bfloat16), "ITEMSIZE": x.element_size()}
+
+
+def _pull_reduce_launch(ws: Workspace, x, op: str, n: int, numel: int, scatter: bool):
+    """The one-shot's launch (scatter: reduce_scatter's, numel its block's elements) by pulling."""
+    return _pull_launch(_pull_reduce, cdiv(numel, BLOCK), ws, n, numel, SCATTER=scatter, **_reduction_constexprs(x, op))
+
+
+def _pulls(rt, team, kernel: str, nbytes: int, row: dict | None = None) -> bool:
+    """Whether `kernel` pulls (all_reduce: given pull=None; row: its measured default, looked up already)
+    on team for nbytes of input per PE: where every member is reachable by load/store, unless
+    UNISHMEM_PULL=0 (NOTE [pull one-shot]) or, UNISHMEM_PULL unset, the measured default pushes (NOTE
+    [measured defaults])."""
+    if not (_config.get("UNISHMEM_PULL") and _reachable(rt, team)):
+        return False
+    if _config.given("UNISHMEM_PULL"):
+        return True
+    if row is None and kernel != "all_reduce":
+        row = _tuned.measured(_tuned.architecture(rt.device), team.n_pes, kernel, nbytes)
+    return row is None or not row["variant"].endswith("push")
+
+
+def _gather_variant(rt, team, kernel: str, nbytes: int) -> str:
+    """How all_gather or all_to_all moves nbytes of input per PE on team: "push" unless every member
+    is reachable by load/store and UNISHMEM_PULL is not 0; else, unless UNISHMEM_PULL or
+    UNISHMEM_COPY_ENGINE is set, the measured default (NOTE [measured defaults]); else "copy" with
+    UNISHMEM_COPY_ENGINE=1 (NOTE [copy engine]), "pull" without."""
+    if not (_config.get("UNISHMEM_PULL") and _reachable(rt, team)):
+        return "push"
+    if not (_config.given("UNISHMEM_PULL") or _config.given("UNISHMEM_COPY_ENGINE")):
+        row = _tuned.measured(_tuned.architecture(rt.device), team.n_pes, kernel, nbytes)
+        if row is not None:
+            return row["variant"]
+    return "copy" if _config.get("UNISHMEM_COPY_ENGINE") else "pull"
+
+
+def _copy_engine_launch(rt, ws: Workspace, team, numel: int, to_all: bool):
+    """launch(x, src, stage, out) of all_gather (to_all: all_to_all) by the copy engine (NOTE [copy
+    engine]): the ready handshake, a device copy from each member's view of src, the done handshake."""
+    b = ws.buffers
+    args = (b["ready"], b["done"], b["state"], ws.members, ws.my_index, team.n_pes)
+    ready, done = (_handshake.bind((1,), *args, DONE=flag) for flag in (False, True))
+    pes = [team.translate_pe(i, rt.team_world) for i in range(team.n_pes)]
+    first = team.my_pe * numel if to_all else 0  # where this PE's part of a member's src starts
+    views: dict[int, list] = {}  # src's address -> each member's view of its elements, made once
+
+    def launch(x, src, stage, out):
+        if stage:
+            src.view(-1)[: x.numel()].copy_(x.view(-1))
+        parts = views.get(src.data_ptr())
+        if parts is None:
+            if len(views) >= 8:  # (x in place: a few addresses in turn, not a growing set)
+                views.clear()
+            parts = views[src.data_ptr()] = [rt.peer(src, pe).view(-1)[first : first + numel] for pe in pes]
+        ready()
+        flat = out.view(-1)
+        for j, part in enumerate(parts):
+            flat[j * numel : (j + 1) * numel].copy_(part)
+        done()
+
+    return launch
 
 
 def _reachable(rt, team) -> bool:
@@ -675,29 +887,27 @@ def _reachable(rt, team) -> bool:
     return found
 
 
-def _pull_buffers(x, n: int, elements: int) -> dict:
+def _pull_buffers(x, n: int, elements: int, red: int = 0) -> dict:
     """For a pull (NOTE [pull one-shot]) of x of at most `elements` elements: the staging copy of x
     (read by the peers), a readiness and a done word per member, the count of programs done
-    reading, and the call counter."""
-    return {
+    reading, and the call counter; with red (a two-shot, NOTE [pull two-shot]) elements of the
+    reduced share, a second readiness word per member and a second count."""
+    buffers = {
         "src": ((elements,), x.dtype),
-        "ready": ((n,), torch.uint64),
+        "ready": ((2 * n if red else n,), torch.uint64),
         "done": ((n,), torch.uint64),
-        "count": ((1,), torch.int64),
+        "count": ((2 if red else 1,), torch.int64),
         "state": ((STATE_WORDS,), torch.int64),
     }
+    if red:
+        buffers["red"] = ((red,), x.dtype)
+    return buffers
 
 
-def _run_pull(rt, ws: Workspace, x, op, out, shape, n, key):
-    numel = x.numel()
-    widen = x.dtype in (torch.float16, torch.bfloat16)
-    launch = _pull_launch(_pull_reduce, cdiv(numel, BLOCK), ws, n, numel, OP=REDUCE_OPS[op], WIDEN=widen)
-    return plan_and_launch(rt, key, ws, shape, launch, x, out)
-
-
-def _pull_launch(kernel, tasks: int, ws: Workspace, n: int, numel: int, **constexprs):
-    """launch(x, src, stage, out) of a pull kernel (NOTE [pull one-shot]) on ws for `tasks` tasks, src's
-    16-byte alignment passed as ALIGNED (the same on every member: the heap's offsets are)."""
+def _pull_launch(kernel, tasks: int, ws: Workspace, n: int, numel: int, *args, **constexprs):
+    """launch(x, src, stage, out) of a pull kernel (NOTE [pull one-shot]) on ws for `tasks` tasks, with
+    its own args after numel; src's 16-byte alignment passed as ALIGNED (the same on every member:
+    the heap's offsets are)."""
     b = ws.buffers
     bound = kernel.bind(
         capped_grid(kernel, tasks),
@@ -713,6 +923,7 @@ def _pull_launch(kernel, tasks: int, ws: Workspace, n: int, numel: int, **conste
         ws.my_index,
         n,
         numel,
+        *args,
         BLOCK=BLOCK,
         ALIGNED=PER_CALL,
         **constexprs,
@@ -774,10 +985,8 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, 
         piece,
         SCATTER=scatter,
         GATHER=gather,
-        OP=REDUCE_OPS[op],
-        WIDEN=x.dtype in (torch.float16, torch.bfloat16),
         BLOCK=BLOCK,
-        ITEMSIZE=itemsize,
+        **_reduction_constexprs(x, op),
     )
     return plan_and_launch(rt, key, ws, shape, launch, x, out)
 
@@ -820,6 +1029,8 @@ _PULL_SIG = {
     "n": "i32",
     "numel": "i32",
 }
+_TWO_SHOT_SIG = {**_PULL_SIG, "red": "*fp32", "chunk": "i32"}
+_HANDSHAKE_SIG = {"ready": "*u64", "done": "*u64", "state": "*i64", "members": "*i32", "my_index": "i32", "n": "i32"}
 COMPILE = {
     _all_gather: {
         "signature": _GATHER_SIG,
@@ -841,11 +1052,23 @@ COMPILE = {
         }
         for scatter in (False, True)
     ],
-    _pull_reduce: {
-        "signature": _PULL_SIG,
-        "constexprs": {"OP": 0, "WIDEN": False, "BLOCK": BLOCK, "ALIGNED": True},
-        "aligned": _aligned(_PULL_SIG)[:-1],  # (no cap)
+    _pull_reduce: [
+        {
+            "signature": _PULL_SIG,
+            "constexprs": {"OP": 0, "WIDEN": False, "BLOCK": BLOCK, "ITEMSIZE": 4, "ALIGNED": True, "SCATTER": scatter},
+            "aligned": _aligned(_PULL_SIG)[:-1],  # (no cap)
+        }
+        for scatter in (False, True)
+    ],
+    _pull_two_shot: {
+        "signature": _TWO_SHOT_SIG,
+        "constexprs": {"OP": 0, "WIDEN": False, "BLOCK": BLOCK, "ITEMSIZE": 4, "ALIGNED": True},
+        "aligned": _aligned(_TWO_SHOT_SIG)[:-1],
     },
+    _handshake: [
+        {"signature": _HANDSHAKE_SIG, "constexprs": {"DONE": done}, "aligned": _aligned(_HANDSHAKE_SIG)[:-1]}
+        for done in (False, True)
+    ],
     _pull_gather: {
         "signature": _PULL_SIG,
         "constexprs": {"ALL_TO_ALL": False, "BLOCK": BLOCK, "ITEMSIZE": 4, "ALIGNED": True},
