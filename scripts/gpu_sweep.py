@@ -52,9 +52,7 @@ CPU_SIZES = ("8K",)
 CALLS, REPLAYS = 50, 5
 CPU_CALLS, CPU_REPLAYS = 2, 2
 DTYPES = ("float16", "bfloat16")
-PUSH_BLOCK_BYTES = (16 << 10, 64 << 10, 256 << 10)  # UNISHMEM_COMM_BLOCK_BYTES, pushing
-PROGRAMS = (None, 32)  # UNISHMEM_MAX_PROGRAMS: None = every SM
-CPU_PROGRAMS = (None, 2)
+FEW_PROGRAMS, CPU_FEW_PROGRAMS = 32, 2  # a grid cap below the GPU's SMs (the interpreter's resident programs)
 PULL, PUSH, COPY = ({"UNISHMEM_PULL": "1"}, {"UNISHMEM_PULL": "0"}, {"UNISHMEM_PULL": "1", "UNISHMEM_COPY_ENGINE": "1"})
 # kernel -> variant -> (the timing of gpu_kernel_times.make_case, the settings that pick the variant)
 VARIANTS = {
@@ -68,19 +66,30 @@ VARIANTS = {
         "two_shot, push": ("all_reduce.two_shot", PUSH),
     },
 }
-KNOBS = {"programs": "UNISHMEM_MAX_PROGRAMS", "block_bytes": "UNISHMEM_COMM_BLOCK_BYTES"}
+KNOBS = {  # (unishmem.kernels.collectives.KNOB_SETTINGS, pinned by tests/test_gpu_check.py)
+    "programs": "UNISHMEM_MAX_PROGRAMS",
+    "block_bytes": "UNISHMEM_COMM_BLOCK_BYTES",
+    "warps": "UNISHMEM_COMM_WARPS",
+}
 CHOICES = ("UNISHMEM_PULL", "UNISHMEM_COPY_ENGINE", *KNOBS.values())  # what a row sets, and restores after
 
 
 def configs(kernels, cpu: bool) -> list[tuple[str, str, dict]]:
-    """(kernel, variant, knobs) to time: every variant at every grid cap (the copy engine's handshakes
-    are one program: no cap), a push at every block size."""
+    """(kernel, variant, knobs) to time. Pulling: every SM at 4 and 8 warps, and fewer programs; pushing:
+    16, 64 and 256 KiB a program and peer, and fewer programs at 64 KiB; the copy engine (its handshakes
+    are one program) as it is. None: the setting's default."""
+    few = CPU_FEW_PROGRAMS if cpu else FEW_PROGRAMS
+    knobs = {
+        "pull": [(None, None, 4), (None, None, 8), (few, None, 4)],
+        "push": [(None, 16 << 10, 4), (None, 64 << 10, 4), (None, 256 << 10, 4), (few, 64 << 10, 4)],
+        "copy": [(None, None, None)],
+    }
     found = []
     for kernel in kernels:
         for variant, (_, settings) in VARIANTS[kernel].items():
-            for programs in (None,) if variant == "copy" else CPU_PROGRAMS if cpu else PROGRAMS:
-                for block in PUSH_BLOCK_BYTES if settings is PUSH else (None,):
-                    found.append((kernel, variant, {"programs": programs, "block_bytes": block}))
+            kind = "copy" if settings is COPY else "push" if settings is PUSH else "pull"
+            for values in knobs[kind]:
+                found.append((kernel, variant, dict(zip(KNOBS, values))))
     return found
 
 
@@ -384,7 +393,7 @@ def table(path: str, source: str = TUNED) -> str:
     with open(source, "w") as f:
         f.write(
             text[:begin]
-            + '# (architecture, n_pes, kernel, size class) -> {"variant": ..., "programs": ..., "block_bytes": ...}\n'
+            + '# (architecture, n_pes, kernel, size class) -> {"variant": ..., "programs": ..., "block_bytes": ..., "warps": ...}\n'
             + body
             + text[end:]
         )

@@ -90,8 +90,8 @@ SWEEP = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "gpu_sweep
 
 
 def test_the_sweep_times_every_configuration_checks_it_and_resumes(tmp_path):
-    # scripts/gpu_sweep.py's CPU mode: every configuration of reduce_scatter (pulling at two grid caps,
-    # pushing at two caps and three block sizes), graphed and eager, each beside the copy of its floor,
+    # scripts/gpu_sweep.py's CPU mode: every configuration of reduce_scatter (pulling at two grid caps and
+    # two warp counts, pushing at three block sizes and two caps), graphed and eager, beside its floor's copy,
     # checked against torch; the merged JSON in the issue's format; a rerun runs nothing it has, and a
     # cut run (rows missing) runs only what is missing
     sweep = sweep_script()
@@ -99,22 +99,26 @@ def test_the_sweep_times_every_configuration_checks_it_and_resumes(tmp_path):
     proc = launch(command, 2, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     expected = {json.dumps([v, k], sort_keys=True) for _, v, k in sweep.configs(["reduce_scatter"], cpu=True)}
-    assert len(expected) == 8, expected
-    # all_gather on a GPU: pulling at 2 caps, the copy engine once (one program), pushing at 2 x 3 knobs
+    assert len(expected) == 7, expected
+    # all_gather on a GPU: pulling 3 ways, the copy engine once (one program), pushing 4 ways
     variants = [v for _, v, _ in sweep.configs(["all_gather"], cpu=False)]
-    assert sorted(variants) == ["copy"] + ["pull"] * 2 + ["push"] * 6, variants
+    assert sorted(variants) == ["copy"] + ["pull"] * 3 + ["push"] * 4, variants
+    # the knobs a row sets are the kernels' own
+    from unishmem.kernels.collectives import KNOB_SETTINGS
+
+    assert sweep.KNOBS == KNOB_SETTINGS
     merged = json.load(
         open(tmp_path / f"gpu-{json.load(open(tmp_path / 'sweep-pe0.json'))['header']['started'][:10]}.json")
     )
     header, *rows = merged
     assert header["n_pes"] == 2 and header["arch"] == "cpu" and "torch" in header["stack"], header
     assert {json.dumps([r["variant"], r["knobs"]], sort_keys=True) for r in rows} == expected
-    assert sorted({r["mode"] for r in rows}) == ["eager", "graph"] and len(rows) == 16, len(rows)
+    assert sorted({r["mode"] for r in rows}) == ["eager", "graph"] and len(rows) == 14, len(rows)
     for r in rows:
         assert r["kernel"] == "reduce_scatter" and r["bytes"] == 8192 and r["dtype"] == "float16", r
         assert r["check"] == "ok" and r["us"] > 0 and r["ref_us"] > 0 and len(r["us_per_pe"]) == 2, r
         assert r["ref"] == "device copy of 6144 bytes (the floor)", r  # reads 8 KiB, writes 4 KiB at 2 PEs
-    assert proc.stdout.count("[pe 0] reduce_scatter") == 8, proc.stdout
+    assert proc.stdout.count("[pe 0] reduce_scatter") == 7, proc.stdout
     # resume: PE 0's file lost its last two rows (one configuration): only that one runs again
     path = tmp_path / "sweep-pe0.json"
     report = json.load(open(path))
@@ -123,7 +127,7 @@ def test_the_sweep_times_every_configuration_checks_it_and_resumes(tmp_path):
     proc = launch(command, 2, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("[pe 0] reduce_scatter") == 1, proc.stdout
-    assert len(json.load(open(path))["rows"]) == 16
+    assert len(json.load(open(path))["rows"]) == 14
 
 
 def test_the_table_takes_the_fastest_right_configuration_per_size(tmp_path):
@@ -133,7 +137,7 @@ def test_the_table_takes_the_fastest_right_configuration_per_size(tmp_path):
     header = {"arch": "sm_90", "n_pes": 2, "device": "NVIDIA H200", "mps_percent": "50", "commit": "abc"}
 
     def row(variant, us, dtype="float16", mode="graph", check="ok", size=8192, programs=None):
-        knobs = {"programs": programs, "block_bytes": None}
+        knobs = {"programs": programs, "block_bytes": None, "warps": 4}
         return {"kernel": "all_reduce", "variant": variant, "knobs": knobs, "bytes": size, "dtype": dtype}, {
             "n_pes": 2,
             "mode": mode,
@@ -159,8 +163,8 @@ def test_the_table_takes_the_fastest_right_configuration_per_size(tmp_path):
     tuned = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tuned)
     assert tuned.TABLE == {
-        ("sm_90", 2, "all_reduce", 8192): {"variant": "two_shot", "programs": None, "block_bytes": None},
-        ("sm_90", 2, "all_reduce", 64 << 20): {"variant": "one_shot", "programs": 64, "block_bytes": None},
+        ("sm_90", 2, "all_reduce", 8192): {"variant": "two_shot", "programs": None, "block_bytes": None, "warps": 4},
+        ("sm_90", 2, "all_reduce", 64 << 20): {"variant": "one_shot", "programs": 64, "block_bytes": None, "warps": 4},
     }, tuned.TABLE
     assert tuned.measured("sm_90", 2, "all_reduce", 6000)["variant"] == "two_shot"  # 8 KiB's class
     assert tuned.measured("sm_90", 4, "all_reduce", 8192) is None  # measured at 2 PEs only

@@ -145,6 +145,34 @@ def test_auto_takes_the_measured_default_else_the_rule(rt):
                 assert launched(lambda: getattr(K, what)(x)) == [kernel], (what, variant)
         assert torch.equal(K.all_gather(x), torch.cat(list(xs)))
         assert launched(lambda: K.all_reduce(torch.zeros(70000))) == ["_pull_two_shot"]  # another class: no row
+        # a row's knobs go with its variant: the grid's cap and the warps of the one-shot it measured, a
+        # push's bytes per program and peer; a setting that is set wins over them
+        row = {"variant": "one_shot", "programs": 1, "block_bytes": None, "warps": 2}
+        _tuned.TABLE[("cpu", n, "all_reduce", 8192)] = row
+        _tuned.TABLE[("cpu", n, "all_gather", 8192)] = {
+            "variant": "push",
+            "programs": None,
+            "block_bytes": 64,
+            "warps": 8,
+        }
+
+        def grid_and_warps(call):
+            rt.free_workspaces()
+            with unishmem.testing.capture(dry=True) as graph:
+                call()
+            (launch, _, grid, kwargs), *_ = graph.launches
+            return launch.fn.__name__, tuple(grid), kwargs.get("num_warps")
+
+        assert grid_and_warps(lambda: K.all_reduce(x)) == ("_pull_reduce", (1,), 2)
+        assert grid_and_warps(lambda: K.all_reduce(x, algorithm="two_shot"))[1:] == ((2,), 4)  # not its row's
+        name, grid, warps = grid_and_warps(lambda: K.all_gather(x))
+        assert name == "_all_gather" and grid[0] > n and warps == 8, grid  # 64-byte pieces: many programs
+        os.environ["UNISHMEM_COMM_WARPS"] = "16"
+        try:
+            assert grid_and_warps(lambda: K.all_reduce(x)) == ("_pull_reduce", (1,), 16)
+        finally:
+            del os.environ["UNISHMEM_COMM_WARPS"]
+        assert torch.equal(K.all_reduce(x), xs.sum(0)) and torch.equal(K.all_gather(x), torch.cat(list(xs)))
     finally:
         _tuned.TABLE.clear()
         _tuned.TABLE.update(saved)
@@ -299,6 +327,15 @@ def test_each_peers_data_moves_through_several_programs(rt):
     rt.free_workspaces()
 
 
+def pushing(kernel, x):
+    """kernel(x) with UNISHMEM_PULL=0: it pushes (NOTE [pull one-shot])."""
+    os.environ["UNISHMEM_PULL"] = "0"
+    try:
+        return kernel(x)
+    finally:
+        del os.environ["UNISHMEM_PULL"]
+
+
 @spmd(sizes=(2, 4))
 def test_captured_calls_replay_right_after_the_inputs_change(rt):
     # NOTE [call counter]: the launches a call made, replayed with the same arguments (as a CUDA graph
@@ -316,6 +353,8 @@ def test_captured_calls_replay_right_after_the_inputs_change(rt):
         "one_shot_push": (lambda x: K.all_reduce(x, algorithm="one_shot", pull=False), lambda xs: xs.sum(0)),
         "two_shot": (lambda x: K.all_reduce(x, algorithm="two_shot"), lambda xs: xs.sum(0)),
         "two_shot_push": (lambda x: K.all_reduce(x, algorithm="two_shot", pull=False), lambda xs: xs.sum(0)),
+        "all_gather_push": (lambda x: pushing(K.all_gather, x), lambda xs: torch.cat(list(xs))),
+        "reduce_scatter_push": (lambda x: pushing(K.reduce_scatter, x), lambda xs: xs.sum(0).chunk(n)[me]),
         "all_to_all": (lambda x: K.all_to_all(x), lambda xs: torch.cat([t.chunk(n)[me] for t in xs])),
     }
     collectives = list(calls)
@@ -326,12 +365,15 @@ def test_captured_calls_replay_right_after_the_inputs_change(rt):
         "gemm_rs": (lambda x: K.gemm_rs(x, w), lambda xs: (xs @ w).sum(0).chunk(n)[me]),
     }
     launches = {"ag_gemm_after_all_gather": 2}
+    pushes = {"all_gather_push": "_all_gather", "reduce_scatter_push": "_reduce"}
     for name, (call, reference) in calls.items():
+        rt.free_workspaces()  # and the call plans: UNISHMEM_PULL is read at a shape's first call
         x = data(me, (4 * n, 3), torch.float32)
         call(x)  # warm: the workspace is made outside the capture
         with unishmem.testing.capture() as graph:
             out = call(x)
         assert len(graph.launches) == launches.get(name, 1), (name, graph.launches)
+        assert name not in pushes or graph.launches[0][0].fn.__name__ == pushes[name], graph.launches
         assert not graph.ops, (name, graph.ops)  # x, a plain tensor, is copied in by the kernel (NOTE [copy-in])
         for seed in range(1, 11):
             x.copy_(data(me, x.shape, x.dtype, seed))

@@ -14,7 +14,14 @@ from compile_cache import CompileCache  # noqa: E402
 pytestmark = pytest.mark.compile
 
 KERNELS = {
-    "unishmem.kernels.collectives": ("_all_gather", "_pull_gather", "_reduce", "_pull_reduce"),
+    "unishmem.kernels.collectives": (
+        "_all_gather",
+        "_pull_gather",
+        "_reduce",
+        "_pull_reduce",
+        "_pull_two_shot",
+        "_handshake",
+    ),
     "unishmem.kernels.moe": ("_dispatch", "_combine"),
 }
 
@@ -48,31 +55,45 @@ def test_every_kernel_links_for_sm_90_and_lowers_for_gfx942(module, request):
             assert r["unresolved"] and all(s.startswith("rocshmem_") for s in r["unresolved"]), r
 
 
-def test_the_collectives_copies_and_reductions_use_16_byte_accesses(request, tmp_path):
-    # NOTE [16-byte copies]: in the sm_90 IR at float32, each loop over a whole block of BLOCK elements
-    # moves them 16 bytes an access: BLOCK / (128 threads, Triton's default 4 warps) / 4 = 8 accesses
+# (target, threads of a program at Triton's default 4 warps, a 16-byte load and store in its IR)
+VECTOR_ACCESSES = {
+    "sm_90": (128, "ld.global.v4.b32", "st.global.v4.b32"),
+    "gfx942": (256, "load <4 x float>", "store <4 x float>"),
+}
+
+
+@pytest.mark.parametrize("target", sorted(VECTOR_ACCESSES))
+def test_the_collectives_copies_and_reductions_use_16_byte_accesses(target, request, tmp_path):
+    # NOTE [16-byte copies]: in the IR at float32 (sm_90: LLVM IR with its PTX inline loads; gfx942:
+    # LLVM IR, rocSHMEM's calls left declared), each loop over a whole block of BLOCK elements moves them
+    # 16 bytes an access: BLOCK / threads / 4 accesses per loop (8 on sm_90, 4 on gfx942's 64-wide waves)
     from unishmem import BackendUnavailable
     from unishmem.kernels.collectives import BLOCK
     from unishmem.triton_support import extern_libs
 
-    try:
-        cache = CompileCache(request.config, __file__).triton_cache(*extern_libs("cuda", 90).values())
-    except BackendUnavailable:
-        pytest.skip("NVSHMEM's bitcode is not installed: the kernels do not link for sm_90")
+    env = dict(os.environ)
+    if target == "sm_90":
+        try:
+            env["TRITON_CACHE_DIR"] = CompileCache(request.config, __file__).triton_cache(
+                *extern_libs("cuda", 90).values()
+            )
+        except BackendUnavailable:
+            pytest.skip("NVSHMEM's bitcode is not installed: the kernels do not link for sm_90")
     module = "unishmem.kernels.collectives"
     proc = subprocess.run(
-        [sys.executable, "-m", "unishmem", "compile", module, "--target", "sm_90", "--fast", "--out", str(tmp_path)],
+        [sys.executable, "-m", "unishmem", "compile", module, "--target", target, "--fast", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=900,
-        env=dict(os.environ, TRITON_CACHE_DIR=cache),
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    per_loop = BLOCK // (128 * 4)
+    threads, load, store = VECTOR_ACCESSES[target]
+    per_loop = BLOCK // threads // 4
 
     def check(name, loads, stores):
-        ir = (tmp_path / f"{name}.sm_90.llir").read_text()
-        found = ir.count("ld.global.v4.b32"), ir.count("st.global.v4.b32")
+        ir = (tmp_path / f"{name}.{target}.llir").read_text()
+        found = ir.count(load), ir.count(store)
         assert found[0] >= loads * per_loop and found[1] >= stores * per_loop, (name, found)
 
     check("_all_gather", 2, 2)  # the copy-in's whole blocks; the copy out of the slots (where numel allows)

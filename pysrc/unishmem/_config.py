@@ -112,6 +112,13 @@ def _at_least_one(of: str) -> Callable[[str, str], int]:
     return parse
 
 
+def _warps(name: str, text: str) -> int:
+    value = text.strip()
+    if value not in ("1", "2", "4", "8", "16", "32"):
+        raise ValueError(f"{name}={text!r} is not a power of two from 1 to 32")
+    return int(value)
+
+
 def _flag(name: str, text: str) -> bool:
     if text.strip() not in ("", "0", "1"):
         raise ValueError(f"{name}={text!r} is not 0 or 1")
@@ -131,6 +138,7 @@ PROGRAMS = Kind(lambda: f"programs, 1 to {MAX_RESIDENT_PROGRAMS}", lambda name, 
 PES = Kind(lambda: "PEs, >= 1", _at_least_one(" of PEs"))
 COUNT = Kind(lambda: "a whole number >= 1", _at_least_one(""))
 FLAG = Kind(lambda: "0 or 1", _flag)
+WARPS = Kind(lambda: "1, 2, 4, 8, 16 or 32", _warps)
 BACKEND = Kind(lambda: ", ".join(("auto", *BACKEND_NAMES)), _backend)
 TEXT = Kind(lambda: "text", lambda name, text: text or None)  # empty: as if unset
 
@@ -213,8 +221,9 @@ SETTINGS = {
             "UNISHMEM_COMM_BLOCK_BYTES",
             BYTES,
             64 << 10,
-            "`unishmem.kernels` collectives spread the data for one peer over one program per this many bytes "
-            "(at most 16 programs per peer); the same on every PE",
+            "`unishmem.kernels` collectives, pushing, spread the data for one peer over one program per this "
+            "many bytes (at most 16 programs per peer); unset, the measured default of the call's size where "
+            "there is one (NOTE [measured defaults]); the same on every PE",
             see="[Kernels](kernels.md)",
         ),
         Setting(
@@ -224,7 +233,17 @@ SETTINGS = {
             "the most programs a `unishmem.kernels` collective launches: each takes every G-th piece of its "
             "work (G: the grid), so waiting programs never hold more than this; under `TRITON_INTERPRET=1` "
             "never more than are resident (`UNISHMEM_INTERPRET_RESIDENT`)",
-            unset="the GPU's multiprocessor count; under `TRITON_INTERPRET=1` the programs resident at once",
+            unset="the GPU's multiprocessor count, or fewer where the measured default of the call's size says "
+            "so (NOTE [measured defaults]); under `TRITON_INTERPRET=1` the programs resident at once",
+            see="[Kernels](kernels.md)",
+        ),
+        Setting(
+            "UNISHMEM_COMM_WARPS",
+            WARPS,
+            4,
+            "the warps of each program of a `unishmem.kernels` collective (Triton's `num_warps`): each moves "
+            "16 bytes a thread an access, so the bytes in flight per program grow with them; unset, the "
+            "measured default of the call's size where there is one (NOTE [measured defaults])",
             see="[Kernels](kernels.md)",
         ),
         Setting(

@@ -92,18 +92,20 @@ def _multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def capped_grid(kernel, tasks: int) -> tuple[int]:
+def capped_grid(kernel, tasks: int, most: int | None = None) -> tuple[int]:
     """The grid of `kernel` for `tasks` tasks (NOTE [persistent grid]): one program per task, at most
-    max_programs(kernel), at least one."""
-    return (max(1, min(tasks, max_programs(kernel))),)
+    max_programs(kernel) (and `most`), at least one."""
+    cap = max_programs(kernel) if most is None else min(most, max_programs(kernel))
+    return (max(1, min(tasks, cap)),)
 
 
-def peer_pieces(numel: int, itemsize: int) -> tuple[int, int]:
-    """(programs, elements per program) for the data sent to one peer: one program per
-    UNISHMEM_COMM_BLOCK_BYTES, at most MAX_PIECES, each piece a multiple of 16 bytes but the last."""
+def peer_pieces(numel: int, itemsize: int, block_bytes: int | None = None) -> tuple[int, int]:
+    """(programs, elements per program) for the data sent to one peer: one program per block_bytes
+    (None: UNISHMEM_COMM_BLOCK_BYTES), at most MAX_PIECES, each piece a multiple of 16 bytes but the last."""
     from .. import _config
 
-    count = max(1, min(MAX_PIECES, cdiv(numel * itemsize, _config.get("UNISHMEM_COMM_BLOCK_BYTES"))))
+    block_bytes = block_bytes or _config.get("UNISHMEM_COMM_BLOCK_BYTES")
+    count = max(1, min(MAX_PIECES, cdiv(numel * itemsize, block_bytes)))
     align = max(1, 16 // itemsize)
     piece = cdiv(cdiv(max(numel, 1), count), align) * align
     return cdiv(max(numel, 1), piece), piece

@@ -1,22 +1,25 @@
 """The collectives' defaults, measured on GPUs (NOTE [measured defaults]).
 
-NOTE [measured defaults]: where a call leaves the choice to unishmem (all_reduce's algorithm="auto"
-with pull=None; every collective's pull or push under UNISHMEM_PULL=1), the choice is the row of TABLE
-for (architecture, PEs, kernel, size class): the variant of the fastest configuration the sweep
-measured there (scripts/gpu_sweep.py: every variant, grid cap and push block size, graphed, device
-time; `--table` writes TABLE from its merged JSON, docs/benchmarks/gpu-<date>.json). A row also records
-the grid cap (`programs`) and push block size (`block_bytes`) it was measured with; the kernels take
-those from UNISHMEM_MAX_PROGRAMS and UNISHMEM_COMM_BLOCK_BYTES, not from the row. The size class is the
-ladder's size nearest the call's per-PE input bytes on a log scale; a row is taken only at the PE count
-it was measured at.
+NOTE [measured defaults]: where a call leaves a choice to unishmem, the row of TABLE for
+(architecture, PEs, kernel, size class) makes it: the fastest configuration the sweep measured there
+(scripts/gpu_sweep.py: every variant, grid cap, warp count and push block size, graphed, device
+time; `--table` writes TABLE from its merged JSON, docs/benchmarks/gpu-<date>.json). Its `variant`
+is all_reduce's algorithm under algorithm="auto" and its pull or push under pull=None, and every
+other collective's pull, push or copy engine; its `programs` (the grid's cap), `block_bytes` (a
+push's bytes per program and peer) and `warps` apply to calls that run that variant. A setting that
+is set (UNISHMEM_PULL, UNISHMEM_COPY_ENGINE, UNISHMEM_MAX_PROGRAMS, UNISHMEM_COMM_BLOCK_BYTES,
+UNISHMEM_COMM_WARPS) wins over the row, as the caller's arguments do. The size class is the ladder's
+size nearest the call's per-PE input bytes on a log scale; a row is taken only at the PE count it
+was measured at.
 
-Where TABLE has no row (no sweep has run on a GPU yet: TABLE is empty), a rule decides, from the cost
-model of docs/kernels.md: pull wherever every member is reachable by load/store (the data is read where
-it lies, with no staging copies and one handshake, where the push stages it and fences each piece);
-the one-shot up to ONE_SHOT_MAX_BYTES (256 KiB), the two-shot above (the one-shot reads n copies of x,
-the two-shot about 1 + (n - 1)/n copies over one more handshake: at 8 GPUs and NVLink's ~370 GB/s the
-model puts the crossing between 100 KiB and 500 KiB; at 2 PEs the link bytes are equal and HBM reads
-favour the two-shot by size). The rule is a model, not a measurement.
+Where TABLE has no row (no sweep has run on a GPU yet: TABLE is empty), a rule decides: every SM, 4
+warps, 64 KiB pieces, no copy engine; pull wherever every member is reachable by load/store (the
+data is read where it lies, with no staging copies and one handshake, where the push stages it and
+fences each piece); the one-shot up to ONE_SHOT_MAX_BYTES (256 KiB), the two-shot above: the one-
+shot reads n copies of x, the two-shot about 1 + (n - 1)/n over one more handshake, and
+docs/kernels.md's model of 8 H100s has the one-shot ahead at 256 KiB (13-26 us against 57-105) and
+behind or level at 4 MiB (86-92 against 71-130, the push two-shot's figures). The rule is a model,
+not a measurement.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ SIZE_CLASSES = (8 << 10, 256 << 10, 4 << 20, 64 << 20)  # the sweep's ladder: pe
 ONE_SHOT_MAX_BYTES = 256 * 1024  # the rule's crossing (see the NOTE)
 
 # BEGIN TABLE: written by `python scripts/gpu_sweep.py --table docs/benchmarks/gpu-<date>.json`
-# (architecture, n_pes, kernel, size class) -> {"variant": ..., "programs": ..., "block_bytes": ...}
+# (architecture, n_pes, kernel, size class) -> {"variant": ..., "programs": ..., "block_bytes": ..., "warps": ...}
 TABLE: dict[tuple[str, int, str, int], dict] = {}
 # END TABLE
 

@@ -627,7 +627,9 @@ def _gather(x, out, team, group, what: str):
     numel = 0 if problem else x.numel() // n if to_all else x.numel()  # what goes to one member
     itemsize = x.element_size() if problem is None else 1
     cap = _class(numel, itemsize)
-    variant = "push" if problem else _gather_variant(rt, team, what, x.numel() * x.element_size())
+    row = {} if problem else _measured(rt, team, what, x.numel() * x.element_size())
+    variant = "push" if problem else _gather_variant(rt, team, row)
+    knobs = _knobs(row, variant)
     if variant != "push":  # (the copy engine's handshakes use the pull's words)
         buffers = lambda: _pull_buffers(x, n, n * cap if to_all else cap)  # noqa: E731
     else:
@@ -642,11 +644,12 @@ def _gather(x, out, team, group, what: str):
     if variant == "copy":
         return plan_and_launch(rt, key, ws, shape, _copy_engine_launch(rt, ws, team, numel, to_all), x, out)
     if variant == "pull":
-        pull = _pull_launch(_pull_gather, n * cdiv(numel, BLOCK), ws, n, numel, ALL_TO_ALL=to_all, ITEMSIZE=itemsize)
+        tasks = n * cdiv(numel, BLOCK)
+        pull = _pull_launch(_pull_gather, tasks, ws, n, numel, knobs=knobs, ALL_TO_ALL=to_all, ITEMSIZE=itemsize)
         return plan_and_launch(rt, key, ws, shape, pull, x, out)
-    pieces, piece = peer_pieces(numel, itemsize)
+    pieces, piece = peer_pieces(numel, itemsize, knobs["block_bytes"])
     launch = _all_gather.bind(
-        capped_grid(_all_gather, n * pieces),
+        capped_grid(_all_gather, n * pieces, knobs["programs"]),
         PER_CALL,  # x
         PER_CALL,  # src
         PER_CALL,  # stage
@@ -664,6 +667,7 @@ def _gather(x, out, team, group, what: str):
         ALL_TO_ALL=to_all,
         BLOCK=BLOCK,
         ITEMSIZE=itemsize,
+        num_warps=knobs["warps"],
     )
     return plan_and_launch(rt, key, ws, shape, launch, x, out)
 
@@ -714,7 +718,9 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
     n = team.n_pes
     chunk = x.numel() // n if problem is None else 0
     cap = _class(chunk, x.element_size() if problem is None else 1)
-    pulls = problem is None and _pulls(rt, team, "reduce_scatter", x.numel() * x.element_size())
+    row = {} if problem else _measured(rt, team, "reduce_scatter", x.numel() * x.element_size())
+    pulls = problem is None and _pulls(rt, team, row)
+    knobs = _knobs(row, "pull" if pulls else "push")
     ws = workspace(
         rt,
         team,
@@ -726,8 +732,8 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
         variants=GATHER_VARIANTS,
     )
     if pulls:
-        return plan_and_launch(rt, key, ws, shape, _pull_reduce_launch(ws, x, op, n, chunk, True), x, out)
-    return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=True, gather=False, key=key)
+        return plan_and_launch(rt, key, ws, shape, _pull_reduce_launch(ws, x, op, n, chunk, True, knobs), x, out)
+    return _run_reduce(ws, x, op, out, shape, n, chunk, cap, True, False, knobs, key)
 
 
 def all_reduce(
@@ -758,15 +764,13 @@ def all_reduce(
         problem = TypeError(f"all_reduce: pull must be None, True or False, got {pull!r}")
     n = team.n_pes
     nbytes = 0 if problem else x.numel() * x.element_size()
-    row = (
-        None
-        if problem or algorithm != "auto"
-        else _tuned.measured(_tuned.architecture(rt.device), n, "all_reduce", nbytes)
-    )
-    if row is not None:  # NOTE [measured defaults]
+    row = {} if problem else _measured(rt, team, "all_reduce", nbytes)  # NOTE [measured defaults]
+    if algorithm == "auto" and row:
         algorithm = row["variant"].split(",")[0]
     elif algorithm == "auto":
         algorithm = "one_shot" if nbytes <= _tuned.ONE_SHOT_MAX_BYTES else "two_shot"
+    if row and row["variant"].split(",")[0] != algorithm:
+        row = {}  # (measured for the other algorithm)
     two_shot = algorithm == "two_shot"
     pulls = False
     if problem is None:
@@ -775,8 +779,9 @@ def all_reduce(
                 f"all_reduce: pull=True needs every member of {team.name} reachable by load/store, and some "
                 "are not (another node)"
             )
-        pulls = _pulls(rt, team, "all_reduce", nbytes, row) if pull is None else pull
+        pulls = _pulls(rt, team, row) if pull is None else pull
     variant = algorithm if pulls else f"{algorithm}, push"
+    knobs = _knobs(row, variant)
     itemsize = 1 if problem else x.element_size()
     if problem:
         chunk = 0
@@ -796,13 +801,14 @@ def all_reduce(
     ws = workspace(rt, team, "all_reduce", x, buffers, problem, key=(variant, cap), variants=VARIANTS)
     if pulls and two_shot:
         red = ws.buffers["red"]
+        tasks = n * cdiv(chunk, BLOCK)
         launch = _pull_launch(
-            _pull_two_shot, n * cdiv(chunk, BLOCK), ws, n, x.numel(), red, chunk, **_reduction_constexprs(x, op)
+            _pull_two_shot, tasks, ws, n, x.numel(), red, chunk, knobs=knobs, **_reduction_constexprs(x, op)
         )
     elif pulls:
-        launch = _pull_reduce_launch(ws, x, op, n, chunk, False)
+        launch = _pull_reduce_launch(ws, x, op, n, chunk, False, knobs)
     else:
-        return _run_reduce(ws, x, op, out, shape, n, chunk, cap, scatter=two_shot, gather=two_shot, key=key)
+        return _run_reduce(ws, x, op, out, shape, n, chunk, cap, two_shot, two_shot, knobs, key)
     return plan_and_launch(rt, key, ws, shape, launch, x, out)
 
 
@@ -816,37 +822,55 @@ def _reduction_constexprs(x, op: str) -> dict:
     return {"OP": REDUCE_OPS[op], "WIDEN": x.dtype in (torch.float16, torch.bfloat16), "ITEMSIZE": x.element_size()}
 
 
-def _pull_reduce_launch(ws: Workspace, x, op: str, n: int, numel: int, scatter: bool):
+def _pull_reduce_launch(ws: Workspace, x, op: str, n: int, numel: int, scatter: bool, knobs: dict):
     """The one-shot's launch (scatter: reduce_scatter's, numel its block's elements) by pulling."""
-    return _pull_launch(_pull_reduce, cdiv(numel, BLOCK), ws, n, numel, SCATTER=scatter, **_reduction_constexprs(x, op))
+    constexprs = _reduction_constexprs(x, op)
+    return _pull_launch(_pull_reduce, cdiv(numel, BLOCK), ws, n, numel, knobs=knobs, SCATTER=scatter, **constexprs)
 
 
-def _pulls(rt, team, kernel: str, nbytes: int, row: dict | None = None) -> bool:
-    """Whether `kernel` pulls (all_reduce: given pull=None; row: its measured default, looked up already)
-    on team for nbytes of input per PE: where every member is reachable by load/store, unless
-    UNISHMEM_PULL=0 (NOTE [pull one-shot]) or, UNISHMEM_PULL unset, the measured default pushes (NOTE
-    [measured defaults])."""
+def _measured(rt, team, kernel: str, nbytes: int) -> dict:
+    """The measured default (NOTE [measured defaults]) of a call of kernel on team with nbytes of input
+    per PE: its row of the table, or {} where there is none."""
+    return _tuned.measured(_tuned.architecture(rt.device), team.n_pes, kernel, nbytes) or {}
+
+
+def _pulls(rt, team, row: dict) -> bool:
+    """Whether a collective that can pull (reduce_scatter; all_reduce given pull=None) does on team:
+    where every member is reachable by load/store, unless UNISHMEM_PULL=0 (NOTE [pull one-shot]) or,
+    UNISHMEM_PULL unset, its measured default `row` pushes (NOTE [measured defaults])."""
     if not (_config.get("UNISHMEM_PULL") and _reachable(rt, team)):
         return False
-    if _config.given("UNISHMEM_PULL"):
-        return True
-    if row is None and kernel != "all_reduce":
-        row = _tuned.measured(_tuned.architecture(rt.device), team.n_pes, kernel, nbytes)
-    return row is None or not row["variant"].endswith("push")
+    return _config.given("UNISHMEM_PULL") or not row.get("variant", "").endswith("push")
 
 
-def _gather_variant(rt, team, kernel: str, nbytes: int) -> str:
-    """How all_gather or all_to_all moves nbytes of input per PE on team: "push" unless every member
-    is reachable by load/store and UNISHMEM_PULL is not 0; else, unless UNISHMEM_PULL or
-    UNISHMEM_COPY_ENGINE is set, the measured default (NOTE [measured defaults]); else "copy" with
-    UNISHMEM_COPY_ENGINE=1 (NOTE [copy engine]), "pull" without."""
+def _gather_variant(rt, team, row: dict) -> str:
+    """How all_gather or all_to_all moves its data on team: "push" unless every member is reachable by
+    load/store and UNISHMEM_PULL is not 0; else, unless UNISHMEM_PULL or UNISHMEM_COPY_ENGINE is set,
+    its measured default `row` (NOTE [measured defaults]); else "copy" with UNISHMEM_COPY_ENGINE=1
+    (NOTE [copy engine]), "pull" without."""
     if not (_config.get("UNISHMEM_PULL") and _reachable(rt, team)):
         return "push"
-    if not (_config.given("UNISHMEM_PULL") or _config.given("UNISHMEM_COPY_ENGINE")):
-        row = _tuned.measured(_tuned.architecture(rt.device), team.n_pes, kernel, nbytes)
-        if row is not None:
-            return row["variant"]
+    if row and not (_config.given("UNISHMEM_PULL") or _config.given("UNISHMEM_COPY_ENGINE")):
+        return row["variant"]
     return "copy" if _config.get("UNISHMEM_COPY_ENGINE") else "pull"
+
+
+KNOB_SETTINGS = {
+    "programs": "UNISHMEM_MAX_PROGRAMS",
+    "block_bytes": "UNISHMEM_COMM_BLOCK_BYTES",
+    "warps": "UNISHMEM_COMM_WARPS",
+}
+
+
+def _knobs(row: dict, variant: str) -> dict:
+    """The grid's cap (None: max_programs), a push's bytes per program and peer, and the warps of a call
+    that runs `variant` (NOTE [measured defaults]): each setting that is set, else the value of the
+    measured default `row` where the row is for this variant, else the setting's default."""
+    mine = row if row.get("variant") == variant else {}
+    return {
+        knob: _config.get(name) if _config.given(name) or mine.get(knob) is None else mine[knob]
+        for knob, name in KNOB_SETTINGS.items()
+    }
 
 
 def _copy_engine_launch(rt, ws: Workspace, team, numel: int, to_all: bool):
@@ -904,13 +928,13 @@ def _pull_buffers(x, n: int, elements: int, red: int = 0) -> dict:
     return buffers
 
 
-def _pull_launch(kernel, tasks: int, ws: Workspace, n: int, numel: int, *args, **constexprs):
+def _pull_launch(kernel, tasks: int, ws: Workspace, n: int, numel: int, *args, knobs: dict, **constexprs):
     """launch(x, src, stage, out) of a pull kernel (NOTE [pull one-shot]) on ws for `tasks` tasks, with
     its own args after numel; src's 16-byte alignment passed as ALIGNED (the same on every member:
     the heap's offsets are)."""
     b = ws.buffers
     bound = kernel.bind(
-        capped_grid(kernel, tasks),
+        capped_grid(kernel, tasks, knobs["programs"]),
         PER_CALL,  # x
         PER_CALL,  # src
         PER_CALL,  # stage
@@ -926,6 +950,7 @@ def _pull_launch(kernel, tasks: int, ws: Workspace, n: int, numel: int, *args, *
         *args,
         BLOCK=BLOCK,
         ALIGNED=PER_CALL,
+        num_warps=knobs["warps"],
         **constexprs,
     )
 
@@ -954,7 +979,7 @@ def _reduce_buffers(x, n: int, cap: int, scatter: bool, gather: bool) -> dict:
     return buffers
 
 
-def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, gather: bool, key=None):
+def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, gather: bool, knobs: dict, key=None):
     from .. import runtime
 
     rt = runtime()
@@ -962,9 +987,9 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, 
     numel, itemsize = x.numel(), x.element_size()
     # one-shot and reduce-scatter have no second exchange: those arguments are never read
     red, gathered, sig2 = (b["red"], b["gathered"], b["sig2"]) if gather else (b["recv"], b["recv"], b["sig"])
-    pieces, piece = peer_pieces(chunk, itemsize)
+    pieces, piece = peer_pieces(chunk, itemsize, knobs["block_bytes"])
     launch = _reduce.bind(
-        capped_grid(_reduce, max(n * pieces, cdiv(chunk, BLOCK))),
+        capped_grid(_reduce, max(n * pieces, cdiv(chunk, BLOCK)), knobs["programs"]),
         PER_CALL,  # x
         PER_CALL,  # src
         PER_CALL,  # stage
@@ -986,6 +1011,7 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, 
         SCATTER=scatter,
         GATHER=gather,
         BLOCK=BLOCK,
+        num_warps=knobs["warps"],
         **_reduction_constexprs(x, op),
     )
     return plan_and_launch(rt, key, ws, shape, launch, x, out)
