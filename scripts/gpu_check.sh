@@ -24,7 +24,7 @@
 # failed); GPU_CHECK_HANG=off skips the hung kernel. GPU_CHECK_MPS=1 runs the timing phase under CUDA MPS
 # (each PE on half the SMs, NVSHMEM's full multi-PE-per-GPU mode: both PEs' kernels run at once instead of
 # taking turns), where the image has nvidia-cuda-mps-control; without it the phase runs as before.
-# GPU_CHECK_TIMES=full (default) | quick (4 sizes, 10 calls a loop) | off. It gets what is left of the
+# GPU_CHECK_TIMES=full (default) | quick (4 sizes, 20 calls a loop) | off. It gets what is left of the
 # budget, at most 240 s (480 s with --times-only), and starts no row it is unlikely to finish; its rows are
 # written as they are made.
 # --sweep writes $OUT/sweep-pe<N>.json row by row and $OUT/gpu-<date>.json (the rows for docs/benchmarks/) at

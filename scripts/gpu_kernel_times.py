@@ -24,11 +24,13 @@ Per (kernel, size), on every PE:
 - eager host: the host's time per call of the same loop issued behind a torch.cuda._sleep long enough
   that the GPU never waits for the host (so the figure is the host work alone: unishmem's, Triton's or
   the direct launch's, and the driver's), and beside it in the summary the eager mean less the graph's;
-- graph: the call captured after the warm calls (unishmem.testing.capture() first, which refuses a host
-  synchronisation, so a call that cannot be captured is reported, never captured half), then
-  torch.cuda.CUDAGraph replays timed the same way; then the inputs change in place and one replay must
-  give the new result;
-- reference: torch's device-to-device copy of the same bytes (twice the bytes for dispatch + combine);
+- graph: `reps` calls captured in one torch.cuda.CUDAGraph after the warm calls (unishmem.testing.capture()
+  first, which refuses a host synchronisation, so a call that cannot be captured is reported, never
+  captured half), the graph replayed REPLAYS times, a pair of CUDA events around each replay: the mean per
+  call over every replay and the median of the replays' means (one replay is one launch: the host is not
+  in it); then the inputs change in place and one replay must give the new result;
+- reference: torch's device-to-device copy of the same bytes (twice the bytes for dispatch + combine),
+  timed the same way as the graph, in a graph of its own;
   for the GEMMs the GEMM part alone (unishmem's GEMM tile code, the launch ag_gemm(overlap=False) makes,
   on the gathered shapes) beside torch.matmul of the same shapes.
 NCCL is not a reference here: it refuses two ranks on one GPU ("Duplicate GPU detected", NCCL >= 2.5).
@@ -110,7 +112,7 @@ def arguments(argv=None):
     if bad:
         p.error(f"unknown kernel(s) {bad}: choose from {', '.join(timed)}")
     if args.reps is None:
-        args.reps = (2 if args.quick else 3) if args.cpu else 10 if args.quick else 20
+        args.reps = (2 if args.quick else 3) if args.cpu else 20 if args.quick else 50
     return args
 
 
@@ -126,6 +128,7 @@ def kernels() -> tuple[str, ...]:
 
 
 SLEEP_HZ = 2.0e9  # torch.cuda._sleep's cycles per second, an upper bound (H100/H200 boost clocks: 1.98 GHz)
+REPLAYS = 5  # replays of a row's graph of `reps` calls
 
 
 class Clock:
@@ -427,25 +430,36 @@ class Run:
         return stats(each, mean)
 
     def graph(self, call):
-        """(replay, the output it writes, None), or (None, None, why it cannot be captured)."""
+        """(replay of `reps` calls, the output the last writes, None), or (None, None, why it cannot be
+        captured). On the host backend the replay of one captured call, `reps` times."""
         import unishmem.testing
 
+        reps = self.args.reps
         try:
             with unishmem.testing.capture() as probe:  # runs the call once; refuses host synchronisation
                 out = call()
         except unishmem.testing.CaptureError as e:
             return None, None, f"not capturable: {e}"
         if not self.clock.cuda:
-            return probe.replay, out, None
-        del probe
+            return (lambda: probe.replay(reps)), out, None
         self.clock.sync()
         g = self.torch.cuda.CUDAGraph()
         try:  # nothing runs while it captures: a failed capture leaves the PEs in step
             with self.torch.cuda.graph(g):
-                out = call()
+                for _ in range(reps):
+                    out = call()
         except RuntimeError as e:
             return None, None, f"CUDA graph capture failed: {e}"
         return g.replay, out, None
+
+    def graph_timings(self, replay) -> dict:
+        """Per call of a replay of `reps` calls: the mean over REPLAYS replays, the median of their means."""
+        per_call = []
+        for _ in range(REPLAYS):
+            self.together()
+            per_call.append(self.clock.loop(replay, 1) / self.args.reps)
+        self.together()
+        return stats(per_call, statistics.fmean(per_call))
 
     def row(self, name: str, size: int) -> dict:
         rt, t0 = self.rt, time.perf_counter()
@@ -473,7 +487,7 @@ class Run:
             if why is not None:
                 row["graph"] = {"error": why}
             else:
-                row["graph"] = self.timings(replay)
+                row["graph"] = self.graph_timings(replay)
                 case.refresh(2)  # inputs changed in place: a replay must give the new result
                 self.together()
                 replay()
@@ -483,7 +497,8 @@ class Run:
             src = self.torch.empty(case.copy_bytes // 2, dtype=self.dtype, device=rt.device)
             dst = self.torch.empty_like(src)
             row["reference"] = {"name": "device-to-device copy", "bytes": case.copy_bytes}
-            row["reference"].update(self.timings(lambda: dst.copy_(src)))
+            copies, _, _ = self.graph(lambda: dst.copy_(src))
+            row["reference"].update(self.graph_timings(copies))
             del src, dst
         if case.busbw is not None:
             row["busbw_factor"] = case.busbw
@@ -621,7 +636,9 @@ def summary(out_dir: str) -> str:
         f"unishmem.kernels timed: {info['mode']} mode, {info['device']}, {info['n_pes']} PEs, {info['dtype']}, "
         f"{info['reps']} calls per loop, started {info['started']}",
         f"({info['note']}; figures: the slowest PE's; eager mean = loop / calls, median = calls timed one by one;",
-        "host = the host's time per call with the GPU kept busy ahead; eager - graph = eager mean less graph mean)",
+        "host = the host's time per call with the GPU kept busy ahead; graph = per call of a graph of that many "
+        "calls, mean over its replays and median of their means; copy ref the same way; "
+        "eager - graph = eager mean less graph mean)",
         "",
         "| kernel | size | eager mean | eager median | host | eager - graph | graph mean | graph median | copy ref "
         "| graph / copy | busbw (graph) | first call | check |",
