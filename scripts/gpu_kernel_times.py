@@ -31,7 +31,7 @@ Per (kernel, size), on every PE:
   in it); then the inputs change in place and one replay must give the new result;
 - reference: torch's device-to-device copy of the same bytes (twice the bytes for dispatch + combine),
   timed the same way as the graph, in a graph of its own;
-  for the GEMMs the GEMM part alone (unishmem's GEMM tile code, the launch ag_gemm(overlap=False) makes,
+  for the GEMMs the GEMM part alone (unishmem's GEMM tile code, the fused kernels' tile launched alone,
   on the gathered shapes) beside torch.matmul of the same shapes.
 NCCL is not a reference here: it refuses two ranks on one GPU ("Duplicate GPU detected", NCCL >= 2.5).
 Every PE runs the same loops at the same time; without MPS the two PEs' kernels take turns on the GPU
@@ -208,7 +208,7 @@ def gemm_dims(size: int, n: int, itemsize: int) -> tuple[int, int]:
     return d, max(1, size // (n * d * itemsize))
 
 
-def make_case(name: str, size: int, rt, dtype):
+def make_case(name: str, size: int, rt, dtype, overlap: bool | None = True):
     import torch
 
     import unishmem.kernels as K
@@ -260,7 +260,7 @@ def make_case(name: str, size: int, rt, dtype):
             a = rt.empty((m, d), dtype=dtype)
             b = ones(0, 99, (d, d))
             case = Case(
-                lambda: K.ag_gemm(a, b, **GEMM_BLOCKS),
+                lambda: K.ag_gemm(a, b, overlap, **GEMM_BLOCKS),
                 lambda seed: a.copy_(ones(me, seed, (m, d))),
                 lambda seed: (torch.cat([ones(pe, seed, (m, d)) for pe in range(n)]).float() @ b.float()).to(dtype),
                 shape,
@@ -282,9 +282,15 @@ def make_case(name: str, size: int, rt, dtype):
                 b.copy_(ones(me, seed + 50, (d, d)))
 
             return Case(
-                lambda: K.gemm_rs(a, b, **GEMM_BLOCKS), refresh, expected, shape, n * m * d * item, (n - 1) / n, 1e-2
+                lambda: K.gemm_rs(a, b, overlap, **GEMM_BLOCKS),
+                refresh,
+                expected,
+                shape,
+                n * m * d * item,
+                (n - 1) / n,
+                1e-2,
             )
-        # the GEMM part of both: unishmem's tile code on the gathered shapes, as ag_gemm(overlap=False) launches it
+        # the GEMM part of both: unishmem's tile code (the fused kernels') alone, on the gathered shapes
         from unishmem.kernels import gemm as G
 
         a, b = ones(me, 1, (n * m, d)), ones(0, 99, (d, d))
@@ -350,24 +356,60 @@ def stats(times: list[float], mean: float) -> dict:
     return {"mean_us": mean * 1e6, "median_us": statistics.median(times) * 1e6, "min_us": min(times) * 1e6}
 
 
-class Run:
-    def __init__(self, args):
+class InStep:
+    """A timing job's PEs kept in step (every PE runs the same rows; PE 0 decides which): the base of
+    this script's Run and of gpu_sweep.py's Sweep. args.deadline_s: start no row unlikely to finish."""
+
+    def __init__(self, args, heap: str):
         import torch
 
         import unishmem
 
         self.args, self.torch = args, torch
         self.start = time.perf_counter()
-        heap = None if os.environ.get("UNISHMEM_SYMMETRIC_SIZE") else "1G" if args.plan else "256M"
-        self.rt = rt = unishmem.init(backend="host" if args.cpu or args.plan else "auto", heap_size=heap)
+        heap = None if os.environ.get("UNISHMEM_SYMMETRIC_SIZE") else heap
+        self.rt = rt = unishmem.init(
+            backend="host" if args.cpu or getattr(args, "plan", False) else "auto", heap_size=heap
+        )
         self.clock = Clock(rt.device)
+        self.flag = rt.zeros(1, dtype=torch.int64)
+        self.flag_local = torch.zeros(1, dtype=torch.int64, device=rt.device)
+        self.longest = 0.0  # the longest row's seconds
+
+    def together(self):
+        self.clock.sync()
+        self.rt.barrier_all()
+        self.clock.sync()
+
+    def pe0_says(self, ok: bool) -> bool:
+        """PE 0's ok, on every PE: what each PE's clock says may differ, and every PE must run the same rows."""
+        self.flag.fill_(int(ok))
+        self.together()
+        self.rt.get(self.flag_local, self.flag, 0)
+        self.clock.sync()
+        said = bool(self.flag_local.item())
+        self.together()  # nobody rewrites the flag before every PE has read it
+        return said
+
+    def time_left(self) -> bool:
+        if self.args.deadline_s is None:
+            return True
+        left = self.args.deadline_s - (time.perf_counter() - self.start)
+        return self.pe0_says(left > max(15.0, 1.5 * self.longest))
+
+    def finish(self):
+        self.rt.free(self.flag)
+        self.rt.finalize()
+
+
+class Run(InStep):
+    def __init__(self, args):
+        super().__init__(args, "1G" if args.plan else "256M")
+        torch, rt = self.torch, self.rt
         self.dtype = torch.float16
         self.compiles: list[dict] = []
         self.rows: list[dict] = []
         self.path = os.path.join(args.out, f"times-pe{rt.my_pe}.json")
-        self.flag = rt.zeros(1, dtype=torch.int64)
-        self.flag_local = torch.zeros(1, dtype=torch.int64, device=rt.device)
-        self.longest = 0.0
         self.info = {
             "pe": rt.my_pe,
             "n_pes": rt.n_pes,
@@ -399,27 +441,6 @@ class Run:
         with open(self.path + ".tmp", "w") as f:
             json.dump({"info": self.info, "rows": self.rows, "compiles": self.compiles, **extra}, f, indent=1)
         os.replace(self.path + ".tmp", self.path)
-
-    def together(self):
-        self.clock.sync()
-        self.rt.barrier_all()
-        self.clock.sync()
-
-    def pe0_says(self, ok: bool) -> bool:
-        """PE 0's ok, on every PE: what each PE's clock says may differ, and every PE must run the same rows."""
-        self.flag.fill_(int(ok))
-        self.together()
-        self.rt.get(self.flag_local, self.flag, 0)
-        self.clock.sync()
-        said = bool(self.flag_local.item())
-        self.together()  # nobody rewrites the flag before every PE has read it
-        return said
-
-    def time_left(self) -> bool:
-        if self.args.deadline_s is None:
-            return True
-        left = self.args.deadline_s - (time.perf_counter() - self.start)
-        return self.pe0_says(left > max(15.0, 1.5 * self.longest))
 
     def timings(self, fn) -> dict:
         self.together()
@@ -538,8 +559,7 @@ class Run:
         self.together()
         if self.rt.my_pe == 0:
             print(summary(self.args.out), flush=True)
-        self.rt.free(self.flag)
-        self.rt.finalize()
+        self.finish()
         bad = [r for r in self.rows if failed(r)]
         return 1 if bad else 0
 
@@ -596,8 +616,7 @@ def plan(args) -> int:
             first = ", ".join(dict.fromkeys(plans[0].get(name, {}).values()))
             print(f"  {name:12s} per PE {per_pe}, {union} distinct; PE 0's first needed by: {first}")
         print(f"  total per PE {[sum(len(v) for v in p.values()) for p in plans]}")
-    rt.free(run.flag)
-    rt.finalize()
+    run.finish()
     return 0
 
 

@@ -1,16 +1,19 @@
-"""Times every variant and knob of the collectives at 8 KiB, 256 KiB, 4 MiB and 64 MiB, in device time, beside
-the device copy of each kernel's floor: the sweep that writes the measured defaults (NOTE [measured defaults]
-in unishmem/kernels/_tuned.py). `scripts/gpu_check.sh --sweep` runs it on a lent GPU; `--no-gpu` runs its
+"""Times every variant and knob of the collectives, and both forms of the GEMMs, at 8 KiB, 256 KiB, 4 MiB and
+64 MiB of input per PE, in device time, beside the device copy of each collective's floor or torch.matmul of
+each GEMM's shapes: the sweep that writes the measured defaults (NOTE [measured defaults] in
+unishmem/kernels/_tuned.py). `scripts/gpu_check.sh --sweep` runs it on a lent GPU; `--no-gpu` runs its
 CPU mode.
 
     unishmem run -n 2 scripts/gpu_sweep.py OUT [--cpu] [--sizes 8K,64M] [--kernels all_gather,all_reduce]
     python scripts/gpu_sweep.py --merge OUT         # OUT/gpu-<date>.json from every PE's OUT/sweep-pe<N>.json
     python scripts/gpu_sweep.py --table FILE.json   # writes unishmem/kernels/_tuned.py's TABLE from a merged sweep
 
-Configurations (CONFIGS): each collective pulling (UNISHMEM_PULL=1) and pushing (=0), all_reduce's one-shot and
-two-shot each way; the grid's cap (UNISHMEM_MAX_PROGRAMS: the GPU's SMs, or fewer) and, pushing, the bytes a
-program sends a peer at a time (UNISHMEM_COMM_BLOCK_BYTES). A configuration's knobs are environment settings,
-read when a call is first planned: each row frees the workspaces and their plans first.
+Configurations (configs()): each collective pulling (UNISHMEM_PULL=1) and pushing (=0), all_gather and
+all_to_all by the copy engine (UNISHMEM_COPY_ENGINE=1), all_reduce's one-shot and two-shot each way; the
+grid's cap (UNISHMEM_MAX_PROGRAMS: the GPU's SMs, or fewer), the warps (UNISHMEM_COMM_WARPS) and, pushing,
+the bytes a program sends a peer at a time (UNISHMEM_COMM_BLOCK_BYTES); ag_gemm and gemm_rs fused and not
+(overlap=True, False: NOTE [fuse or not]). A configuration's knobs are environment settings, read when a
+call is first planned: each row frees the workspaces and their plans first.
 
 Timing, per (configuration, size), on every PE; float16 and bfloat16:
 - graph: CALLS calls captured in one CUDA graph, the graph replayed REPLAYS times, a pair of CUDA events around
@@ -19,9 +22,10 @@ Timing, per (configuration, size), on every PE; float16 and bfloat16:
 - eager: a torch.cuda._sleep long enough to cover the host's work, then CALLS eager calls between a pair of
   events, REPLAYS times: the device time of eager calls issued ahead of the GPU (the host's time per call is
   gpu_kernel_times.py's "eager host").
-- the reference, the same two ways in the same run: torch's device copy of the bytes of the kernel's floor
-  (floor_bytes: half of what the kernel must read and write on one PE, as a copy of B bytes reads B and
-  writes B); `us / ref_us` is the kernel's time in copies of its floor.
+- the reference, the same two ways in the same run: for a collective torch's device copy of the bytes of
+  its floor (floor_bytes: half of what the kernel must read and write on one PE, as a copy of B bytes
+  reads B and writes B), `us / ref_us` its time in copies of its floor; for a GEMM torch.matmul on the
+  gathered shapes.
 Every call's result is checked against torch (after the warm call, and after a replay with new inputs).
 
 Each PE writes OUT/sweep-pe<N>.json after every row, and a rerun skips the rows PE 0's file already holds
@@ -65,7 +69,11 @@ VARIANTS = {
         "one_shot, push": ("all_reduce.one_shot", PUSH),
         "two_shot, push": ("all_reduce.two_shot", PUSH),
     },
+    # NOTE [fuse or not] in unishmem/kernels/gemm.py: overlap=True and False (the settings pick nothing)
+    "ag_gemm": {"fused": ("ag_gemm", {}), "unfused": ("ag_gemm", {})},
+    "gemm_rs": {"fused": ("gemm_rs", {}), "unfused": ("gemm_rs", {})},
 }
+GEMMS = ("ag_gemm", "gemm_rs")
 KNOBS = {  # (unishmem.kernels.collectives.KNOB_SETTINGS, pinned by tests/test_gpu_check.py)
     "programs": "UNISHMEM_MAX_PROGRAMS",
     "block_bytes": "UNISHMEM_COMM_BLOCK_BYTES",
@@ -77,17 +85,17 @@ CHOICES = ("UNISHMEM_PULL", "UNISHMEM_COPY_ENGINE", *KNOBS.values())  # what a r
 def configs(kernels, cpu: bool) -> list[tuple[str, str, dict]]:
     """(kernel, variant, knobs) to time. Pulling: every SM at 4 and 8 warps, and fewer programs; pushing:
     16, 64 and 256 KiB a program and peer, and fewer programs at 64 KiB; the copy engine (its handshakes
-    are one program) as it is. None: the setting's default."""
+    are one program) and the GEMMs' two forms as they are. None: the setting's default."""
     few = CPU_FEW_PROGRAMS if cpu else FEW_PROGRAMS
     knobs = {
         "pull": [(None, None, 4), (None, None, 8), (few, None, 4)],
         "push": [(None, 16 << 10, 4), (None, 64 << 10, 4), (None, 256 << 10, 4), (few, 64 << 10, 4)],
-        "copy": [(None, None, None)],
+        "as it is": [(None, None, None)],
     }
     found = []
     for kernel in kernels:
         for variant, (_, settings) in VARIANTS[kernel].items():
-            kind = "copy" if settings is COPY else "push" if settings is PUSH else "pull"
+            kind = "as it is" if settings is COPY or kernel in GEMMS else "push" if settings is PUSH else "pull"
             for values in knobs[kind]:
                 found.append((kernel, variant, dict(zip(KNOBS, values))))
     return found
@@ -135,23 +143,14 @@ def arguments(argv=None):
     return args
 
 
-class Sweep:
+class Sweep(times.InStep):
     def __init__(self, args):
-        import torch
-
-        import unishmem
         from unishmem.kernels import _tuned
 
-        self.args, self.torch = args, torch
-        self.start = time.perf_counter()
-        heap = None if os.environ.get("UNISHMEM_SYMMETRIC_SIZE") else "1G"
-        self.rt = rt = unishmem.init(backend="host" if args.cpu else "auto", heap_size=heap)
-        self.clock = times.Clock(rt.device)
-        self.flag = rt.zeros(1, dtype=torch.int64)
-        self.flag_local = torch.zeros(1, dtype=torch.int64, device=rt.device)
+        super().__init__(args, "1G")
+        torch, rt = self.torch, self.rt
         self.path = os.path.join(args.out, f"sweep-pe{rt.my_pe}.json")
         self.rows: list[dict] = json.load(open(self.path))["rows"] if os.path.exists(self.path) else []
-        self.longest = 0.0
         self.header = {
             "device": torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu (interpreter)",
             "arch": _tuned.architecture(rt.device),
@@ -172,27 +171,6 @@ class Sweep:
         with open(self.path + ".tmp", "w") as f:
             json.dump({"header": self.header, "rows": self.rows}, f, indent=1)
         os.replace(self.path + ".tmp", self.path)
-
-    def together(self):
-        self.clock.sync()
-        self.rt.barrier_all()
-        self.clock.sync()
-
-    def pe0_says(self, ok: bool) -> bool:
-        """PE 0's ok on every PE: every PE must run the same rows."""
-        self.flag.fill_(int(ok))
-        self.together()
-        self.rt.get(self.flag_local, self.flag, 0)
-        self.clock.sync()
-        said = bool(self.flag_local.item())
-        self.together()
-        return said
-
-    def time_left(self) -> bool:
-        if self.args.deadline_s is None:
-            return True
-        left = self.args.deadline_s - (time.perf_counter() - self.start)
-        return self.pe0_says(left > max(10.0, 1.5 * self.longest))
 
     def device_time(self, fn, graphed: bool) -> dict:
         """Per call of fn: {"us": mean, "median_us": median of the replays' means} (see the module's doc)."""
@@ -227,6 +205,21 @@ class Sweep:
                 fn()
         return g.replay
 
+    def reference(self, kernel: str, variant: str, size: int, whole: int, dtype):
+        """(what it is, a call of it): a collective's floor copy (floor_bytes); a GEMM's torch.matmul on
+        the gathered shapes (gpu_kernel_times.gemm_dims of the whole buffer)."""
+        torch, rt = self.torch, self.rt
+        item = torch.tensor([], dtype=dtype).element_size()
+        if kernel in GEMMS:
+            d, m = times.gemm_dims(whole, rt.n_pes, item)
+            a, b = (torch.ones(shape, dtype=dtype, device=rt.device) for shape in ((rt.n_pes * m, d), (d, d)))
+            c = torch.empty((rt.n_pes * m, d), dtype=dtype, device=rt.device)
+            return f"torch.matmul [{rt.n_pes * m}, {d}] x [{d}, {d}]", lambda: torch.matmul(a, b, out=c)
+        floor = floor_bytes(kernel, variant, size, rt.n_pes)
+        src = torch.empty(max(1, floor // item), dtype=dtype, device=rt.device)
+        dst = torch.empty_like(src)
+        return f"device copy of {floor} bytes (the floor)", lambda: dst.copy_(src)
+
     def row(self, kernel: str, variant: str, knobs: dict, size: int, dtype_name: str) -> list[dict]:
         torch, rt = self.torch, self.rt
         t0 = time.perf_counter()
@@ -238,22 +231,19 @@ class Sweep:
         os.environ.update(settings)
         rt.free_workspaces()  # and the call plans: the knobs are read when a call is first planned
         dtype = getattr(torch, dtype_name)
-        item = torch.tensor([], dtype=dtype).element_size()
         n = rt.n_pes
-        # make_case's size is the whole buffer: all_gather's output, the others' input
-        case = times.make_case(timing, size * n if kernel == "all_gather" else size, rt, dtype)
+        # make_case's size is the whole buffer: all_gather's output and ag_gemm's gathered A, the others' input
+        whole = size * n if kernel in ("all_gather", "ag_gemm") else size
+        case = times.make_case(timing, whole, rt, dtype, overlap=variant == "fused")
         try:
             case.refresh(1)
             self.together()
             checks = [times.compare(case.call(), case.expected(1), case.tol)]
-            floor = floor_bytes(kernel, variant, size, n)
-            src = torch.empty(max(1, floor // item), dtype=dtype, device=rt.device)
-            dst = torch.empty_like(src)
-            copy = lambda: dst.copy_(src)  # noqa: E731
+            what, reference = self.reference(kernel, variant, size, whole, dtype)
             rows = []
             for mode in ("graph", "eager"):
                 mine = self.device_time(case.call, mode == "graph")
-                ref = self.device_time(copy, mode == "graph")
+                ref = self.device_time(reference, mode == "graph")
                 rows.append(
                     {
                         "kernel": kernel,
@@ -264,7 +254,7 @@ class Sweep:
                         "n_pes": n,
                         "mode": mode,
                         **mine,
-                        "ref": f"device copy of {floor} bytes (the floor)",
+                        "ref": what,
                         "ref_us": ref["us"],
                         "ref_median_us": ref["median_us"],
                         "pe": rt.my_pe,
@@ -307,8 +297,7 @@ class Sweep:
         self.together()
         if self.rt.my_pe == 0:
             print(f"wrote {merge(self.args.out)}", flush=True)
-        self.rt.free(self.flag)
-        self.rt.finalize()
+        self.finish()
         return 1 if failed else 0
 
 

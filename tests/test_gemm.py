@@ -72,13 +72,14 @@ def test_gemm_rs_odd_sizes_uneven_k_repeated(rt):
 
     # m = M / n rows per PE; each PE's K_local differs (17 + 4 * pe): only M and N must agree
     for m, N, calls in ((5, 45, 2), (16, 32, 1)):
-        for call in range(calls):
-            s = 10 * m + call
-            a = [ints(pe, (n * m, 17 + 4 * pe), torch.float32, s) for pe in range(n)]
-            bs = [ints(pe, (17 + 4 * pe, N), torch.float32, s + 1) for pe in range(n)]
-            c = K.gemm_rs(a[me], bs[me])
-            full = sum(x @ y for x, y in zip(a, bs))
-            assert c.shape == (m, N) and torch.equal(c, shard_of(full, m)), (m, N, call)
+        for overlap in (True, False):  # fused, or torch.matmul then reduce_scatter (NOTE [fuse or not])
+            for call in range(calls):
+                s = 10 * m + call
+                a = [ints(pe, (n * m, 17 + 4 * pe), torch.float32, s) for pe in range(n)]
+                bs = [ints(pe, (17 + 4 * pe, N), torch.float32, s + 1) for pe in range(n)]
+                c = K.gemm_rs(a[me], bs[me], overlap)
+                full = sum(x @ y for x, y in zip(a, bs))
+                assert c.shape == (m, N) and torch.equal(c, shard_of(full, m)), (m, N, call, overlap)
     a = [normal(pe, (n * 6, 24), 3) for pe in range(n)]
     bs = [normal(pe, (24, 19), 4) for pe in range(n)]
     c = K.gemm_rs(a[me], bs[me])
@@ -111,8 +112,8 @@ def test_mismatches_raise_on_every_pe_and_the_job_goes_on(rt):
     raises(lambda: K.ag_gemm(torch.ones(4, 8), b, overlap=me != 1), "[4, 8, 16, 16, 0]")
     raises(
         lambda: K.gemm_rs(torch.ones(2 * n, 8), torch.ones(8, 20 if me == 1 else 16)),
-        "gemm_rs: the PEs of world disagree: member 0 passes torch.float32 of (M, N, block_m, block_n) "
-        f"[{2 * n}, 16, 16, 16], member 1",
+        "gemm_rs: the PEs of world disagree: member 0 passes torch.float32 of (M, N, block_m, block_n, overlap) "
+        f"[{2 * n}, 16, 16, 16, 1], member 1",
     )
     # one PE's own mistake: it says what, the others who
     bad_k = torch.ones(9 if me == 1 else 8, 16)
@@ -133,10 +134,57 @@ def test_mismatches_raise_on_every_pe_and_the_job_goes_on(rt):
         f"gemm_rs: a has M={n + 1} rows, which do not split into {n} equal blocks",
     )
     raises(lambda: K.ag_gemm(torch.ones(4, 8), b, block_n=24), "block_n=24 must be a power of two >= 16")
-    raises(lambda: K.ag_gemm(torch.ones(4, 8), b, overlap="yes"), "overlap must be True or False, got 'yes'")
+    raises(lambda: K.ag_gemm(torch.ones(4, 8), b, overlap="yes"), "overlap must be None, True or False, got 'yes'")
     # and the next good call works
     c = K.ag_gemm(torch.full((4, 8), float(me)), b)
     assert torch.equal(c, torch.cat([torch.full((4, 16), 8.0 * pe) for pe in range(n)]))
+
+
+@spmd(sizes=(2, 4))
+def test_each_gemm_fuses_where_measured_faster_else_by_the_rule(rt):
+    # NOTE [fuse or not]: overlap=None fuses below FUSED_MAX_BYTES of input per PE, else runs the
+    # collective then torch.matmul; a measured default (the table's row) decides where there is one;
+    # overlap=True or False forces either; the results are the same and both forms differentiate
+    import unishmem.testing
+    from unishmem.kernels import _tuned
+
+    n, me = rt.n_pes, rt.my_pe
+
+    def kernels(call):
+        rt.free_workspaces()  # and the call plans, which hold the choice
+        with unishmem.testing.capture(dry=True) as graph:
+            call()
+        return [launch.fn.__name__ for launch, *_ in graph.launches]
+
+    small, b = ints(me, (4, 8), torch.float32), ints(99, (8, 16), torch.float32)
+    big = torch.zeros(_tuned.FUSED_MAX_BYTES // 4 // 64, 64)  # FUSED_MAX_BYTES of float32 per PE
+    assert kernels(lambda: K.ag_gemm(small, b)) == ["_ag_gemm"]
+    assert kernels(lambda: K.ag_gemm(big, torch.zeros(64, 8))) == ["_pull_gather"]  # then torch.matmul
+    assert kernels(lambda: K.gemm_rs(ints(me, (2 * n, 8), torch.float32), b)) == ["_gemm_rs"]
+    assert kernels(lambda: K.gemm_rs(big[: n * (len(big) // n)], torch.zeros(64, 8))) == ["_pull_reduce"]
+    saved = dict(_tuned.TABLE)
+    try:
+        for what in ("ag_gemm", "gemm_rs"):
+            _tuned.TABLE[("cpu", n, what, 8192)] = {
+                "variant": "unfused",
+                "programs": None,
+                "block_bytes": None,
+                "warps": None,
+            }
+        assert kernels(lambda: K.ag_gemm(small, b)) == ["_pull_gather"]
+        assert kernels(lambda: K.ag_gemm(small, b, True)) == ["_ag_gemm"]  # forced
+        assert kernels(lambda: K.gemm_rs(ints(me, (2 * n, 8), torch.float32), b)) == ["_pull_reduce"]
+        # the same results, and the gradients, unfused
+        a = ints(me, (4, 8), torch.float32).requires_grad_()
+        w = ints(99, (8, 16), torch.float32).requires_grad_()
+        c = K.ag_gemm(a, w)
+        assert torch.equal(c, torch.cat([ints(pe, (4, 8), torch.float32) for pe in range(n)]) @ w.detach())
+        c.sum().backward()
+        assert torch.equal(a.grad, torch.ones(4, 16) @ w.detach().t() * n)  # gemm_rs(ones, w^T), every PE alike
+    finally:
+        _tuned.TABLE.clear()
+        _tuned.TABLE.update(saved)
+        rt.free_workspaces()
 
 
 def check_both_gemms(rt, team, b_seed: int):
@@ -149,9 +197,10 @@ def check_both_gemms(rt, team, b_seed: int):
         assert torch.equal(c, torch.cat([ints(pe, (6, 20), torch.float32, 1) for pe in pes]) @ b), overlap
     a = [ints(pe, (2 * 5, 9 + pe), torch.float32, 2) for pe in pes]
     bs = [ints(pe, (9 + pe, 18), torch.float32, 3) for pe in pes]
-    c = K.gemm_rs(a[team.my_pe], bs[team.my_pe], team=team)
     full = sum(x @ y for x, y in zip(a, bs))
-    assert torch.equal(c, full[team.my_pe * 5 : (team.my_pe + 1) * 5])
+    for overlap in (True, False):
+        c = K.gemm_rs(a[team.my_pe], bs[team.my_pe], overlap, team=team)
+        assert torch.equal(c, full[team.my_pe * 5 : (team.my_pe + 1) * 5]), overlap
 
 
 @spmd(sizes=(4,))

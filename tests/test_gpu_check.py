@@ -103,6 +103,7 @@ def test_the_sweep_times_every_configuration_checks_it_and_resumes(tmp_path):
     # all_gather on a GPU: pulling 3 ways, the copy engine once (one program), pushing 4 ways
     variants = [v for _, v, _ in sweep.configs(["all_gather"], cpu=False)]
     assert sorted(variants) == ["copy"] + ["pull"] * 3 + ["push"] * 4, variants
+    assert [v for _, v, _ in sweep.configs(["ag_gemm", "gemm_rs"], cpu=False)] == ["fused", "unfused"] * 2
     # the knobs a row sets are the kernels' own
     from unishmem.kernels.collectives import KNOB_SETTINGS
 

@@ -115,7 +115,7 @@ def all_to_all_context(ctx, inputs, output):
 # ---- the GEMMs ---------------------------------------------------------------------------------------
 
 
-def ag_gemm(a_shard: torch.Tensor, b: torch.Tensor, overlap: bool, blocks: list[int], team: int) -> torch.Tensor:
+def ag_gemm(a_shard: torch.Tensor, b: torch.Tensor, overlap: bool | None, blocks: list[int], team: int) -> torch.Tensor:
     block_m, block_n, block_k = (v or None for v in blocks)
     return gemm.ag_gemm(
         a_shard.detach(), b.detach(), overlap, block_m=block_m, block_n=block_n, block_k=block_k, team=_team(team)
@@ -129,7 +129,7 @@ def ag_gemm_fake(a_shard, b, overlap, blocks, team):
 def ag_gemm_backward(ctx, grad):
     a_shard, b = ctx.saved_tensors
     grad = grad.contiguous()
-    grad_a = ops.gemm_rs(grad, b.t().contiguous(), [0, 0, 0], ctx.team) if ctx.needs_input_grad[0] else None
+    grad_a = ops.gemm_rs(grad, b.t().contiguous(), None, [0, 0, 0], ctx.team) if ctx.needs_input_grad[0] else None
     grad_b = ops.all_gather(a_shard, ctx.team).t() @ grad if ctx.needs_input_grad[1] else None
     return grad_a, grad_b, None, None, None
 
@@ -139,27 +139,27 @@ def ag_gemm_context(ctx, inputs, output):
     ctx.save_for_backward(a_shard, b)
 
 
-def gemm_rs(a: torch.Tensor, b_shard: torch.Tensor, blocks: list[int], team: int) -> torch.Tensor:
+def gemm_rs(a: torch.Tensor, b_shard: torch.Tensor, overlap: bool | None, blocks: list[int], team: int) -> torch.Tensor:
     block_m, block_n, block_k = (v or None for v in blocks)
     return gemm.gemm_rs(
-        a.detach(), b_shard.detach(), block_m=block_m, block_n=block_n, block_k=block_k, team=_team(team)
+        a.detach(), b_shard.detach(), overlap, block_m=block_m, block_n=block_n, block_k=block_k, team=_team(team)
     )
 
 
-def gemm_rs_fake(a, b_shard, blocks, team):
+def gemm_rs_fake(a, b_shard, overlap, blocks, team):
     return a.new_empty((a.shape[0] // _team(team).n_pes, b_shard.shape[1]))
 
 
 def gemm_rs_backward(ctx, grad):
     a, b_shard = ctx.saved_tensors
     grad = grad.contiguous()
-    grad_a = ops.ag_gemm(grad, b_shard.t().contiguous(), True, [0, 0, 0], ctx.team) if ctx.needs_input_grad[0] else None
+    grad_a = ops.ag_gemm(grad, b_shard.t().contiguous(), None, [0, 0, 0], ctx.team) if ctx.needs_input_grad[0] else None
     grad_b = a.t() @ ops.all_gather(grad, ctx.team) if ctx.needs_input_grad[1] else None
-    return grad_a, grad_b, None, None
+    return grad_a, grad_b, None, None, None
 
 
 def gemm_rs_context(ctx, inputs, output):
-    a, b_shard, _, ctx.team = inputs
+    a, b_shard, _, _, ctx.team = inputs
     ctx.save_for_backward(a, b_shard)
 
 

@@ -9,13 +9,23 @@ ag_gemm (A sharded by rows, B replicated): c = all_gather(a_shard) @ b on every 
   my-1, my-2, ... (the order in which they send to us); a tile of a remote shard waits for that chunk's
   signal, and its A loads depend on the wait through consume_token, so that Triton's pipeliner cannot
   issue them earlier. Every program issues its pushes before it waits.
-  overlap=False: all_gather (unishmem.kernels) of A, then a plain GEMM launch.
+  overlap=False: all_gather (unishmem.kernels) of A, then torch.matmul (cuBLAS on a GPU).
+  overlap=None (default): whichever of the two is faster at the call's size (NOTE [fuse or not]).
 
 gemm_rs (K split over PEs): a [M, K_local] and b_shard [K_local, N] on each PE give a partial C of
   [M, N]; PE p gets rows block p of the sum of every PE's partial C, [M / n, N]. The tiles go round a
   capped grid: first the tiles other PEs own, each stored into a staging tile and pushed whole to its
   owner with putmem_signal, then this PE's own, each adding the peers' tiles to its own as their
-  signals arrive: every program pushes before it waits.
+  signals arrive: every program pushes before it waits. overlap=False: torch.matmul, then
+  reduce_scatter (unishmem.kernels); None (default): as for ag_gemm.
+
+NOTE [fuse or not]: the fused kernels pay for their overlap with a Triton tile slower than cuBLAS
+(the first GPU runs: 1.75-2.8x torch.matmul, docs/benchmarks.md), so from some size on the
+sequential path (the collective, then torch.matmul) is faster. overlap=None takes the measured
+default for the kernel and the call's per-PE input bytes (NOTE [measured defaults] in _tuned.py:
+variant "fused" or "unfused"), else fuses below _tuned.FUSED_MAX_BYTES. Both forms give the same
+result (to rounding: torch.matmul's float32 is not TF32), are differentiable and replay from a
+graph; overlap=True or False forces one.
 
 Tiles need not divide M, N or K (masked loads and stores). float16, bfloat16 and float32; tl.dot accumulates
 in float32 (float32 operands use tl.dot's default precision: TF32 on NVIDIA tensor cores). Blocks
@@ -36,6 +46,7 @@ from .. import jit
 from .. import language as shl
 from .._workspaces import size_class, workspace
 from ..triton_support import PER_CALL, interpreting
+from . import _tuned
 from ._calls import STATE_WORDS, begin_call, copied_in, end_call
 from ._frame import (
     Plan,
@@ -51,7 +62,7 @@ from ._frame import (
     run_plan,
 )
 from ._routing import needs_op, op_team_arg
-from .collectives import all_gather
+from .collectives import all_gather, reduce_scatter
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_BLOCK = {"block_m": 64, "block_n": 64, "block_k": 32}
@@ -161,7 +172,8 @@ def _ag_gemm(
 
 @jit
 def _gemm(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """c[M, N] = a[M, K] @ b[K, N], one tile per program (ag_gemm's overlap=False GEMM)."""
+    """c[M, N] = a[M, K] @ b[K, N], one tile per program: the fused kernels' tile alone, which the GPU
+    check's timing phase measures beside torch.matmul (scripts/gpu_kernel_times.py, the GEMM part)."""
     pid = tl.program_id(0)
     tiles_n = tl.cdiv(N, BLOCK_N)
     first = pid // tiles_n * BLOCK_M
@@ -335,26 +347,41 @@ def _dummy():
     return torch.empty(0)
 
 
-def _plan_key(what: str, a, b, blocks: tuple, team, group):
+def _plan_key(what: str, a, b, blocks: tuple, overlap, team, group):
     """The key of a GEMM call's plan (NOTE [call plans]): the operands' dtypes, shapes and devices, the
-    blocks asked for and the team; None (no plan) where group= names the team, an operand is not a
-    plain tensor, or a block is neither None nor an int (it must raise)."""
+    blocks and overlap asked for and the team; None (no plan) where group= names the team, an operand
+    is not a plain tensor, a block is neither None nor an int or overlap not None, True or False (it
+    must raise)."""
     if group is not None or type(a) is not torch.Tensor or type(b) is not torch.Tensor:
         return None
-    if any(block is not None and type(block) is not int for block in blocks):
+    if any(block is not None and type(block) is not int for block in blocks) or overlap not in (None, True, False):
         return None
-    return (what, a.dtype, a.shape, a.device, b.dtype, b.shape, b.device, blocks, team)
+    return (what, a.dtype, a.shape, a.device, b.dtype, b.shape, b.device, blocks, overlap, team)
 
 
-def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, block_k=None, team=None, group=None):
+def _fuses(rt, team, kernel: str, nbytes: int) -> bool:
+    """Whether `kernel` given overlap=None fuses (NOTE [fuse or not]) on team, nbytes of input per PE."""
+    row = _tuned.measured(_tuned.architecture(rt.device), team.n_pes, kernel, nbytes)
+    return row["variant"] == "fused" if row else nbytes < _tuned.FUSED_MAX_BYTES
+
+
+def _overlap_problem(overlap, what: str):
+    if overlap not in (None, True, False):
+        return TypeError(f"{what}: overlap must be None, True or False, got {overlap!r}")
+    return None
+
+
+def ag_gemm(
+    a_shard, b, overlap: bool | None = None, *, block_m=None, block_n=None, block_k=None, team=None, group=None
+):
     """all_gather(a_shard) @ b on every PE.
 
     a_shard: [M / n, K], this PE's rows of A (PE p holds rows p * M / n ...; every PE the same shape);
     b: [K, N], the same on every PE; returns c: [M, N] in a_shard's dtype (float16, bfloat16 or float32).
-    overlap: True (default) gathers A chunk by chunk inside the GEMM launch, each GEMM tile waiting
-    only for its own rows; False gathers all of A first (unishmem.kernels.all_gather), then runs
-    a plain GEMM. block_m, block_n, block_k: tile sizes (powers of two >= 16); every PE must pass
-    the same. Runs on torch's current stream; safe to capture in a CUDA graph once a call of the same
+    overlap: True gathers A chunk by chunk inside the GEMM launch, each GEMM tile waiting only for
+    its own rows; False gathers all of A first (unishmem.kernels.all_gather), then torch.matmul;
+    None (default) takes the faster at this size (NOTE [fuse or not]). block_m, block_n, block_k:
+    the fused kernel's tile sizes (powers of two >= 16); every PE must pass the same. Runs on torch's current stream; safe to capture in a CUDA graph once a call of the same
     shapes has run. group: a torch.distributed ProcessGroup naming the team instead. Differentiable
     (grad a_shard = gemm_rs(grad, b^T), grad b = all_gather(a_shard)^T @ grad) and traceable by
     torch.compile (torch.ops.unishmem.ag_gemm)."""
@@ -364,16 +391,16 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     from .. import runtime
 
     rt = runtime()
-    # NOTE [call plans] (the overlapped launch): b, like out, is passed at every call
-    key = _plan_key("ag_gemm", a_shard, b, (block_m, block_n, block_k), team, group) if overlap is True else None
+    # NOTE [call plans] (the fused launch): b, like out, is passed at every call
+    key = _plan_key("ag_gemm", a_shard, b, (block_m, block_n, block_k), overlap, team, group)
     plan = planned(rt, key)
     if plan is not None:
         return run_plan(rt, plan, a_shard, None, "ag_gemm", b.contiguous())
     team = kernel_team(rt, team, group)
     n = team.n_pes
-    problem = _operands(rt, a_shard, b, "ag_gemm", "a_shard", "b")
-    if problem is None and not isinstance(overlap, bool):
-        problem = TypeError(f"ag_gemm: overlap must be True or False, got {overlap!r}")
+    problem = _operands(rt, a_shard, b, "ag_gemm", "a_shard", "b") or _overlap_problem(overlap, "ag_gemm")
+    if overlap is None:
+        overlap = problem is None and _fuses(rt, team, "ag_gemm", a_shard.numel() * a_shard.element_size())
     m, K = a_shard.shape if problem is None else (0, 0)
     N = b.shape[1] if problem is None else 0
     blocks, bad = _blocks(
@@ -405,12 +432,7 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     b = b.contiguous()
     bn, bk = blocks["block_n"], blocks["block_k"]
     if not overlap:
-        c = torch.empty((n * m, N), dtype=a_shard.dtype, device=rt.device)
-        a_full = all_gather(a_shard.contiguous(), team=team)
-        _gemm[(cdiv(n * m, bm) * cdiv(N, bn),)](
-            a_full, b, c, n * m, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=NUM_STAGES
-        )
-        return c
+        return torch.matmul(all_gather(a_shard.contiguous(), team=team), b)
     buf = ws.buffers
     chunks = cdiv(m, bm)
     bound = _ag_gemm.bind(
@@ -443,24 +465,28 @@ def ag_gemm(a_shard, b, overlap: bool = True, *, block_m=None, block_n=None, blo
     return plan_and_launch(rt, key, ws, (n * m, N), launch, a_shard, None, b)
 
 
-def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, group=None):
+def gemm_rs(
+    a, b_shard, overlap: bool | None = None, *, block_m=None, block_n=None, block_k=None, team=None, group=None
+):
     """Rows block my_pe of the sum over PEs of a @ b_shard (matmul + reduce_scatter_tensor).
 
     The tensor-parallel layout of a row-parallel linear layer: K is split over the PEs, PE p holding
     a: [M, K_p] (its columns of the activations) and b_shard: [K_p, N] (its rows of the weight);
     K_p may differ between PEs, M and N may not, and M must split into n equal blocks. Returns
     c_shard: [M / n, N] in a's dtype (float16, bfloat16 or float32). Partial tiles travel in that dtype and
-    are summed in float32 by their owner. block_m, block_n, block_k: as for ag_gemm. Runs on torch's
+    are summed in float32 by their owner. overlap: True, one fused launch; False, torch.matmul then
+    reduce_scatter; None (default), the faster at this size (NOTE [fuse or not]). block_m, block_n,
+    block_k: as for ag_gemm. Runs on torch's
     current stream; safe to capture in a CUDA graph once a call of the same shapes has run. group: a
     torch.distributed ProcessGroup naming the team instead. Differentiable (grad a =
     ag_gemm(grad, b_shard^T), grad b_shard = a^T @ all_gather(grad)); traceable by torch.compile."""
     if needs_op(a, b_shard):
         blocks = [block_m or 0, block_n or 0, block_k or 0]
-        return torch.ops.unishmem.gemm_rs(a, b_shard, blocks, op_team_arg(team, group))
+        return torch.ops.unishmem.gemm_rs(a, b_shard, overlap, blocks, op_team_arg(team, group))
     from .. import runtime
 
     rt = runtime()
-    key = _plan_key("gemm_rs", a, b_shard, (block_m, block_n, block_k), team, group)
+    key = _plan_key("gemm_rs", a, b_shard, (block_m, block_n, block_k), overlap, team, group)
     plan = planned(rt, key)  # NOTE [call plans]: a and b_shard passed at every call
     if plan is not None:
         c = empty(plan.shape, a.dtype, rt.device)
@@ -468,7 +494,9 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, 
         return c
     team = kernel_team(rt, team, group)
     n = team.n_pes
-    problem = _operands(rt, a, b_shard, "gemm_rs", "a", "b_shard")
+    problem = _operands(rt, a, b_shard, "gemm_rs", "a", "b_shard") or _overlap_problem(overlap, "gemm_rs")
+    if overlap is None:
+        overlap = problem is None and _fuses(rt, team, "gemm_rs", a.numel() * a.element_size())
     M, K = a.shape if problem is None else (0, 0)
     N = b_shard.shape[1] if problem is None else 0
     if problem is None and M % n:
@@ -486,17 +514,23 @@ def gemm_rs(a, b_shard, *, block_m=None, block_n=None, block_k=None, team=None, 
         team,
         "gemm_rs",
         a if problem is None else _dummy(),
-        lambda: {
-            "stage": ((2, n * room * bm * bn), a.dtype),
-            "recv": ((2, n * room * bm * bn), a.dtype),
-            "sig": ((2, room * n), torch.uint64),
-            "state": ((STATE_WORDS,), torch.int64),
-        },
+        lambda: (
+            {
+                "stage": ((2, n * room * bm * bn), a.dtype),
+                "recv": ((2, n * room * bm * bn), a.dtype),
+                "sig": ((2, room * n), torch.uint64),
+                "state": ((STATE_WORDS,), torch.int64),
+            }
+            if overlap
+            else {}
+        ),
         problem,
-        key=(bm, bn, N, cap),
-        shape=(M, N, bm, bn),
-        label="(M, N, block_m, block_n)",
+        key=(bm, bn, N, cap, overlap is True),
+        shape=(M, N, bm, bn, int(overlap is True)),
+        label="(M, N, block_m, block_n, overlap)",
     )
+    if not overlap:
+        return reduce_scatter(torch.matmul(a, b_shard), team=team)
     c = torch.empty((m, N), dtype=a.dtype, device=rt.device)
     buf = ws.buffers
     launch = _gemm_rs.bind(

@@ -200,7 +200,8 @@ class ColumnParallelLinear(_ParallelLinear):
     and the input's gradient is all-reduced (it is the same on every PE, the full model's).
     sequence_parallel=True: x [s / n, ..., in_features] is this PE's rows of dim 0 (the sequence, in
     Megatron's [s, b, h] layout; a 2-D [tokens / n, in_features] is the same), every PE with the same
-    shape; unishmem.kernels.ag_gemm gathers the rows inside the GEMM, and the output is
+    shape; unishmem.kernels.ag_gemm gathers the rows inside the GEMM, or first where that is
+    faster at the size (NOTE [fuse or not] in unishmem/kernels/gemm.py), and the output is
     [s, ..., out_features / n] (all rows). Its gradients are ag_gemm's: the input's by gemm_rs.
     The GEMM kernels take float16, bfloat16 and float32 (x in the weight's dtype).
 
@@ -242,7 +243,8 @@ class RowParallelLinear(_ParallelLinear):
     bias added once after it; the output [..., out_features] is replicated, and its gradient passes
     to every PE's partial product unchanged.
     sequence_parallel=True: x [s, ..., in_features / n] (all rows; s a multiple of n); the sum is
-    reduce-scattered along dim 0 inside the GEMM (unishmem.kernels.gemm_rs), so the output is this
+    reduce-scattered along dim 0 inside the GEMM, or after it where that is faster at the size
+    (unishmem.kernels.gemm_rs, NOTE [fuse or not]), so the output is this
     PE's rows, [s / n, ..., out_features]; its gradients are gemm_rs's (the input's by ag_gemm), and
     the replicated bias's gradient is all-reduced over the PEs' rows. The GEMM kernels take float16,
     bfloat16 and float32 (x in the weight's dtype).
