@@ -72,6 +72,11 @@ def test_unset_settings_have_their_defaults(clean_env):
     assert _config.get("UNISHMEM_DEBUG_WAITS") is False
     assert _config.get("UNISHMEM_INTERPRET_RESIDENT") == 64
     assert _config.get("UNISHMEM_SECRET") is None
+    assert _config.get("UNISHMEM_COMM_WARPS") == 4 and _config.get("UNISHMEM_COPY_ENGINE") is False
+    # a setting left unset is not a choice made: measured defaults may decide (NOTE [measured defaults])
+    assert not _config.given("UNISHMEM_COMM_WARPS")
+    clean_env.setenv("UNISHMEM_COMM_WARPS", "4")
+    assert _config.given("UNISHMEM_COMM_WARPS")
     assert _config.team_arena(1024**3) == 64 * 1024**2  # at most 64 MiB
     assert _config.team_arena(64 * 1024**2) == 4 * 1024**2  # a sixteenth of the heap
     assert {_config.protocol(name) for name in _config.PROTOCOL} == {None}
@@ -93,6 +98,8 @@ def test_unset_settings_have_their_defaults(clean_env):
         ("UNISHMEM_TEAM_ARENA", "16M", 16 * 1024**2),
         ("UNISHMEM_SECRET", "s3cret", "s3cret"),
         ("UNISHMEM_SECRET", "", None),
+        ("UNISHMEM_COMM_WARPS", " 8", 8),
+        ("UNISHMEM_COPY_ENGINE", "1", True),
     ],
 )
 def test_good_values_are_read(clean_env, name, text, value):
@@ -114,6 +121,8 @@ def test_good_values_are_read(clean_env, name, text, value):
         ("UNISHMEM_DEBUG_WAITS", "yes", "UNISHMEM_DEBUG_WAITS='yes' is not 0 or 1"),
         ("UNISHMEM_INTERPRET_RESIDENT", "0", "UNISHMEM_INTERPRET_RESIDENT='0' is not a whole number of programs"),
         ("UNISHMEM_TEAM_ARENA", "-1", "UNISHMEM_TEAM_ARENA='-1' is not a byte count"),
+        ("UNISHMEM_COMM_WARPS", "3", "UNISHMEM_COMM_WARPS='3' is not a power of two from 1 to 32"),
+        ("UNISHMEM_COMM_WARPS", "64", "UNISHMEM_COMM_WARPS='64' is not a power of two from 1 to 32"),
     ],
 )
 def test_bad_values_name_the_variable_and_the_value(clean_env, name, text, message):
@@ -133,6 +142,8 @@ def test_init_names_a_bad_backend_variable(clean_env):
 def test_accessors_refuse_names_outside_their_table():
     with pytest.raises(KeyError):
         _config.get("UNISHMEM_WAIT_TIMOUT")
+    with pytest.raises(KeyError, match="UNISHMEM_WARPS is not a setting"):
+        _config.given("UNISHMEM_WARPS")
     with pytest.raises(TypeError, match="UNISHMEM_TEAM_ARENA is not a setting in seconds"):
         _config.seconds("UNISHMEM_TEAM_ARENA")
     with pytest.raises(KeyError, match="UNISHMEM_BACKEND is not a variable unishmem run sets"):

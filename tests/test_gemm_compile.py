@@ -121,3 +121,11 @@ def test_every_gemm_kernel_lowers_for_gfx942(builds):
     assert {"rocshmem_putmem_signal_nbi_wg", "rocshmem_uint64_wait_until", "rocshmem_signal_fetch"} <= declared, (
         declared
     )
+
+
+def test_gemm_rs_adds_the_peers_tiles_with_16_byte_loads(builds):
+    # NOTE [16-byte copies] in collectives.py: a peer's partial tile's slot comes through consume_token's
+    # asm, which hides its alignment; restated, the 64x64 float16 tile loads 16 bytes an access (128
+    # threads, 32 halves each: 4 loads), where it took 32 2-byte loads
+    llir = builds[("_gemm_rs", "cuda", 90)]["llir"]
+    assert llir.count("ld.global.v4.b32") >= 4 and "ld.global.b16" not in llir, re.findall(r"ld\.global\.\w+", llir)

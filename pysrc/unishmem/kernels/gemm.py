@@ -244,7 +244,9 @@ def _gemm_rs(
             for s in range(0, n):
                 if s != my_index:
                     token = shl.signal_wait_until(sig + t * n + s, shl.CMP_GE, epoch)
-                    slot = shl.consume_token((s * tiles + t) * TILE, token)  # the loads come after the wait
+                    # the loads come after the wait; the slot's alignment restated (the token's asm hides
+                    # it), so that they are 16-byte loads (NOTE [16-byte copies] in collectives.py)
+                    slot = tl.multiple_of(shl.consume_token((s * tiles + t) * TILE, token), TILE)
                     acc += tl.load(recv + slot + offs).to(tl.float32)
             _store_tile(c + chunk * BLOCK_M * N, acc, rows, pn, N, BLOCK_M, BLOCK_N)
     end_call(state, epoch)
