@@ -77,6 +77,10 @@ def test_unset_settings_have_their_defaults(clean_env):
     assert not _config.given("UNISHMEM_COMM_WARPS")
     clean_env.setenv("UNISHMEM_COMM_WARPS", "4")
     assert _config.given("UNISHMEM_COMM_WARPS")
+    # a setting set for a block, then as it was: set, or unset
+    with _config.setting("UNISHMEM_COMM_WARPS", "8"), _config.setting("UNISHMEM_RACE_SEED", "5"):
+        assert _config.get("UNISHMEM_COMM_WARPS") == 8 and _config.get("UNISHMEM_RACE_SEED") == 5
+    assert _config.get("UNISHMEM_COMM_WARPS") == 4 and not _config.given("UNISHMEM_RACE_SEED")
     assert _config.team_arena(1024**3) == 64 * 1024**2  # at most 64 MiB
     assert _config.team_arena(64 * 1024**2) == 4 * 1024**2  # a sixteenth of the heap
     assert {_config.protocol(name) for name in _config.PROTOCOL} == {None}
@@ -99,6 +103,7 @@ def test_unset_settings_have_their_defaults(clean_env):
         ("UNISHMEM_SECRET", "s3cret", "s3cret"),
         ("UNISHMEM_SECRET", "", None),
         ("UNISHMEM_COMM_WARPS", " 8", 8),
+        ("UNISHMEM_RACE_SEED", "0", 0),
         ("UNISHMEM_COPY_ENGINE", "1", True),
     ],
 )
@@ -122,6 +127,7 @@ def test_good_values_are_read(clean_env, name, text, value):
         ("UNISHMEM_INTERPRET_RESIDENT", "0", "UNISHMEM_INTERPRET_RESIDENT='0' is not a whole number of programs"),
         ("UNISHMEM_TEAM_ARENA", "-1", "UNISHMEM_TEAM_ARENA='-1' is not a byte count"),
         ("UNISHMEM_COMM_WARPS", "3", "UNISHMEM_COMM_WARPS='3' is not a power of two from 1 to 32"),
+        ("UNISHMEM_RACE_SEED", "-1", "UNISHMEM_RACE_SEED='-1' is not a whole number >= 0"),
         ("UNISHMEM_COMM_WARPS", "64", "UNISHMEM_COMM_WARPS='64' is not a power of two from 1 to 32"),
     ],
 )
@@ -144,6 +150,8 @@ def test_accessors_refuse_names_outside_their_table():
         _config.get("UNISHMEM_WAIT_TIMOUT")
     with pytest.raises(KeyError, match="UNISHMEM_WARPS is not a setting"):
         _config.given("UNISHMEM_WARPS")
+    with pytest.raises(KeyError, match="UNISHMEM_SEED is not a setting"), _config.setting("UNISHMEM_SEED", "1"):
+        pass
     with pytest.raises(TypeError, match="UNISHMEM_TEAM_ARENA is not a setting in seconds"):
         _config.seconds("UNISHMEM_TEAM_ARENA")
     with pytest.raises(KeyError, match="UNISHMEM_BACKEND is not a variable unishmem run sets"):

@@ -805,3 +805,72 @@ def test_float32_to_bfloat16_rounds_as_torch_does():
     nan = np.isnan(values)
     assert np.array_equal(got[~nan], ref[~nan])
     assert np.isnan(torch.from_numpy(got[nan].copy()).view(torch.bfloat16).float().numpy()).all()
+
+
+@unishmem.jit
+def two_device_calls(counter, order):
+    # each program makes two device calls (my_pe, then an atomic that takes the next slot)
+    slot = shl.atomic_fetch_add(counter, 1, shl.my_pe())
+    tl.store(order + slot, tl.program_id(0))
+
+
+@spmd(sizes=(2,))
+def test_seeded_schedules_wait_before_every_device_call_and_correct_code_passes_under_each(rt):
+    # NOTE [schedule fuzzing]: under UNISHMEM_RACE_SEED every interpreted device call of a program is
+    # preceded by a wait drawn from the seed, the PE and the program: the same waits under the same seed,
+    # others under another, none unset; the kernels' results do not change; a failure names its seed
+    import threading
+
+    import unishmem.kernels as K
+    import unishmem.testing
+    from unishmem import _config, _interpreter
+
+    counter = rt.zeros(1, dtype=torch.int64)
+    waits = []
+
+    def recorded(seconds):
+        waits.append((threading.current_thread().name, seconds))
+
+    def waits_of_a_launch(seed):
+        waits.clear()
+        counter.zero_()
+        order = torch.full((8,), -1, dtype=torch.int64)
+        sleep, _interpreter.time.sleep = _interpreter.time.sleep, recorded
+        try:
+            with _config.setting("UNISHMEM_RACE_SEED", seed):
+                two_device_calls[(8,)](counter, order)
+        finally:
+            _interpreter.time.sleep = sleep
+        assert sorted(order.tolist()) == list(range(8)), order
+        per_program: dict = {}
+        for program, seconds in waits:
+            per_program.setdefault(program, []).append(seconds)
+        return per_program
+
+    first = waits_of_a_launch("5")
+    assert sorted(first) == [f"unishmem program {(i, 0, 0)}" for i in range(8)], first
+    assert all(len(w) == 2 and set(w) <= set(_interpreter.SCHEDULE_WAITS) for w in first.values()), first
+    assert waits_of_a_launch("5") == first  # the same seed: the same waits
+    assert waits_of_a_launch("6") != first  # (the same 16 draws of 4 under another seed: 1 in 4**16)
+    assert waits_of_a_launch(None) == {}  # unset: no waits
+    x = torch.arange(4.0 * rt.n_pes) + rt.my_pe
+    xs = torch.stack([torch.arange(4.0 * rt.n_pes) + pe for pe in range(rt.n_pes)])
+
+    def collectives():
+        for algorithm in ("one_shot", "two_shot"):
+            assert torch.equal(K.all_reduce(x, algorithm=algorithm), xs.sum(0)), algorithm
+        assert torch.equal(K.all_gather(x), xs.reshape(-1))
+        assert torch.equal(K.reduce_scatter(x), xs.sum(0).chunk(rt.n_pes)[rt.my_pe])
+
+    unishmem.testing.under_seeds(collectives, seeds=range(1, 4))
+
+    def fails_under_3():
+        if _config.get("UNISHMEM_RACE_SEED") == 3:
+            raise ValueError("an order-dependent failure")
+
+    with pytest.raises(ValueError, match="an order-dependent failure") as info:
+        unishmem.testing.under_seeds(fails_under_3)
+    assert info.value.__notes__ == ["under UNISHMEM_RACE_SEED=3 (unishmem.testing.under_seeds)"]
+    assert not _config.given("UNISHMEM_RACE_SEED")  # as it was
+    rt.free_workspaces()
+    rt.free(counter)

@@ -15,6 +15,7 @@ tests/test_config.py pins them to their owners (the backend registry, the host e
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -112,6 +113,16 @@ def _at_least_one(of: str) -> Callable[[str, str], int]:
     return parse
 
 
+def _seed(name: str, text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{name}={text!r} is not a whole number >= 0")
+    return value
+
+
 def _warps(name: str, text: str) -> int:
     value = text.strip()
     if value not in ("1", "2", "4", "8", "16", "32"):
@@ -139,6 +150,7 @@ PES = Kind(lambda: "PEs, >= 1", _at_least_one(" of PEs"))
 COUNT = Kind(lambda: "a whole number >= 1", _at_least_one(""))
 FLAG = Kind(lambda: "0 or 1", _flag)
 WARPS = Kind(lambda: "1, 2, 4, 8, 16 or 32", _warps)
+SEED = Kind(lambda: "a whole number >= 0", _seed)
 BACKEND = Kind(lambda: ", ".join(("auto", *BACKEND_NAMES)), _backend)
 TEXT = Kind(lambda: "text", lambda name, text: text or None)  # empty: as if unset
 
@@ -264,6 +276,17 @@ SETTINGS = {
             "every member's data where it lies when every member is reachable by load/store; 0: they push it "
             "into receive slots instead; the same on every PE",
             see="[Kernels](kernels.md)",
+        ),
+        Setting(
+            "UNISHMEM_RACE_SEED",
+            SEED,
+            None,
+            "under `TRITON_INTERPRET=1`, each program of a launch waits a random while (0 to 2 ms, drawn from "
+            "this seed, its PE and its program id) before each device call, so that programs and PEs "
+            "interleave differently from seed to seed and an order-dependent bug shows under some "
+            "(`unishmem.testing.under_seeds`)",
+            unset="no waits",
+            see="[Launching](launching.md)",
         ),
         Setting(
             "UNISHMEM_WORKSPACE_BYTES",
@@ -483,6 +506,25 @@ def get(name: str):
     setting = SETTINGS[name]
     text = os.environ.get(name)
     return setting.default if text is None else setting.kind.parse(name, text)
+
+
+@contextlib.contextmanager
+def setting(name: str, text: str | None):
+    """Setting `name` set to `text` (None: unset) in this process for the block, then as it was."""
+    if name not in SETTINGS:
+        raise KeyError(f"{name} is not a setting")
+    before = os.environ.get(name)
+    try:
+        if text is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = text
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def given(name: str) -> bool:

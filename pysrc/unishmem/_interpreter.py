@@ -18,6 +18,15 @@ a JITFunction called by the kernel runs interpreted too (`_interpret_nested_jit_
 anywhere else it keeps Triton's error. With that, the host backend runs every @unishmem.jit kernel
 under the interpreter whether or not TRITON_INTERPRET is set (triton_support.interpreting).
 
+NOTE [schedule fuzzing]: threads started in program-id order, on a host whose cores are shared, run
+a launch's programs in much the same order every time, so a bug that needs another order (a read
+before the wait that should precede it, two programs racing for one buffer) can pass every run. With
+UNISHMEM_RACE_SEED set, each program draws a wait of 0, 0.5 or 2 ms (or none) before each device call
+from a generator seeded by (seed, PE, program id): programs and PEs then reach their device calls in
+orders that differ from seed to seed. Every such order is one a GPU could take (a program may be
+delayed anywhere), so correct code passes under every seed; unishmem.testing.under_seeds runs a test
+under several. The order is not replayed exactly: the operating system still schedules the threads.
+
 NOTE [interpreter numerics]: the interpreter computes two things differently from a GPU, and is made
 to compute them as a GPU does: it converts float32 to bfloat16 by truncation (Triton 3.6 to 3.9, its
 "rtne" too: it rounds half up and drops the carry), where a GPU rounds to nearest even (cvt.rn.bf16.f32,
@@ -31,11 +40,13 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import random
 import threading
+import time
 
 import numpy as np
 
-from . import _active, _triton_compat
+from . import _active, _config, _triton_compat
 from .errors import UnishmemError
 
 _program = threading.local()  # on a program's thread: grid_idx, launch
@@ -189,6 +200,7 @@ class _Launch:
         self.patched_langs = (
             frozenset()
         )  # ids of the triton.language modules patched for it (NOTE [concurrent interpreter])
+        self.seed = _config.get("UNISHMEM_RACE_SEED")  # NOTE [schedule fuzzing]
 
     def programs(self, fn):
         """fn as GridExecutor calls it, once per program: the last call runs them all."""
@@ -212,8 +224,11 @@ class _Launch:
         slots = threading.Semaphore(self.resident)
         errors = []
 
+        pe = rt.my_pe if rt is not None else 0
+
         def program(idx):
             _program.grid_idx, _program.launch = idx, self
+            _program.fuzz = None if self.seed is None else random.Random(f"{self.seed}/{pe}/{idx}")
             if native is not None:
                 native.program_begin(f"program {idx}")
             try:
@@ -274,6 +289,17 @@ class _Programs:
         self.seen.append(interpreter_builder.grid_idx)
         if len(self.seen) == math.prod(interpreter_builder.grid_dim):
             self.launch.run(self.fn, args, sorted(self.seen, key=lambda idx: idx[::-1]))  # x fastest, as on a GPU
+
+
+SCHEDULE_WAITS = (0.0, 0.0, 0.0005, 0.002)  # seconds a program may wait before a device call (NOTE [schedule fuzzing])
+
+
+def schedule_point() -> None:
+    """Before a device call on a program's thread: under UNISHMEM_RACE_SEED, wait a while drawn from the
+    program's seeded generator (NOTE [schedule fuzzing])."""
+    fuzz = getattr(_program, "fuzz", None)
+    if fuzz is not None:
+        time.sleep(fuzz.choice(SCHEDULE_WAITS))
 
 
 def current_program():

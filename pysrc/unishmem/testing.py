@@ -26,6 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
+from . import _config
 from .errors import CaptureError as CaptureError
 
 # operations that need device values on the host: a host synchronisation, not capturable
@@ -141,3 +142,19 @@ def capture(dry: bool = False):
             yield graph
     finally:
         triton_support.launch_recorder = None
+
+
+def under_seeds(fn, seeds=range(1, 5)) -> list:
+    """fn() once under each UNISHMEM_RACE_SEED of `seeds` (NOTE [schedule fuzzing] in
+    unishmem/_interpreter.py: the interpreter's programs and PEs reach their device calls in another
+    order under each), its results in a list. Every PE of the job calls it with the same seeds. An
+    exception is raised again with a note naming the seed it came under."""
+    results = []
+    for seed in seeds:
+        with _config.setting("UNISHMEM_RACE_SEED", str(seed)):
+            try:
+                results.append(fn())
+            except Exception as e:
+                e.add_note(f"under UNISHMEM_RACE_SEED={seed} (unishmem.testing.under_seeds)")
+                raise
+    return results

@@ -371,7 +371,10 @@ def _make(name: str, params, doc: str, compiled, interpreted, optional=()):
             raise TypeError(
                 f"{name}({', '.join(names)}) got {len(args)} positional and {sorted(kwargs)} keyword arguments"
             )
-        return interpreted(bound) if _semantic is None else compiled(bound, _semantic, _generator)
+        if _semantic is not None:
+            return compiled(bound, _semantic, _generator)
+        _interpreter.schedule_point()  # NOTE [schedule fuzzing]
+        return interpreted(bound)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc or f"{name}({', '.join(names)})"
