@@ -54,6 +54,11 @@ def measured(arch: str, n_pes: int, kernel: str, nbytes: int) -> dict | None:
     return TABLE.get((arch, n_pes, kernel, size_class(nbytes)))
 
 
+def row_of(device, n_pes: int, kernel: str, nbytes: int) -> dict:
+    """The measured default of a call of kernel on a torch device: its TABLE row, or {} where none."""
+    return measured(architecture(device), n_pes, kernel, nbytes) or {}
+
+
 @functools.cache
 def architecture(device) -> str:
     """The table's architecture of a torch device: sm_XY (NVIDIA), gfxNNN (AMD) or "cpu"."""

@@ -627,7 +627,7 @@ def _gather(x, out, team, group, what: str):
     numel = 0 if problem else x.numel() // n if to_all else x.numel()  # what goes to one member
     itemsize = x.element_size() if problem is None else 1
     cap = _class(numel, itemsize)
-    row = {} if problem else _measured(rt, team, what, x.numel() * x.element_size())
+    row = {} if problem else _tuned.row_of(rt.device, n, what, x.numel() * x.element_size())
     variant = "push" if problem else _gather_variant(rt, team, row)
     knobs = _knobs(row, variant)
     if variant != "push":  # (the copy engine's handshakes use the pull's words)
@@ -718,7 +718,7 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
     n = team.n_pes
     chunk = x.numel() // n if problem is None else 0
     cap = _class(chunk, x.element_size() if problem is None else 1)
-    row = {} if problem else _measured(rt, team, "reduce_scatter", x.numel() * x.element_size())
+    row = {} if problem else _tuned.row_of(rt.device, n, "reduce_scatter", x.numel() * x.element_size())
     pulls = problem is None and _pulls(rt, team, row)
     knobs = _knobs(row, "pull" if pulls else "push")
     ws = workspace(
@@ -764,7 +764,7 @@ def all_reduce(
         problem = TypeError(f"all_reduce: pull must be None, True or False, got {pull!r}")
     n = team.n_pes
     nbytes = 0 if problem else x.numel() * x.element_size()
-    row = {} if problem else _measured(rt, team, "all_reduce", nbytes)  # NOTE [measured defaults]
+    row = {} if problem else _tuned.row_of(rt.device, n, "all_reduce", nbytes)  # NOTE [measured defaults]
     if algorithm == "auto" and row:
         algorithm = row["variant"].split(",")[0]
     elif algorithm == "auto":
@@ -826,12 +826,6 @@ def _pull_reduce_launch(ws: Workspace, x, op: str, n: int, numel: int, scatter: 
     """The one-shot's launch (scatter: reduce_scatter's, numel its block's elements) by pulling."""
     constexprs = _reduction_constexprs(x, op)
     return _pull_launch(_pull_reduce, cdiv(numel, BLOCK), ws, n, numel, knobs=knobs, SCATTER=scatter, **constexprs)
-
-
-def _measured(rt, team, kernel: str, nbytes: int) -> dict:
-    """The measured default (NOTE [measured defaults]) of a call of kernel on team with nbytes of input
-    per PE: its row of the table, or {} where there is none."""
-    return _tuned.measured(_tuned.architecture(rt.device), team.n_pes, kernel, nbytes) or {}
 
 
 def _pulls(rt, team, row: dict) -> bool:

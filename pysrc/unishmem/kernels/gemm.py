@@ -363,7 +363,7 @@ def _plan_key(what: str, a, b, blocks: tuple, overlap, team, group):
 
 def _fuses(rt, team, kernel: str, nbytes: int) -> bool:
     """Whether `kernel` given overlap=None fuses (NOTE [fuse or not]) on team, nbytes of input per PE."""
-    row = _tuned.measured(_tuned.architecture(rt.device), team.n_pes, kernel, nbytes)
+    row = _tuned.row_of(rt.device, team.n_pes, kernel, nbytes)
     return row["variant"] == "fused" if row else nbytes < _tuned.FUSED_MAX_BYTES
 
 
