@@ -52,3 +52,23 @@ def test_ported_tutorials_run_at_two_pes(example, expected):
     proc = launch([os.path.join(EXAMPLES, example)], 2, timeout=300, env={"TRITON_INTERPRET": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(expected, proc.stdout), proc.stdout
+
+
+ALL_EXAMPLES = sorted(
+    os.path.relpath(os.path.join(d, f), EXAMPLES)
+    for d, _, files in os.walk(EXAMPLES)
+    for f in files
+    if f.endswith(".py")
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_pes, seed", [(2, 1), (2, 2), (4, 3)])
+@pytest.mark.parametrize("example", ALL_EXAMPLES)
+def test_examples_and_tutorials_run_clean_under_the_race_check(example, n_pes, seed):
+    """Under UNISHMEM_RACE_CHECK=1 (docs/finding-races.md) a race ends the job with a RaceError; each example
+    checks its own results against torch."""
+    pytest.importorskip("triton")
+    env = {"TRITON_INTERPRET": "1", "UNISHMEM_RACE_CHECK": "1", "UNISHMEM_RACE_SEED": str(seed)}
+    proc = launch([os.path.join(EXAMPLES, example)], n_pes, timeout=300, env=env)
+    assert proc.returncode == 0 and "race:" not in proc.stderr, proc.stderr[-3000:]

@@ -136,6 +136,13 @@ def _flag(name: str, text: str) -> bool:
     return text.strip() == "1"
 
 
+def _race_check(name: str, text: str) -> str | None:
+    value = text.strip()
+    if value not in ("", "0", "1", "report"):
+        raise ValueError(f"{name}={text!r} is not 0, 1 or report")
+    return {"1": "raise", "report": "report"}.get(value)
+
+
 def _backend(name: str, text: str) -> str:
     if text not in ("auto", *BACKEND_NAMES):
         raise ValueError(f"{name}={text!r} is not one of {', '.join(('auto', *BACKEND_NAMES))}")
@@ -152,6 +159,7 @@ FLAG = Kind(lambda: "0 or 1", _flag)
 WARPS = Kind(lambda: "1, 2, 4, 8, 16 or 32", _warps)
 SEED = Kind(lambda: "a whole number >= 0", _seed)
 BACKEND = Kind(lambda: ", ".join(("auto", *BACKEND_NAMES)), _backend)
+RACE_CHECK = Kind(lambda: "0, 1 or report", _race_check)
 TEXT = Kind(lambda: "text", lambda name, text: text or None)  # empty: as if unset
 
 
@@ -276,6 +284,17 @@ SETTINGS = {
             "every member's data where it lies when every member is reachable by load/store; 0: they push it "
             "into receive slots instead; the same on every PE",
             see="[Kernels](kernels.md)",
+        ),
+        Setting(
+            "UNISHMEM_RACE_CHECK",
+            RACE_CHECK,
+            None,
+            "on the host backend, every access to symmetric memory of the interpreted kernels, the device "
+            "library and the host API is checked for races across programs and PEs: 1 raises `RaceError` at "
+            "the first; report records each (once per pair of sites) and prints them at finalize; the same on "
+            "every PE",
+            unset="no check",
+            see="[Finding races](finding-races.md)",
         ),
         Setting(
             "UNISHMEM_RACE_SEED",

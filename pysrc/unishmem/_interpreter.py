@@ -46,7 +46,7 @@ import time
 
 import numpy as np
 
-from . import _active, _config, _triton_compat
+from . import _active, _config, _races, _triton_compat
 from .errors import UnishmemError
 
 _program = threading.local()  # on a program's thread: grid_idx, launch
@@ -225,18 +225,27 @@ class _Launch:
         errors = []
 
         pe = rt.my_pe if rt is not None else 0
+        races = _races.checker()  # NOTE [race check]: the programs start from the host's clock
+        forked = races.launch_begin() if races is not None else None
+        ended = []  # the programs' clocks, which the host joins when the launch ends
 
-        def program(idx):
+        def program(idx, ordinal):
             _program.grid_idx, _program.launch = idx, self
             _program.fuzz = None if self.seed is None else random.Random(f"{self.seed}/{pe}/{idx}")
             if native is not None:
                 native.program_begin(f"program {idx}")
             try:
+                if races is not None:
+                    races.program_begin(
+                        forked, ordinal, f"program {idx[0] if idx[1:] == (0, 0) else idx}", self.kernel_name
+                    )
                 fn(**args)
             except BaseException as e:
                 errors.append(e)
                 self.abort()
             finally:
+                if races is not None:
+                    ended.append(races.program_end())
                 if native is not None:
                     native.program_end()
                 slots.release()
@@ -245,13 +254,15 @@ class _Launch:
         if native is not None:
             native.begin_programs()
         try:
-            for idx in order:
+            for ordinal, idx in enumerate(order):
                 slots.acquire()
                 if self.aborted:
                     break
                 if native is not None:
                     native.add_program()  # live before it starts: no moment looks like every program waiting
-                thread = threading.Thread(target=program, args=(idx,), name=f"unishmem program {idx}", daemon=True)
+                thread = threading.Thread(
+                    target=program, args=(idx, ordinal), name=f"unishmem program {idx}", daemon=True
+                )
                 try:
                     thread.start()
                 except BaseException:
@@ -269,6 +280,8 @@ class _Launch:
         finally:
             if native is not None:
                 native.end_programs()
+            if races is not None:
+                races.launch_end(ended)
         if errors:
             raise errors[0]  # the first failure; the others only stopped because of it
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import _active, _config
+from . import _active, _config, _races
 from ._checks import (
     address_of,
     allocation_of,
@@ -50,6 +50,27 @@ _SET = int(SIGNAL.SET)
 _U64 = 2**64
 
 
+def _waited(addr: int, size: int, count: int = 1) -> None:
+    """After a host wait: what the words' updates released comes before what follows (NOTE [happens-before])."""
+    races = _races.checker()
+    if races is not None:
+        races.waited(addr, size, count)
+
+
+def _barrier(run: Callable):
+    """run(), an allocation or free: a barrier of the world (NOTE [happens-before]), so that what was done
+    with freed bytes comes before what is done with them once allocated again."""
+    races = _races.checker()
+    return run() if races is None else races.barrier(0, run, quiet=True, every=True)
+
+
+def _completed() -> None:
+    """After a host quiet or fence: every put this PE issued is complete."""
+    races = _races.checker()
+    if races is not None:
+        races.complete(races.current(), every=True)
+
+
 class Runtime:
     """The process's handle on the symmetric heap and its peers. Made by unishmem.init().
 
@@ -86,7 +107,8 @@ class Runtime:
         self.heap_base = native.heap_base
         self.heap_size = native.heap_size
         self.hot_path = HotPath(native, self._on_cpu)  # NOTE [hot paths] (_hot.py)
-        self.hot_path.install(self, Runtime)
+        if _config.get("UNISHMEM_RACE_CHECK") is None:  # checked calls go through the methods (NOTE [race check])
+            self.hot_path.install(self, Runtime)
         self._typed: dict[tuple[int, torch.dtype], torch.Tensor] = {}
         self.heap = SymmetricHeap(self.heap_base, self.heap_size)  # its allocations (NOTE [address checks])
         self._finalized = False
@@ -97,6 +119,7 @@ class Runtime:
         # alike, and init is the last point collective over the world before kernels may run on it.
         if self.team_node.n_pes < self.n_pes:
             self.workspaces.split(self.team_world, [(self.team_node, True)], _config.team_arena(self.heap_size))
+        _races.start(self)  # where UNISHMEM_RACE_CHECK is set (NOTE [race check])
 
     def __repr__(self) -> str:
         return (
@@ -144,6 +167,7 @@ class Runtime:
             a.live = False
         self._finalized = True
         self.hot_path.end()
+        _races.stop()
         _active.forget(self)
         try:
             (self.native.finalize if collective else self.native.abandon)()
@@ -179,7 +203,7 @@ class Runtime:
         return self._allocate(shape, dtype, nbytes)
 
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype, nbytes: int) -> torch.Tensor:
-        offset = self.native.malloc(nbytes, DTYPE_CODES[dtype]) - self.heap_base
+        offset = _barrier(lambda: self.native.malloc(nbytes, DTYPE_CODES[dtype])) - self.heap_base
         alloc = self.heap.add(offset, nbytes, dtype)
         # NOTE [allocation identity]: each allocation gets a storage of its own over its bytes (the
         # DLPack view of a slice of the heap, at least a byte: the allocator gives 0 bytes some) and
@@ -236,7 +260,7 @@ class Runtime:
         """Collective and explicit: nothing is freed by garbage collection."""
         self.check_active()
         alloc = self.checked(0, lambda: self._allocation_of(t))
-        self.native.free(self.heap_base + alloc.offset)
+        _barrier(lambda: self.native.free(self.heap_base + alloc.offset))
         self.heap.remove(alloc)
         self.hot_path.drop_allocation(self.heap_base + alloc.offset)  # NOTE [view checks]: its views miss
         storage = alloc.storage()
@@ -375,6 +399,9 @@ class Runtime:
             self._same_kind(dest, source, "put")
         if type(pe) is not int or not 0 <= pe < self.n_pes:
             pe = check_pe(pe, self.n_pes)
+        races = _races.checker()  # NOTE [race check]: None unless UNISHMEM_RACE_CHECK is set
+        if races is not None:
+            races.put(d, s, n, pe)
         hot.fast_put(hot.backend, d, s, n, pe, 0 if self._on_cpu else self._stream_of(stream))
         hot.remember(dest, d, n, True)
         hot.remember(source, s, n, False)
@@ -390,6 +417,9 @@ class Runtime:
             self._same_kind(dest, source, "get")
         if type(pe) is not int or not 0 <= pe < self.n_pes:
             pe = check_pe(pe, self.n_pes)
+        races = _races.checker()
+        if races is not None:
+            races.get(d, s, n, pe)
         hot.fast_get(hot.backend, d, s, n, pe, 0 if self._on_cpu else self._stream_of(stream))
         hot.remember(dest, d, n, False)
         hot.remember(source, s, n, True)
@@ -414,6 +444,9 @@ class Runtime:
             self._same_kind(dest, source, "put_signal")
         sig = self._signal(signal)
         value, code, pe = self.signal_args(value, op, pe)
+        races = _races.checker()
+        if races is not None:
+            races.put_signal(d, s, n, sig, pe)
         hot.fast_put_signal(hot.backend, d, s, n, sig, value, code, pe, 0 if self._on_cpu else self._stream_of(stream))
         hot.remember(dest, d, n, True)
         hot.remember(source, s, n, False)
@@ -441,6 +474,9 @@ class Runtime:
         hot = self.hot_path
         sig = self._signal(signal)
         value, code, pe = self.signal_args(value, op, pe)
+        races = _races.checker()
+        if races is not None:
+            races.signal(sig, pe)
         hot.fast_signal_op(hot.backend, sig, value, code, pe, 0 if self._on_cpu else self._stream_of(stream))
         hot.remember(signal, sig, 8, True)
 
@@ -460,7 +496,9 @@ class Runtime:
         hot = self.hot_path
         sig, value, code = self._signal_wait_args(signal, cmp, value)
         hot.remember(signal, sig, 8, True)  # before the wait, which may raise on a peer's failure
-        return hot.fast_signal_wait_until(hot.backend, sig, code, value, 0 if self._on_cpu else self._stream_of(stream))
+        seen = hot.fast_signal_wait_until(hot.backend, sig, code, value, 0 if self._on_cpu else self._stream_of(stream))
+        _waited(sig, 8)
+        return seen
 
     def signal_wait_until_on_stream(
         self, signal: torch.Tensor, cmp: CMP | int, value: int, stream: torch.cuda.Stream | None = None
@@ -474,21 +512,29 @@ class Runtime:
         2**64-1 (docs/backends.md)."""
         sig, value, code = self._signal_wait_args(signal, cmp, value)
         self.native.signal_wait_until_on_stream(sig, code, value, self._stream_of(stream))
+        _waited(sig, 8)  # the host backend's is the wait itself
 
     def signal_fetch(self, signal: torch.Tensor) -> int:
         self.check_active()
-        return self.native.signal_fetch(self._signal(signal))
+        sig = self._signal(signal)
+        seen = self.native.signal_fetch(sig)
+        _waited(sig, 8)
+        return seen
 
     def wait_until(self, ivar: torch.Tensor, cmp: CMP | int, value: int) -> None:
         """Wait until the local 1-element int32/int64/uint32/uint64 `ivar` compares true against `value`."""
         self.check_active()
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
         self.native.wait_until(addr, DTYPE_CODES[ivar.dtype], cmp_code(cmp), to_bits(value, ivar.dtype, "value"))
+        _waited(addr, ivar.element_size())
 
     def test(self, ivar: torch.Tensor, cmp: CMP | int, value: int) -> bool:
         self.check_active()
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
-        return self.native.test(addr, DTYPE_CODES[ivar.dtype], cmp_code(cmp), to_bits(value, ivar.dtype, "value"))
+        true = self.native.test(addr, DTYPE_CODES[ivar.dtype], cmp_code(cmp), to_bits(value, ivar.dtype, "value"))
+        if true:
+            _waited(addr, ivar.element_size())
+        return true
 
     def _words(self, ivars, cmp, value, what: str) -> tuple[int, list[int], int, int]:
         """(address, one value's bits per word, dtype code, cmp code) for a wait on every word of
@@ -518,32 +564,44 @@ class Runtime:
         size = ivars.element_size()
         for i, b in enumerate(bits):
             self.native.wait_until(addr + i * size, code, c, b)
+        _waited(addr, size, len(bits))
 
     def wait_until_any(self, ivars: torch.Tensor, cmp: CMP | int, value: int) -> int:
         """Wait until some word of `ivars` compares true; returns its index."""
         addr, bits, code, c = self._words(ivars, cmp, value, "wait_until_any")
-        return self.native.wait_until_any(addr, ivars.element_size(), code, c, bits)
+        found = self.native.wait_until_any(addr, ivars.element_size(), code, c, bits)
+        _waited(addr + found * ivars.element_size(), ivars.element_size())
+        return found
 
     def wait_until_some(self, ivars: torch.Tensor, cmp: CMP | int, value: int) -> list[int]:
         """Wait until at least one word of `ivars` compares true; returns the indices of all that do."""
         addr, bits, code, c = self._words(ivars, cmp, value, "wait_until_some")
         size = ivars.element_size()
         first = self.native.wait_until_any(addr, size, code, c, bits)
-        return [i for i, b in enumerate(bits) if i == first or self.native.test(addr + i * size, code, c, b)]
+        found = [i for i, b in enumerate(bits) if i == first or self.native.test(addr + i * size, code, c, b)]
+        for i in found:
+            _waited(addr + i * size, size)
+        return found
 
     def quiet(self, stream: torch.cuda.Stream | None = None) -> None:
         self.check_active()
         self.native.quiet(self._stream_of(stream))
+        _completed()
 
     def fence(self) -> None:
         self.check_active()
         self.native.fence()
+        _completed()
 
     def _atomic(self, op: str, dest, pe: int, value: int = 0, cond: int = 0) -> int:
         self.check_active()
         addr = self._word(dest, "dest", ATOMIC_DTYPES)
-        v, c = to_bits(value, dest.dtype, "value"), to_bits(cond, dest.dtype, "cond")
-        out = self._atomic_call(ATOMIC_OPS[op], DTYPE_CODES[dest.dtype], addr, v, c, check_pe(pe, self.n_pes))
+        v, c, pe = to_bits(value, dest.dtype, "value"), to_bits(cond, dest.dtype, "cond"), check_pe(pe, self.n_pes)
+        races = _races.checker()
+        key = races.amo(addr, dest.element_size(), pe) if races is not None else None
+        out = self._atomic_call(ATOMIC_OPS[op], DTYPE_CODES[dest.dtype], addr, v, c, pe)
+        if key is not None:
+            races.acquire(races.current(), key)
         return from_bits(out, dest.dtype)
 
     def atomic_fetch(self, dest: torch.Tensor, pe: int) -> int:
@@ -602,7 +660,8 @@ class Runtime:
             self.native.reject_collective(slot)
             raise
 
-    def _collective(self, team, check: Callable[[Team], tuple], run: Callable) -> None:
+    def _collective(self, team, check: Callable[[Team], tuple], run: Callable, dest=None, source=None) -> None:
+        """run(team's slot, *check(team)); dest and source: the collective's tensors (none: a barrier or sync)."""
         self.check_active()
         if team is None:
             team = self.team_world
@@ -616,18 +675,25 @@ class Runtime:
         except (TypeError, ValueError):
             self.native.reject_collective(team.slot)
             raise
-        run(team.slot, *args)
+        races = _races.checker()
+        if races is None:
+            run(team.slot, *args)
+        elif dest is None:
+            races.barrier(team.slot, lambda: run(team.slot, *args), quiet=run == self.native.barrier, every=True)
+        else:
+            call = lambda: run(team.slot, *args)  # noqa: E731
+            races.collective(team.slot, call, source.data_ptr(), source.nbytes, dest.data_ptr(), dest.nbytes)
 
     # barrier_all and sync_all on the default stream have nothing to check: they skip _collective's
     # machinery, which costs more than the host barrier itself (about 0.3 us of 0.57 us at 2 PEs).
 
     def barrier_all(self, stream: torch.cuda.Stream | None = None) -> None:
-        if stream is not None or self._finalized:
+        if stream is not None or self._finalized or _races.checker() is not None:
             return self.barrier(None, stream)
         self.native.barrier(self.team_world.slot, self._stream_of(None))
 
     def sync_all(self, stream: torch.cuda.Stream | None = None) -> None:
-        if stream is not None or self._finalized:
+        if stream is not None or self._finalized or _races.checker() is not None:
             return self.sync(None, stream)
         self.native.sync(self.team_world.slot, self._stream_of(None))
 
@@ -661,7 +727,7 @@ class Runtime:
             d, s, n = self._pair(dest, source, "broadcast", in_place_ok=True)
             return d, s, n, dtype_code_of(source, "broadcast"), check_pe(root, t.n_pes, "root"), self._stream_of(stream)
 
-        self._collective(team, check, self.native.broadcast)
+        self._collective(team, check, self.native.broadcast, dest, source)
 
     def fcollect(
         self,
@@ -676,7 +742,7 @@ class Runtime:
             d, s, n = self._pair(dest, source, "fcollect", source.numel() * t.n_pes)
             return d, s, n, dtype_code_of(source, "fcollect"), self._stream_of(stream)
 
-        self._collective(team, check, self.native.fcollect)
+        self._collective(team, check, self.native.fcollect, dest, source)
 
     def alltoall(
         self,
@@ -693,7 +759,7 @@ class Runtime:
                 raise ValueError(f"alltoall: {source.numel()} elements do not split into {t.n_pes} equal blocks")
             return d, s, n // t.n_pes, dtype_code_of(source, "alltoall"), self._stream_of(stream)
 
-        self._collective(team, check, self.native.alltoall)
+        self._collective(team, check, self.native.alltoall, dest, source)
 
     def _reduction(self, dest, source, op, what: str, stream):
         def check(t):
@@ -717,7 +783,7 @@ class Runtime:
         stream: torch.cuda.Stream | None = None,
     ) -> None:
         """All-reduce of `source` into `dest` over `team` (dest may be source)."""
-        self._collective(team, self._reduction(dest, source, op, "reduce", stream), self.native.reduce)
+        self._collective(team, self._reduction(dest, source, op, "reduce", stream), self.native.reduce, dest, source)
 
     def reducescatter(
         self,
@@ -728,4 +794,6 @@ class Runtime:
         stream: torch.cuda.Stream | None = None,
     ) -> None:
         """Reduce `source` over `team`; member i receives block i of the result in `dest`."""
-        self._collective(team, self._reduction(dest, source, op, "reducescatter", stream), self.native.reducescatter)
+        self._collective(
+            team, self._reduction(dest, source, op, "reducescatter", stream), self.native.reducescatter, dest, source
+        )

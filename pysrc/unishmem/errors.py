@@ -41,6 +41,11 @@ class DeadlockError(UnishmemError):
     """Every PE is waiting and none can make progress; the message says what each waits for."""
 
 
+class RaceError(UnishmemError):
+    """Under UNISHMEM_RACE_CHECK, two accesses to symmetric memory that nothing orders; the message, which
+    starts with "race:", names both sides, the bytes, and what would have ordered them."""
+
+
 class NotAvailableError(UnishmemError, ValueError):
     """A device function, or a form of one (an element type), that the compile target's vendor library lacks.
     Raised while a kernel compiles; `function` and `vendor` name what is missing where, the message says why."""

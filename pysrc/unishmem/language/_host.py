@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 
-from .. import _active, _config, _interpreter, hang
+from .. import _active, _config, _interpreter, _races, hang
 from .._checks import check_pe, cmp_code, disjoint, from_bits, reduce_codes
 from .._dtypes import DTYPE_CODES, WAIT_DTYPES
 from ..enums import ATOMIC_OPS
@@ -132,11 +132,19 @@ def _owner(rt, addr: int, nbytes: int) -> tuple[int, int] | None:
 
 
 def put(rt, dest, source, nbytes, pe):
-    rt.native.put(rt.heap.check_range(dest.addr, nbytes, "dest"), source.addr, nbytes, check_pe(pe, rt.n_pes), 0)
+    d, pe = rt.heap.check_range(dest.addr, nbytes, "dest"), check_pe(pe, rt.n_pes)
+    races = _races.checker()
+    if races is not None:
+        races.put(d, source.addr, nbytes, pe)
+    rt.native.put(d, source.addr, nbytes, pe, 0)
 
 
 def get(rt, dest, source, nbytes, pe):
-    rt.native.get(dest.addr, rt.heap.check_range(source.addr, nbytes, "source"), nbytes, check_pe(pe, rt.n_pes), 0)
+    s, pe = rt.heap.check_range(source.addr, nbytes, "source"), check_pe(pe, rt.n_pes)
+    races = _races.checker()
+    if races is not None:
+        races.get(dest.addr, s, nbytes, pe)
+    rt.native.get(dest.addr, s, nbytes, pe, 0)
 
 
 def put_elems(rt, dest, source, nelems, pe):
@@ -203,8 +211,12 @@ def _signal(rt, sig: Ptr, peers: bool = False) -> int:
 
 
 def put_signal(rt, dest, source, nbytes, sig, value, op, pe):
-    d = rt.heap.check_range(dest.addr, nbytes, "dest")
-    rt.native.put_signal(d, source.addr, nbytes, _signal(rt, sig), *rt.signal_args(_bits(value), op, pe), 0)
+    d, s = rt.heap.check_range(dest.addr, nbytes, "dest"), _signal(rt, sig)
+    value, code, pe = rt.signal_args(_bits(value), op, pe)
+    races = _races.checker()
+    if races is not None:
+        races.put_signal(d, source.addr, nbytes, s, pe)
+    rt.native.put_signal(d, source.addr, nbytes, s, value, code, pe, 0)
 
 
 def put_signal_elems(rt, dest, source, nelems, sig, value, op, pe):
@@ -212,15 +224,32 @@ def put_signal_elems(rt, dest, source, nelems, sig, value, op, pe):
 
 
 def signal_op(rt, sig, value, op, pe):
-    rt.native.signal_op(_signal(rt, sig), *rt.signal_args(_bits(value), op, pe), 0)
+    s, (value, code, pe) = _signal(rt, sig), rt.signal_args(_bits(value), op, pe)
+    races = _races.checker()
+    if races is not None:
+        races.signal(s, pe)
+    rt.native.signal_op(s, value, code, pe, 0)
+
+
+def _waited(addr: int, size: int, count: int = 1) -> None:
+    """After a wait: what the word's updates released is ordered before what follows (NOTE [happens-before])."""
+    races = _races.checker()
+    if races is not None:
+        races.waited(addr, size, count)
 
 
 def signal_wait_until(rt, sig, cmp, value):
-    return rt.native.signal_wait_until(_signal(rt, sig, peers=True), cmp_code(cmp), _bits(value), 0)
+    s = _signal(rt, sig, peers=True)
+    out = rt.native.signal_wait_until(s, cmp_code(cmp), _bits(value), 0)
+    _waited(s, 8)
+    return out
 
 
 def signal_fetch(rt, sig):
-    return rt.native.signal_fetch(_signal(rt, sig, peers=True))
+    s = _signal(rt, sig, peers=True)
+    out = rt.native.signal_fetch(s)
+    _waited(s, 8)
+    return out
 
 
 def _word(rt, ptr: Ptr, nelems: int = 1, name: str = "ptr", peers: bool = False) -> tuple[int, int]:
@@ -238,18 +267,26 @@ def _bits(value: int) -> int:
 def wait_until(rt, ptr, cmp, value):
     addr, code = _word(rt, ptr, peers=True)
     rt.native.wait_until(addr, code, cmp_code(cmp), _bits(value))
+    _waited(addr, ptr.itemsize)
     return 1
 
 
 def test(rt, ptr, cmp, value):
     addr, code = _word(rt, ptr, peers=True)
-    return int(rt.native.test(addr, code, cmp_code(cmp), _bits(value)))
+    true = int(rt.native.test(addr, code, cmp_code(cmp), _bits(value)))
+    if true:
+        _waited(addr, ptr.itemsize)
+    return true
 
 
 def atomic(rt, name: str, dest: Ptr, pe: int, value: int = 0, cond: int = 0):
     addr, code = _word(rt, dest)
-    op = ATOMIC_OPS[name[len("atomic_") :]]
-    out = rt.native.atomic(op, code, addr, _bits(value), _bits(cond), check_pe(pe, rt.n_pes))
+    op, pe = ATOMIC_OPS[name[len("atomic_") :]], check_pe(pe, rt.n_pes)
+    races = _races.checker()
+    key = races.amo(addr, dest.itemsize, pe) if races is not None else None
+    out = rt.native.atomic(op, code, addr, _bits(value), _bits(cond), pe)
+    if key is not None:
+        races.acquire(races.current(), key)
     return from_bits(out, dest.dtype)
 
 
@@ -274,12 +311,15 @@ def _wait_all(rt, ivars, nelems, cmp, what, **target):
     cmp = cmp_code(cmp)
     for i, b in enumerate(bits):
         rt.native.wait_until(addr + i * ivars.itemsize, code, cmp, b)
+    _waited(addr, ivars.itemsize, nelems)
     return nelems
 
 
 def _wait_any(rt, ivars, nelems, cmp, what, **target):
     addr, code, bits = _words(rt, ivars, nelems, what, **target)
-    return rt.native.wait_until_any(addr, ivars.itemsize, code, cmp_code(cmp), bits)
+    found = rt.native.wait_until_any(addr, ivars.itemsize, code, cmp_code(cmp), bits)
+    _waited(addr + found * ivars.itemsize, ivars.itemsize)
+    return found
 
 
 def _wait_some(rt, ivars, nelems, indices, cmp, what, **target):
@@ -294,6 +334,8 @@ def _wait_some(rt, ivars, nelems, indices, cmp, what, **target):
         [i for i, b in enumerate(bits) if i == first or rt.native.test(addr + i * ivars.itemsize, code, cmp, b)]
     )
     ctypes.memmove(indices.addr, found.data_ptr(), found.numel() * 8)
+    for i in found.tolist():
+        _waited(addr + i * ivars.itemsize, ivars.itemsize)
     return found.numel()
 
 
@@ -323,17 +365,26 @@ def wait_until_some_vector(rt, ivars, nelems, indices, cmp, values):
     return _wait_some(rt, ivars, nelems, indices, cmp, "wait_until_some_vector", values=values)
 
 
+def _completed() -> None:
+    races = _races.checker()
+    if races is not None:
+        races.complete(races.current())
+
+
 def fence(rt):
     rt.native.fence()
+    _completed()
 
 
 def quiet(rt):
     rt.native.quiet(0)
+    _completed()
 
 
 def quiet_pe(rt, pe):
     check_pe(pe, rt.n_pes, "quiet_pe: pe")
     rt.native.quiet(0)
+    _completed()
 
 
 def mc_ptr(rt, ptr):
@@ -341,12 +392,18 @@ def mc_ptr(rt, ptr):
     return 0  # the host backend has no multicast
 
 
+def _ordered(team: int, run, quiet: bool):
+    """run(), a barrier or sync of `team`, as the race check orders it (NOTE [happens-before])."""
+    races = _races.checker()
+    return run() if races is None else races.barrier(team, run, quiet)
+
+
 def barrier_all(rt):
-    rt.native.barrier(0, 0)
+    _ordered(0, lambda: rt.native.barrier(0, 0), quiet=True)
 
 
 def sync_all(rt):
-    rt.native.sync(0, 0)
+    _ordered(0, lambda: rt.native.sync(0, 0), quiet=False)
 
 
 def _collective(rt, team: int, check):
@@ -362,12 +419,20 @@ def _collective(rt, team: int, check):
 
 def barrier(rt, team):
     _collective(rt, team, lambda: None)
-    rt.native.barrier(team, 0)
+    _ordered(team, lambda: rt.native.barrier(team, 0), quiet=True)
 
 
 def sync(rt, team):
     _collective(rt, team, lambda: None)
-    rt.native.sync(team, 0)
+    _ordered(team, lambda: rt.native.sync(team, 0), quiet=False)
+
+
+def _run_collective(team: int, run, source: int, source_bytes: int, dest: int, dest_bytes: int) -> None:
+    races = _races.checker()
+    if races is None:
+        run()
+    else:
+        races.collective(team, run, source, source_bytes, dest, dest_bytes)
 
 
 def _pair(rt, dest: Ptr, source: Ptr, dest_bytes: int, source_bytes: int, what: str, in_place_ok: bool = False):
@@ -390,7 +455,8 @@ def broadcast(rt, team, dest, source, nelems, root):
             raise ValueError(f"broadcast: root={root} is out of range for a team of {n_pes} PEs")
         return d, s, n, code, root
 
-    rt.native.broadcast(team, *_collective(rt, team, check), 0)
+    d, s, n, code, root = _collective(rt, team, check)
+    _run_collective(team, lambda: rt.native.broadcast(team, d, s, n, code, root, 0), s, n, d, n)
 
 
 def fcollect(rt, team, dest, source, nelems):
@@ -399,7 +465,9 @@ def fcollect(rt, team, dest, source, nelems):
         d, s, code = _pair(rt, dest, source, n * rt.native.team_n_pes(team), n, "fcollect")
         return d, s, n, code
 
-    rt.native.fcollect(team, *_collective(rt, team, check), 0)
+    d, s, n, code = _collective(rt, team, check)
+    total = n * rt.native.team_n_pes(team)
+    _run_collective(team, lambda: rt.native.fcollect(team, d, s, n, code, 0), s, n, d, total)
 
 
 def alltoall(rt, team, dest, source, nelems):
@@ -409,7 +477,9 @@ def alltoall(rt, team, dest, source, nelems):
         d, s, code = _pair(rt, dest, source, total, total, "alltoall")
         return d, s, n, code
 
-    rt.native.alltoall(team, *_collective(rt, team, check), 0)
+    d, s, n, code = _collective(rt, team, check)
+    total = n * rt.native.team_n_pes(team)
+    _run_collective(team, lambda: rt.native.alltoall(team, d, s, n, code, 0), s, total, d, total)
 
 
 def reduce(rt, team, dest, source, nelems, op):
@@ -419,4 +489,6 @@ def reduce(rt, team, dest, source, nelems, op):
         d, s, _ = _pair(rt, dest, source, n, n, "reduce", in_place_ok=True)
         return d, s, nelems, dtype_code, op_code
 
-    rt.native.reduce(team, *_collective(rt, team, check), 0)
+    d, s, nelems, dtype_code, op_code = _collective(rt, team, check)
+    n = nelems * dest.itemsize
+    _run_collective(team, lambda: rt.native.reduce(team, d, s, nelems, dtype_code, op_code, 0), s, n, d, n)
