@@ -91,9 +91,9 @@ class Checker:
     """One PE's side of a job's race checker (NOTE [race check])."""
 
     def __init__(self, name: str, create: bool, pe: int, n_pes: int, heap, bases):
-        self.pe, self.n_pes, self.heap = pe, n_pes, heap  # heap: the SymmetricHeap, to name allocations
-        heap_base, heap_size = heap.base, heap.size
-        self.heap_base, self.heap_size = heap_base, heap_size
+        self.pe, self.heap = pe, heap  # heap: the SymmetricHeap, to name allocations
+        heap_size = self.heap_size = heap.size
+        self.heap_base = heap.base
         self.bases = list(bases)  # each PE's heap as this process maps it
         n_tids = n_pes * TIDS
         self._layout(n_tids, n_pes * heap_size)
@@ -598,6 +598,12 @@ def stop() -> list[str]:
     if found.races:
         print(
             f"unishmem: PE {found.pe}: {len(found.races)} race(s) found (UNISHMEM_RACE_CHECK=report)", file=sys.stderr
+        )
+    if found.forgotten_reads:
+        print(
+            f"unishmem: PE {found.pe}: the race check forgot {found.forgotten_reads} reads (more than {READS} "
+            "unordered reads of one byte): a race with one of them may have been missed",
+            file=sys.stderr,
         )
     return found.races
 
