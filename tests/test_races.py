@@ -360,3 +360,37 @@ def test_the_check_needs_the_host_backend():
     pytest.importorskip("triton")
     with _config.setting("UNISHMEM_RACE_CHECK", "1"), pytest.raises(unishmem.UnishmemError, match="host backend"):
         _races.start(types.SimpleNamespace(backend="nvshmem", n_pes=1))
+
+
+# ---- the host API -----------------------------------------------------------------------------------------
+
+
+@spmd(sizes=(2,))
+def test_the_host_apis_puts_signals_and_waits_are_checked_as_the_device_librarys(rt):
+    inbox, ready = rt.zeros(N, dtype=torch.int32), rt.signals(1)
+    local = torch.arange(N, dtype=torch.int32)
+
+    def run(publish):
+        def call():
+            if rt.my_pe == 0:
+                if publish == "put_signal":
+                    rt.put_signal(inbox, local, ready, 1, 1)
+                else:
+                    rt.put(inbox, local, 1)
+                    if publish == "quiet":
+                        rt.quiet()
+                    rt.signal_op(ready, 1, 1)
+            else:
+                rt.signal_wait_until(ready, unishmem.CMP.GE, 1)
+                rt.get(torch.empty(N, dtype=torch.int32), inbox, 1)
+
+        ready.zero_()
+        rt.barrier_all()
+        return call
+
+    mine = reported(rt, run("nothing"), "get from PE 1 by PE 1, the host", "put to PE 1 by PE 0, the host", "quiet")
+    assert rt.my_pe == 1 or not mine
+    clean(rt, run("quiet"))
+    clean(rt, run("put_signal"))
+    rt.free(inbox)
+    rt.free(ready)

@@ -493,15 +493,15 @@ def _side(site: tuple[str, ...], in_flight: bool = False) -> str:
 
 def _remedy(mine, theirs, published: bool, they_wrote: bool) -> str:
     """What would have ordered the two sides, from who they are."""
-    if "host" in mine[2] or "host" in theirs[2]:
-        return (
-            "a barrier between them (rt.barrier_all(), which also completes the puts of this PE's kernels) or "
-            "a signal the second side waits for would order them"
-        )
     if published:
         return (
             "the put was published before it completed: a fence or quiet between the put and the signal that "
             "published it (or putmem_signal, which delivers its data first) would order them"
+        )
+    if "host" in mine[2] or "host" in theirs[2]:
+        return (
+            "a barrier between them (rt.barrier_all(), which also completes the puts of this PE's kernels) or "
+            "a signal the second side waits for would order them"
         )
     if mine[1] == theirs[1]:
         return (
