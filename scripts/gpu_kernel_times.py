@@ -60,7 +60,16 @@ SIZES = ("8K", "256K", "4M", "64M", "64K", "1M", "16M")  # the issue's model siz
 QUICK_SIZES = ("8K", "256K", "4M", "64M")
 CPU_SIZES, CPU_QUICK_SIZES = ("8K", "64K"), ("8K",)
 H, TOPK, EXPERTS_PER_PE = 1024, 2, 4  # MoE: token width, top-k, experts per PE
-GEMM_BLOCKS = {"block_m": 64, "block_n": 64, "block_k": 32}  # given, so every size uses one binary
+
+
+def gemm_blocks(device) -> dict:
+    """The GEMMs' blocks, given at every size so that every size uses one binary: the device's tile
+    (NOTE [GEMM tiles] in unishmem/kernels/gemm.py)."""
+    from unishmem.kernels import gemm
+
+    return {k: v for k, v in gemm.tile_of(device).items() if k.startswith("block_")}
+
+
 NOTE = (
     "2 PEs time-sliced on one GPU (NVSHMEM limited mode, no MPS): a wait for the peer's kernel waits for a "
     "context switch, and each figure includes the other PE's work"
@@ -253,6 +262,7 @@ def make_case(name: str, size: int, rt, dtype, overlap: bool | None = True):
         case.symmetric.append(x)
         return case
     if name in ("ag_gemm", "gemm_rs", "gemm_part"):
+        blocks = gemm_blocks(dev)
         d, m = gemm_dims(size, n, item)
         shape = f"[{n * m}, {d}] x [{d}, {d}]"
         ones = lambda pe, seed, shape: gen(pe, seed, shape, -1, 2)  # noqa: E731
@@ -260,7 +270,7 @@ def make_case(name: str, size: int, rt, dtype, overlap: bool | None = True):
             a = rt.empty((m, d), dtype=dtype)
             b = ones(0, 99, (d, d))
             case = Case(
-                lambda: K.ag_gemm(a, b, overlap, **GEMM_BLOCKS),
+                lambda: K.ag_gemm(a, b, overlap, **blocks),
                 lambda seed: a.copy_(ones(me, seed, (m, d))),
                 lambda seed: (torch.cat([ones(pe, seed, (m, d)) for pe in range(n)]).float() @ b.float()).to(dtype),
                 shape,
@@ -282,7 +292,7 @@ def make_case(name: str, size: int, rt, dtype, overlap: bool | None = True):
                 b.copy_(ones(me, seed + 50, (d, d)))
 
             return Case(
-                lambda: K.gemm_rs(a, b, overlap, **GEMM_BLOCKS),
+                lambda: K.gemm_rs(a, b, overlap, **blocks),
                 refresh,
                 expected,
                 shape,
@@ -295,12 +305,9 @@ def make_case(name: str, size: int, rt, dtype, overlap: bool | None = True):
 
         a, b = ones(me, 1, (n * m, d)), ones(0, 99, (d, d))
         c = torch.empty((n * m, d), dtype=dtype, device=dev)
-        bm, bn, bk = GEMM_BLOCKS["block_m"], GEMM_BLOCKS["block_n"], GEMM_BLOCKS["block_k"]
-        grid = (-(-n * m // bm) * -(-d // bn),)
 
         def call():
-            G._gemm[grid](a, b, c, n * m, d, d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=G.NUM_STAGES)
-            return c
+            return G.gemm_part(a, b, c)
 
         def expected(seed):
             return (ones(me, seed, (n * m, d)).float() @ b.float()).to(dtype)

@@ -230,6 +230,11 @@ def _module(**attrs):
             "COMPILE[ring_p]['aligned'] names 'N', which is not a pointer or integer argument in \"signature\" (buf: *i32)",
         ),
         (
+            {"ring_p": {"signature": {"buf": "*i32"}, "constexprs": {"N": 8}, "target_options": {"sm_99": {}}}},
+            "COMPILE[ring_p]['target_options'] maps a target (sm_80, sm_90, sm_100, gfx942, gfx950) to its "
+            "options, not 'sm_99'",
+        ),
+        (
             {"ring_q": {"signature": {}}},
             "COMPILE has the key 'ring_q', which is not a @unishmem.jit kernel of the module (its kernels: ring_p)",
         ),

@@ -232,3 +232,34 @@ def test_shard_heights_of_one_size_class_share_a_workspace(rt):
     K.ag_gemm(ints(me, (17, 20), torch.float32), b)  # 17 rows: the next class
     assert rt.native.heap_free_bytes() < free
     rt.free_workspaces()
+
+
+@spmd
+def test_both_tile_loads_descriptors_and_masked_pointers_give_torchs_result(rt):
+    # NOTE [GEMM tiles]: K and N of 16 bytes' multiples load through tensor descriptors (TMA on sm_90, zero
+    # padding at the edges), others through masked pointers; both in float32, float16 and bfloat16
+    import unishmem.testing
+    from unishmem.kernels import gemm
+
+    n, me = rt.n_pes, rt.my_pe
+    tols = {torch.float32: {"rtol": 0, "atol": 0}, torch.float16: F16_TOL, torch.bfloat16: BF16_TOL}
+    for dtype, tol in tols.items():
+        for (m, k, N), descriptors in (((24, 72, 40), True), ((24, 36, 20), dtype == torch.float32)):
+            b = ints(97, (k, N), dtype, 3)
+            shards = [ints(pe, (m, k), dtype, 3) for pe in range(n)]
+            with unishmem.testing.capture(dry=True) as graph:
+                K.ag_gemm(shards[me], b, overlap=True)
+            flags = [kwargs["DESCRIPTORS"] for kernel, _, _, kwargs in graph.launches if kernel is gemm._ag_gemm]
+            assert flags == [descriptors], (dtype, k, N, flags)
+            c = K.ag_gemm(shards[me], b, overlap=True)
+            torch.testing.assert_close(c.float(), torch.cat(shards).float() @ b.float(), **tol)
+            a = ints(me, (n * m, k), dtype, 4)
+            bs = ints(me + 50, (k, N), dtype, 4)
+            ref = sum(
+                ints(pe, (n * m, k), dtype, 4).float() @ ints(pe + 50, (k, N), dtype, 4).float() for pe in range(n)
+            )
+            c = K.gemm_rs(a, bs, overlap=True)
+            torch.testing.assert_close(c.float(), ref[me * m : (me + 1) * m], **tol)
+            part = gemm.gemm_part(a, bs, torch.empty((n * m, N), dtype=dtype))
+            torch.testing.assert_close(part.float(), a.float() @ bs.float(), **tol)
+    rt.free_workspaces()

@@ -1,6 +1,7 @@
 """unishmem.kernels' GEMMs compiled for real targets with no GPU, from gemm.COMPILE: they link against
-the NVSHMEM wheel's bitcode for sm_90 with the K loop pipelined (num_stages=3), the overlapped
-ag_gemm's A loads stay after their waits in the TTGIR, and every kernel lowers for gfx942."""
+the NVSHMEM wheel's bitcode for sm_90 with wgmma and TMA loads in a K loop pipelined over the tile's
+stages (NOTE [GEMM tiles]), the overlapped ag_gemm's A loads stay after their waits in the TTGIR, and
+every kernel lowers for gfx942 to MFMA and 16-byte loads."""
 
 import functools
 import re
@@ -33,7 +34,8 @@ def _compile(name: str, backend: str, arch) -> dict:
     aligned = [a for a in names if spec["signature"].get(a, "").startswith("*") or a in ALIGNED]
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
     signature = dict(spec["signature"], **{k: "constexpr" for k in spec["constexprs"]})
-    options = dict(spec.get("options", {}))
+    target = "gfx942" if backend == "hip" else f"sm_{arch}"
+    options = dict(spec.get("options", {}), **spec.get("target_options", {}).get(target, {}))
     if backend == "cuda":
         options["extern_libs"] = tuple(extern_libs(backend, arch).items())
     try:
@@ -46,7 +48,13 @@ def _compile(name: str, backend: str, arch) -> dict:
     except Exception as e:  # reported to the test
         return {"error": f"{type(e).__name__}: {e}"[:4000]}
     binary = asm.get("cubin", asm.get("hsaco", b""))
-    return {"ttgir": asm["ttgir"], "llir": asm["llir"], "binary": len(binary), "assembled": assembled}
+    return {
+        "ttgir": asm["ttgir"],
+        "llir": asm["llir"],
+        "binary": len(binary),
+        "assembled": assembled,
+        "stages": options.get("num_stages"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -69,14 +77,19 @@ def _lines(ir: str) -> list[str]:
     return [line.strip() for line in ir.splitlines()]
 
 
-def test_every_gemm_kernel_links_for_sm_90_pipelined(builds):
+def test_every_gemm_kernel_links_for_sm_90_with_wgmma_and_tma_pipelined(builds):
     for name in KERNELS:
         out = builds[(name, "cuda", 90)]
         assert "error" not in out, f"{name}: {out.get('error')}"
         assert out["binary"] > 0
         assert not re.findall(r"^declare .*@(nvshmemx?_\w+)", out["llir"], re.M), name
-        # num_stages=3 took: the K loop's tiles are asynchronous copies, two stages issued before the loop
-        assert out["ttgir"].count("ttg.async_copy_global_to_local") >= 4, name
+        # the tile's A and B come by TMA from descriptors made in the kernel, into a pipeline of the tile's
+        # stages (stages - 1 pairs issued before the K loop, one pair in it), and wgmma multiplies them
+        ttgir, llir = out["ttgir"], out["llir"]
+        assert ttgir.count("ttng.tensormap_create") == 2, name
+        assert ttgir.count("ttng.async_tma_copy_global_to_local") == 2 * out["stages"], name
+        assert "ttng.warp_group_dot " in ttgir and "wgmma.mma_async" in llir and "cp.async.bulk.tensor" in llir, name
+        assert "ttg.async_copy_global_to_local" not in ttgir, name  # no cp.async tiles left
 
 
 def test_ag_gemm_a_loads_stay_after_their_wait(builds):
@@ -85,15 +98,18 @@ def test_ag_gemm_a_loads_stay_after_their_wait(builds):
     # consume_token's identity is an empty pure inline asm taking the token (the thread id that single-issues
     # quiet is another asm; the token a wait_until makes is an impure one of one operand)
     token = [i for i, line in enumerate(ttgir) if 'tt.elementwise_inline_asm ""' in line and '"=l,0,l"' in line]
+    a_desc = [i for i, line in enumerate(ttgir) if line.startswith("ttng.tensormap_create %a_desc")]
     a_loads = [
         i
         for i, line in enumerate(ttgir)
-        if re.match(r"%\S+ = (tt\.load|ttg\.async_copy_global_to_local) %\S+.*: tensor<64x32x!tt\.ptr<f16>", line)
+        if line.startswith("ttng.async_tma_copy_global_to_local %a_desc") and "tensordesc<128x64xf16" in line
     ]
     # one token ties the pushes' source to the copy-in (NOTE [copy-in]), one the A rows to their wait
     assert len(wait) == 1 and len(token) == 2, (wait, token)
-    # the prologue's two A tiles and the loop's: every one after the wait and the token that ties them to it
-    assert len(a_loads) >= 3 and wait[0] < token[1] < min(a_loads), (wait, token, a_loads)
+    # A's descriptor is made from the rows the token gives, after the wait; the prologue's A tiles and the
+    # loop's come from it (B's descriptor is made once, before the tiles)
+    assert len(a_desc) == 1 and len(a_loads) >= 3, (a_desc, a_loads)
+    assert wait[0] < token[1] < a_desc[0] < min(a_loads), (wait, token, a_desc, a_loads)
     # and the chunk push comes first, after the copy-in and before any wait
     push = next(i for i, line in enumerate(ttgir) if 'symbol = "nvshmemx_putmem_signal_nbi_block"' in line)
     copied = next(i for i, line in enumerate(ttgir) if 'symbol = "nvshmem_int64_wait_until"' in line)
@@ -106,7 +122,7 @@ def test_gemm_rs_peer_tiles_are_loaded_after_their_waits(builds):
     for line in ttgir:
         if 'symbol = "nvshmem_signal_wait_until"' in line:
             waits += 1
-        elif re.match(r"%\S+ = tt\.load %\S+ : tensor<64x64x!tt\.ptr<f16>", line):
+        elif re.match(r"%\S+ = tt\.load %\S+ : tensor<128x128x!tt\.ptr<f16>", line):
             seen.append(waits)
     assert seen and all(w >= 1 for w in seen), seen
 
@@ -117,6 +133,8 @@ def test_every_gemm_kernel_lowers_for_gfx942(builds):
         out = builds[(name, "hip", "gfx942")]
         assert "error" not in out, f"{name}: {out.get('error')}"
         declared |= set(re.findall(r"^declare [^@]*@(rocshmem_\w+)\(", out["llir"], re.M))
+        # the tile's descriptors lower to 16-byte loads (no TMA there) and MFMA multiplies them
+        assert "mfma" in out["llir"] and "load <8 x half>" in out["llir"], name
     # the push and the wait, as rocshmem_wrapper.cc names them (the wait's value read back with signal_fetch)
     assert {"rocshmem_putmem_signal_nbi_wg", "rocshmem_uint64_wait_until", "rocshmem_signal_fetch"} <= declared, (
         declared
@@ -125,7 +143,7 @@ def test_every_gemm_kernel_lowers_for_gfx942(builds):
 
 def test_gemm_rs_adds_the_peers_tiles_with_16_byte_loads(builds):
     # NOTE [16-byte copies] in collectives.py: a peer's partial tile's slot comes through consume_token's
-    # asm, which hides its alignment; restated, the 64x64 float16 tile loads 16 bytes an access (128
-    # threads, 32 halves each: 4 loads), where it took 32 2-byte loads
+    # asm, which hides its alignment; restated, the 128x128 float16 tile loads 16 bytes an access (256
+    # threads, 64 halves each: 8 loads), where it would take 64 2-byte loads
     llir = builds[("_gemm_rs", "cuda", 90)]["llir"]
-    assert llir.count("ld.global.v4.b32") >= 4 and "ld.global.b16" not in llir, re.findall(r"ld\.global\.\w+", llir)
+    assert llir.count("ld.global.v4.b32") >= 8 and "ld.global.b16" not in llir, re.findall(r"ld\.global\.\w+", llir)

@@ -8,11 +8,13 @@ NOTE [COMPILE table]: a module declares how to compile its kernels in a module-l
         my_kernel: {"signature": {"out": "*fp32", "sig": "*u64", "n": "i32"},   # every run-time argument
                     "constexprs": {"BLOCK": 128},                              # every tl.constexpr one
                     "options": {"num_warps": 4},                               # triton.compile options
+                    "target_options": {"gfx942": {"num_stages": 2}},           # a target's own, over them
                     "aligned": ["out", "sig", "n"]},                           # see below
         "other_kernel": [spec, spec],                                          # several specialisations
     }
 
-keyed by the kernel (or its name), each value one specification or a list of them. Types are Triton's
+keyed by the kernel (or its name), each value one specification or a list of them; `target_options`
+(optional) gives a target options that replace those of `options` when compiling for it. Types are Triton's
 signature strings (`*fp32`, `*i32`, `*u64`, `i32`, `i64`, `fp16`...). A tl.constexpr argument with a default
 may be left out. `aligned` names the run-time arguments that a launch specialises as multiples of 16
 (Triton's `tt.divisibility`: a pointer to 16-byte aligned data, an integer divisible by 16), on which
@@ -56,7 +58,7 @@ TARGETS = {
     "gfx950": ("hip", "gfx950", 64),
 }
 DEFAULT_TARGETS = ("sm_90", "gfx942")
-SPEC_KEYS = ("signature", "constexprs", "options", "aligned")
+SPEC_KEYS = ("signature", "constexprs", "options", "target_options", "aligned")
 WORKERS = 2
 
 
@@ -167,11 +169,18 @@ def _check_spec(kernel, spec, where: str):
             f'{where} has no "signature": give each run-time argument\'s Triton type, '
             'e.g. {"out": "*fp32", "n": "i32"}'
         )
-    parts = {k: spec.get(k, {}) for k in ("signature", "constexprs", "options")}  # the dicts ("aligned" is a list)
+    parts = {k: spec.get(k, {}) for k in ("signature", "constexprs", "options", "target_options")}  # "aligned": a list
     for k, v in parts.items():
         if not isinstance(v, dict):
             raise SetupError(f"{where}[{k!r}] must be a dict, not {type(v).__name__}")
-    signature, constexprs, options = (dict(v) for v in parts.values())
+    signature, constexprs, options, by_target = (dict(v) for v in parts.values())
+    for target, extra in by_target.items():
+        if target not in TARGETS or not isinstance(extra, dict):
+            raise SetupError(
+                f"{where}['target_options'] maps a target ({', '.join(TARGETS)}) to its options, not {target!r}: "
+                f"{extra!r}"
+            )
+    options = {None: options, **{t: {**options, **extra} for t, extra in by_target.items()}}
     params = kernel.jit_function.params
     names = [p.name for p in params]
     for k in list(signature) + list(constexprs):
@@ -323,7 +332,8 @@ def _compile(name: str, index: int, target: str, out_dir: str | None) -> dict:
     # its symbols all start with its name (nvshmem_, nvshmemx_, rocshmem_)
     vendor = by_triton_backend(backend)
     kernel = _worker["kernels"][name]
-    signature, constexprs, options, attrs = _worker["specs"][name][index]
+    signature, constexprs, by_target, attrs = _worker["specs"][name][index]
+    options = by_target.get(target, by_target[None])
     result = _failed(target, None)
     try:
         libs = extern_libs(backend, arch)
