@@ -263,3 +263,24 @@ def test_both_tile_loads_descriptors_and_masked_pointers_give_torchs_result(rt):
             part = gemm.gemm_part(a, bs, torch.empty((n * m, N), dtype=dtype))
             torch.testing.assert_close(part.float(), a.float() @ bs.float(), **tol)
     rt.free_workspaces()
+
+
+@spmd
+def test_gemm_rs_pulls_rows_of_tiles_and_pushes_tiles_alike(rt):
+    # NOTE [gemm_rs pull]: every member reachable (one host), the owner reads the staged tiles in place, a
+    # signal per row of tiles; UNISHMEM_PULL=0 pushes each tile. Small blocks make several rows of several
+    # tiles per owner, and three calls use both halves of the workspace and the first again.
+    from unishmem import _config
+
+    n, me = rt.n_pes, rt.my_pe
+    m, N = 40, 45
+    for pull in ("1", "0"):
+        with _config.setting("UNISHMEM_PULL", pull):
+            for call in range(3):
+                s = 100 + 10 * call
+                a = [ints(pe, (n * m, 20 + pe), torch.float32, s) for pe in range(n)]
+                bs = [ints(pe, (20 + pe, N), torch.float32, s + 1) for pe in range(n)]
+                c = K.gemm_rs(a[me], bs[me], True, block_m=16, block_n=16, block_k=16)
+                full = sum(x @ y for x, y in zip(a, bs))
+                assert torch.equal(c, full[me * m : (me + 1) * m]), (pull, call)
+        rt.free_workspaces()  # the next setting's plans and workspaces are its own

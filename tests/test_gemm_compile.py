@@ -149,3 +149,15 @@ def test_gemm_rs_adds_the_peers_tiles_with_16_byte_loads(builds):
     # threads, 64 halves each: 8 loads), where it would take 64 2-byte loads
     llir = builds[("_gemm_rs", "cuda", 90)]["llir"]
     assert llir.count("ld.global.v4.b32") >= 8 and "ld.global.b16" not in llir, re.findall(r"ld\.global\.\w+", llir)
+
+
+def test_gemm_rs_pull_signals_each_row_of_tiles_after_its_count_and_a_fence(builds):
+    # NOTE [gemm_rs pull]: no tile is pushed; the row's count (acq_rel, gpu scope), then the fence that
+    # carries the row's stores to the system, then the owner's signal; the owner reads through nvshmem_ptr
+    ttgir = _lines(builds[("_gemm_rs", "cuda", 90)]["ttgir"])
+    symbols = [re.search(r'symbol = "(\w+)"', line).group(1) for line in ttgir if 'symbol = "' in line]
+    assert "nvshmemx_putmem_signal_nbi_block" not in symbols and "nvshmem_ptr" in symbols, symbols
+    count = next(i for i, line in enumerate(ttgir) if re.search(r"tt\.atomic_rmw add, acq_rel, gpu, %row", line))
+    fence = next(i for i, line in enumerate(ttgir) if 'symbol = "nvshmem_fence"' in line)
+    signal = next(i for i, line in enumerate(ttgir) if 'symbol = "nvshmemx_signal_op"' in line)
+    assert count < fence < signal, (count, fence, signal)

@@ -67,9 +67,16 @@ def _copy_share(x, dest, numel):
 def last_to_count(word):
     """Count this program in word; True in the last program of the grid, which resets the count,
     once every program's earlier loads and stores are done (stores visible at gpu scope)."""
+    return last_to_count_of(word, tl.num_programs(0))
+
+
+@triton.jit
+def last_to_count_of(word, expected):
+    """Count this program (or this task of it) in word; True in the one that counts `expected`, which
+    resets the count, once every earlier counter's loads and stores are done (visible at gpu scope)."""
     tl.debug_barrier()  # every thread's accesses come before the count's release
     finished = tl.atomic_add(word, 1, sem="acq_rel", scope="gpu")
-    last = finished == tl.num_programs(0) - 1
+    last = finished == expected - 1
     if last:
         tl.store(word, 0)
     return last

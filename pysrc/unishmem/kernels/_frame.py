@@ -214,3 +214,17 @@ def run_plan(rt, plan: Plan, x, out, what: str, *more):
             raise problem
     plan.launch(*inputs(rt, plan.ws, x, out), out, *more)
     return out
+
+
+_REACHABLE: dict[int, bool] = {}  # team id (never reused) -> every member reachable by load/store
+
+
+def reachable(rt, team) -> bool:
+    """Whether this PE reaches every member of team by load/store (rt.peer is not None): the same on
+    every member, as PEs reach each other by node. Asked once per team."""
+    found = _REACHABLE.get(team.key)
+    if found is None:
+        found = _REACHABLE[team.key] = all(
+            rt.native.peer_ptr(rt.heap_base, team.translate_pe(i, rt.team_world)) != 0 for i in range(team.n_pes)
+        )
+    return found

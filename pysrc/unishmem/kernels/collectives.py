@@ -91,6 +91,7 @@ from ._frame import (
     peer_pieces,
     plan_and_launch,
     planned,
+    reachable,
     run_plan,
 )
 from ._routing import needs_op, op_team_arg
@@ -99,7 +100,6 @@ ALGORITHMS = ("auto", "one_shot", "two_shot")
 # all_reduce's forms with buffers of their own (compared across PEs)
 VARIANTS = ("one_shot", "two_shot", "one_shot, push", "two_shot, push")
 GATHER_VARIANTS = ("pull", "push", "copy")  # all_gather's and all_to_all's; reduce_scatter's the first two
-_REACHABLE: dict[int, bool] = {}  # team id (never reused) -> every member reachable by load/store
 BLOCK = 4096  # elements a program reduces or copies at a time, whatever the message's size
 _MAX_PIECES = tl.constexpr(MAX_PIECES)  # (the frame's, for the kernels)
 MIN_CLASS_BYTES = 4096  # the smallest size class of a workspace's slots
@@ -774,7 +774,7 @@ def all_reduce(
     two_shot = algorithm == "two_shot"
     pulls = False
     if problem is None:
-        if pull and not _reachable(rt, team):
+        if pull and not reachable(rt, team):
             problem = ValueError(
                 f"all_reduce: pull=True needs every member of {team.name} reachable by load/store, and some "
                 "are not (another node)"
@@ -832,7 +832,7 @@ def _pulls(rt, team, row: dict) -> bool:
     """Whether a collective that can pull (reduce_scatter; all_reduce given pull=None) does on team:
     where every member is reachable by load/store, unless UNISHMEM_PULL=0 (NOTE [pull one-shot]) or,
     UNISHMEM_PULL unset, its measured default `row` pushes (NOTE [measured defaults])."""
-    if not (_config.get("UNISHMEM_PULL") and _reachable(rt, team)):
+    if not (_config.get("UNISHMEM_PULL") and reachable(rt, team)):
         return False
     return _config.given("UNISHMEM_PULL") or not row.get("variant", "").endswith("push")
 
@@ -842,7 +842,7 @@ def _gather_variant(rt, team, row: dict) -> str:
     load/store and UNISHMEM_PULL is not 0; else, unless UNISHMEM_PULL or UNISHMEM_COPY_ENGINE is set,
     its measured default `row` (NOTE [measured defaults]); else "copy" with UNISHMEM_COPY_ENGINE=1
     (NOTE [copy engine]), "pull" without."""
-    if not (_config.get("UNISHMEM_PULL") and _reachable(rt, team)):
+    if not (_config.get("UNISHMEM_PULL") and reachable(rt, team)):
         return "push"
     if row and not (_config.given("UNISHMEM_PULL") or _config.given("UNISHMEM_COPY_ENGINE")):
         return row["variant"]
@@ -892,17 +892,6 @@ def _copy_engine_launch(rt, ws: Workspace, team, numel: int, to_all: bool):
         done()
 
     return launch
-
-
-def _reachable(rt, team) -> bool:
-    """Whether this PE reaches every member of team by load/store (rt.peer is not None): the same on
-    every member, as PEs reach each other by node. Asked once per team."""
-    found = _REACHABLE.get(team.key)
-    if found is None:
-        found = _REACHABLE[team.key] = all(
-            rt.native.peer_ptr(rt.heap_base, team.translate_pe(i, rt.team_world)) != 0 for i in range(team.n_pes)
-        )
-    return found
 
 
 def _pull_buffers(x, n: int, elements: int, red: int = 0) -> dict:

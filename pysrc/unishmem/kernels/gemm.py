@@ -14,10 +14,23 @@ ag_gemm (A sharded by rows, B replicated): c = all_gather(a_shard) @ b on every 
 
 gemm_rs (K split over PEs): a [M, K_local] and b_shard [K_local, N] on each PE give a partial C of
   [M, N]; PE p gets rows block p of the sum of every PE's partial C, [M / n, N]. The tiles go round a
-  capped grid: first the tiles other PEs own, each stored into a staging tile and pushed whole to its
-  owner with putmem_signal, then this PE's own, each adding the peers' tiles to its own as their
-  signals arrive: every program pushes before it waits. overlap=False: torch.matmul, then
-  reduce_scatter (unishmem.kernels); None (default): as for ag_gemm.
+  capped grid: first the tiles other PEs own, each stored whole into this PE's symmetric staging
+  buffer, then this PE's own, each adding the peers' tiles to its own as they are ready: every
+  program stages before it waits. Where every member is reachable by load/store (and UNISHMEM_PULL is
+  not 0) the owner reads the peers' staged tiles in place, told by one signal per row of tiles (NOTE
+  [gemm_rs pull]); elsewhere each staged tile is pushed whole to its owner with putmem_signal.
+  overlap=False: torch.matmul, then reduce_scatter (unishmem.kernels); None (default): as for ag_gemm.
+
+NOTE [gemm_rs pull]: a tile is written once, into the staging buffer (slot (owner, tile), in the call's
+parity), and read once, by its owner. The programs that stage the tiles of one row of an owner's block
+each count themselves in a local word for (owner, row) (a block barrier, then an acq_rel atomic); the
+last one resets it, fences (the others' stores, which it acquired, reach the system before what follows)
+and SETs the owner's word for (this PE, row) to the epoch. The owner's program of a tile waits for that
+word of every peer, then loads the peer's tile through remote_ptr, 16 bytes an access. Per call: one
+signal per row of tiles and owner (where the push sends one per tile, each after its own fence), no
+receive buffer and no copy. The next call but one writes the same half of the buffer only after this
+call's owners have read it: each PE's next call waits for tiles its peers stage after their own call
+ended (the argument of NOTE [workspaces]); the race check runs it clean (tests/test_races.py).
 
 NOTE [fuse or not]: the fused kernels pay for their overlap with a Triton tile slower than cuBLAS
 (the first GPU runs: 1.75-2.8x torch.matmul, docs/benchmarks.md), so from some size on the
@@ -43,12 +56,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import jit
+from .. import _config, jit
 from .. import language as shl
 from .._workspaces import size_class, workspace
 from ..triton_support import PER_CALL
 from . import _tuned
-from ._calls import STATE_WORDS, begin_call, copied_in, end_call
+from ._calls import STATE_WORDS, begin_call, copied_in, end_call, last_to_count_of
 from ._frame import (
     Plan,
     capped_grid,
@@ -59,6 +72,7 @@ from ._frame import (
     next_power_of_2,
     plan_and_launch,
     planned,
+    reachable,
     record,
     run_plan,
 )
@@ -298,6 +312,7 @@ def _gemm_rs(
     stage,
     recv,
     sig,
+    count,
     state,
     members,
     my_index,
@@ -311,18 +326,21 @@ def _gemm_rs(
     BLOCK_K: tl.constexpr,
     ITEMSIZE: tl.constexpr,
     DESCRIPTORS: tl.constexpr,
+    PULL: tl.constexpr,
 ):
     """a: [n * m, K], b: [K, N], c: [m, N]. stage and recv: [2, n, tiles of cap rows, BLOCK_M * BLOCK_N]
     (cap >= m: the size class; the call uses the first n * tiles; recv's first index after the parity
-    the sender, stage's the owner); sig: [2, tiles of cap rows * n], a word per (tile, sender). Tasks
-    go round the grid (NOTE [persistent grid]): the other members' tiles first (computed and pushed,
-    never waiting), this PE's last (each waits for the peers' partial tiles)."""
+    the sender, stage's the owner; PULL: no recv, NOTE [gemm_rs pull]); sig: [2, tiles of cap rows * n],
+    a word per (tile, sender), or with PULL per (sender, row of tiles); count: with PULL, a word per (owner,
+    row of tiles). Tasks go round the grid (NOTE [persistent grid]): the other members' tiles first
+    (computed and staged, never waiting), this PE's last (each waits for the peers' partial tiles)."""
     p = tl.program_id(0)
     grid = tl.num_programs(0)
     epoch = begin_call(state)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tl.cdiv(m, BLOCK_M) * tiles_n  # per owner
-    room = tl.cdiv(cap, BLOCK_M) * tiles_n  # tiles per owner in the workspace's class
+    rows_room = tl.cdiv(cap, BLOCK_M)  # rows of tiles per owner in the workspace's class
+    room = rows_room * tiles_n  # tiles per owner in the class
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     stage += epoch % 2 * n * room * TILE
     recv += epoch % 2 * n * room * TILE
@@ -335,26 +353,38 @@ def _gemm_rs(
         pn = t % tiles_n
         rows = m - chunk * BLOCK_M
         acc = _tile(a + (owner * m + chunk * BLOCK_M) * K, rows, b, pn, N, K, BLOCK_M, BLOCK_N, BLOCK_K, DESCRIPTORS)
-        if owner != my_index:  # the whole tile (zeros outside the matrix), contiguous, with its signal
+        if owner != my_index:  # the whole tile (zeros outside the matrix), contiguous
             staged = stage + (owner * tiles + t) * TILE
             tl.store(staged + offs, acc.to(stage.dtype.element_ty))
-            shl.putmem_signal_nbi_block(
-                recv + (my_index * tiles + t) * TILE,
-                staged,
-                TILE * ITEMSIZE,
-                sig + t * n + my_index,
-                epoch,
-                shl.SIGNAL_SET,
-                tl.load(members + owner),
-            )
+            if PULL:  # the row's last tile tells the owner (NOTE [gemm_rs pull])
+                row = count + owner * rows_room + chunk
+                if last_to_count_of(row, tiles_n):
+                    shl.fence()
+                    shl.signal_op(sig + my_index * rows_room + chunk, epoch, shl.SIGNAL_SET, tl.load(members + owner))
+            else:
+                shl.putmem_signal_nbi_block(
+                    recv + (my_index * tiles + t) * TILE,
+                    staged,
+                    TILE * ITEMSIZE,
+                    sig + t * n + my_index,
+                    epoch,
+                    shl.SIGNAL_SET,
+                    tl.load(members + owner),
+                )
         else:
             for s in range(0, n):
                 if s != my_index:
-                    token = shl.signal_wait_until(sig + t * n + s, shl.CMP_GE, epoch)
                     # the loads come after the wait; the slot's alignment restated (the token's asm hides
                     # it), so that they are 16-byte loads (NOTE [16-byte copies] in collectives.py)
-                    slot = tl.multiple_of(shl.consume_token((s * tiles + t) * TILE, token), TILE)
-                    acc += tl.load(recv + slot + offs).to(tl.float32)
+                    if PULL:
+                        token = shl.signal_wait_until(sig + s * rows_room + chunk, shl.CMP_GE, epoch)
+                        peer = shl.remote_ptr(shl.consume_token(stage, token), tl.load(members + s))
+                        slot = tl.multiple_of(tl.multiple_of(peer, 16) + (my_index * tiles + t) * TILE, 16)
+                        acc += tl.load(slot + offs).to(tl.float32)
+                    else:
+                        token = shl.signal_wait_until(sig + t * n + s, shl.CMP_GE, epoch)
+                        slot = tl.multiple_of(shl.consume_token((s * tiles + t) * TILE, token), TILE)
+                        acc += tl.load(recv + slot + offs).to(tl.float32)
             _store_tile(c + chunk * BLOCK_M * N, acc, rows, pn, N, BLOCK_M, BLOCK_N)
     end_call(state, epoch)
 
@@ -409,10 +439,13 @@ COMPILE = {
             "c": "*fp16",
             "stage": "*fp16",
             "recv": "*fp16",
-            **_WORDS,
+            "sig": "*u64",
+            "count": "*i32",
+            "state": "*i64",
+            "members": "*i32",
         },
         _INTS,
-        {**_BLOCKS, "ITEMSIZE": 2},
+        {**_BLOCKS, "ITEMSIZE": 2, "PULL": True},
     ),
 }
 
@@ -628,6 +661,7 @@ def gemm_rs(
     bm, bn = blocks.get("block_m", 16), blocks.get("block_n", 16)
     cap = size_class(m, MIN_CLASS_ROWS)
     room = cdiv(cap, bm) * cdiv(N, bn)  # tiles per owner in the class
+    pull = bool(_config.get("UNISHMEM_PULL")) and reachable(rt, team)  # NOTE [gemm_rs pull]
     ws = workspace(
         rt,
         team,
@@ -636,7 +670,11 @@ def gemm_rs(
         lambda: (
             {
                 "stage": ((2, n * room * bm * bn), a.dtype),
-                "recv": ((2, n * room * bm * bn), a.dtype),
+                **(
+                    {"count": ((n * cdiv(cap, bm),), torch.int32)}
+                    if pull
+                    else {"recv": ((2, n * room * bm * bn), a.dtype)}
+                ),
                 "sig": ((2, room * n), torch.uint64),
                 "state": ((STATE_WORDS,), torch.int64),
             }
@@ -644,7 +682,7 @@ def gemm_rs(
             else {}
         ),
         problem,
-        key=(bm, bn, N, cap, overlap is True),
+        key=(bm, bn, N, cap, overlap is True, pull),
         shape=(M, N, bm, bn, int(overlap is True)),
         label="(M, N, block_m, block_n, overlap)",
     )
@@ -661,8 +699,9 @@ def gemm_rs(
         PER_CALL,  # b_shard
         PER_CALL,  # c
         buf["stage"],
-        buf["recv"],
+        buf["stage"] if pull else buf["recv"],  # (no receive buffer when pulling)
         buf["sig"],
+        buf["count"] if pull else buf["state"],  # (no count when pushing)
         buf["state"],
         ws.members,
         ws.my_index,
@@ -676,6 +715,7 @@ def gemm_rs(
         BLOCK_K=blocks["block_k"],
         ITEMSIZE=a.element_size(),
         DESCRIPTORS=descriptors,
+        PULL=pull,
         num_warps=tile["num_warps"],
         num_stages=tile["num_stages"],
     )
