@@ -63,10 +63,14 @@ H, TOPK, EXPERTS_PER_PE = 1024, 2, 4  # MoE: token width, top-k, experts per PE
 
 
 def gemm_blocks(device) -> dict:
-    """The GEMMs' blocks, given at every size so that every size uses one binary: the device's tile
-    (NOTE [GEMM tiles] in unishmem/kernels/gemm.py)."""
+    """The GEMMs' blocks, given at every size so that every size uses one binary: UNISHMEM_GEMM_TILE where
+    set (the sweep sets it), else the device's tile (NOTE [GEMM tiles] in unishmem/kernels/gemm.py)."""
+    from unishmem import _config
     from unishmem.kernels import gemm
 
+    given = _config.get("UNISHMEM_GEMM_TILE")
+    if given is not None:
+        return dict(zip(("block_m", "block_n", "block_k"), given))
     return {k: v for k, v in gemm.tile_of(device).items() if k.startswith("block_")}
 
 

@@ -79,13 +79,17 @@ KNOBS = {  # (unishmem.kernels.collectives.KNOB_SETTINGS, pinned by tests/test_g
     "block_bytes": "UNISHMEM_COMM_BLOCK_BYTES",
     "warps": "UNISHMEM_COMM_WARPS",
 }
-CHOICES = ("UNISHMEM_PULL", "UNISHMEM_COPY_ENGINE", *KNOBS.values())  # what a row sets, and restores after
+GEMM_KNOBS = {"tile": "UNISHMEM_GEMM_TILE"}  # the fused GEMMs' (NOTE [GEMM tiles] in unishmem/kernels/gemm.py)
+GEMM_TILES = ("128x128x64", "128x256x64", "64x64x32")  # the architecture's tile (sm_90, gfx942), wider, the first
+SETTING_OF = {**KNOBS, **GEMM_KNOBS}
+CHOICES = ("UNISHMEM_PULL", "UNISHMEM_COPY_ENGINE", *SETTING_OF.values())  # what a row sets, and restores after
 
 
 def configs(kernels, cpu: bool) -> list[tuple[str, str, dict]]:
     """(kernel, variant, knobs) to time. Pulling: every SM at 4 and 8 warps, and fewer programs; pushing:
     16, 64 and 256 KiB a program and peer, and fewer programs at 64 KiB; the copy engine (its handshakes
-    are one program) and the GEMMs' two forms as they are. None: the setting's default."""
+    are one program) and the unfused GEMMs as they are; the fused GEMMs in each of GEMM_TILES. None: the
+    setting's default."""
     few = CPU_FEW_PROGRAMS if cpu else FEW_PROGRAMS
     knobs = {
         "pull": [(None, None, 4), (None, None, 8), (few, None, 4)],
@@ -95,6 +99,9 @@ def configs(kernels, cpu: bool) -> list[tuple[str, str, dict]]:
     found = []
     for kernel in kernels:
         for variant, (_, settings) in VARIANTS[kernel].items():
+            if variant == "fused":
+                found += [(kernel, variant, {"tile": tile}) for tile in GEMM_TILES]
+                continue
             kind = "as it is" if settings is COPY or kernel in GEMMS else "push" if settings is PUSH else "pull"
             for values in knobs[kind]:
                 found.append((kernel, variant, dict(zip(KNOBS, values))))
@@ -224,7 +231,7 @@ class Sweep(times.InStep):
         torch, rt = self.torch, self.rt
         t0 = time.perf_counter()
         timing, chosen = VARIANTS[kernel][variant]
-        settings = {**chosen, **{KNOBS[k]: str(v) for k, v in knobs.items() if v is not None}}
+        settings = {**chosen, **{SETTING_OF[k]: str(v) for k, v in knobs.items() if v is not None}}
         saved = {k: os.environ.get(k) for k in CHOICES}
         for k in CHOICES:
             os.environ.pop(k, None)
@@ -383,6 +390,7 @@ def table(path: str, source: str = TUNED) -> str:
         f.write(
             text[:begin]
             + '# (architecture, n_pes, kernel, size class) -> {"variant": ..., "programs": ..., "block_bytes": ..., "warps": ...}\n'
+            + '# (a fused GEMM\'s: {"variant": "fused", "tile": "BMxBNxBK"})\n'
             + body
             + text[end:]
         )

@@ -105,6 +105,10 @@ def test_unset_settings_have_their_defaults(clean_env):
         ("UNISHMEM_COMM_WARPS", " 8", 8),
         ("UNISHMEM_RACE_SEED", "0", 0),
         ("UNISHMEM_COPY_ENGINE", "1", True),
+        ("UNISHMEM_GEMM_TILE", " 128X256x64", (128, 256, 64)),
+        ("UNISHMEM_RACE_CHECK", "1", "raise"),
+        ("UNISHMEM_RACE_CHECK", "report", "report"),
+        ("UNISHMEM_RACE_CHECK", "0", None),
     ],
 )
 def test_good_values_are_read(clean_env, name, text, value):
@@ -129,6 +133,9 @@ def test_good_values_are_read(clean_env, name, text, value):
         ("UNISHMEM_COMM_WARPS", "3", "UNISHMEM_COMM_WARPS='3' is not a power of two from 1 to 32"),
         ("UNISHMEM_RACE_SEED", "-1", "UNISHMEM_RACE_SEED='-1' is not a whole number >= 0"),
         ("UNISHMEM_COMM_WARPS", "64", "UNISHMEM_COMM_WARPS='64' is not a power of two from 1 to 32"),
+        ("UNISHMEM_GEMM_TILE", "128x96x64", "UNISHMEM_GEMM_TILE='128x96x64' is not BLOCK_MxBLOCK_NxBLOCK_K"),
+        ("UNISHMEM_GEMM_TILE", "128x128", "UNISHMEM_GEMM_TILE='128x128' is not BLOCK_MxBLOCK_NxBLOCK_K"),
+        ("UNISHMEM_RACE_CHECK", "yes", "UNISHMEM_RACE_CHECK='yes' is not 0, 1 or report"),
     ],
 )
 def test_bad_values_name_the_variable_and_the_value(clean_env, name, text, message):

@@ -284,3 +284,38 @@ def test_gemm_rs_pulls_rows_of_tiles_and_pushes_tiles_alike(rt):
                 full = sum(x @ y for x, y in zip(a, bs))
                 assert torch.equal(c, full[me * m : (me + 1) * m]), (pull, call)
         rt.free_workspaces()  # the next setting's plans and workspaces are its own
+
+
+@spmd(sizes=(2,))
+def test_the_fused_tile_comes_from_the_setting_else_the_measured_default_else_the_architecture(rt):
+    # NOTE [GEMM tiles], NOTE [measured defaults]: UNISHMEM_GEMM_TILE wins over a fused row's `tile`, which
+    # wins over the architecture's; block_* arguments win over all; a tile caps each block at its dimension
+    import unishmem.testing
+    from unishmem import _config
+    from unishmem.kernels import _tuned, gemm
+
+    n, me = rt.n_pes, rt.my_pe
+    a, b = ints(me, (64, 64), torch.float32), ints(99, (64, 64), torch.float32)
+    ref = torch.cat([ints(pe, (64, 64), torch.float32) for pe in range(n)]) @ b
+
+    def blocks(**kw):
+        rt.free_workspaces()  # (a plan keeps the tile it was made with)
+        with unishmem.testing.capture(dry=True) as graph:
+            K.ag_gemm(a, b, True, **kw)
+        (launch,) = [kwargs for kernel, _, _, kwargs in graph.launches if kernel is gemm._ag_gemm]
+        assert torch.equal(K.ag_gemm(a, b, True, **kw), ref)
+        return launch["BLOCK_M"], launch["BLOCK_N"], launch["BLOCK_K"]
+
+    assert blocks() == (64, 64, 64)  # the interpreter's tile, 128x128x64, capped by the 64x64x64 shapes
+    saved = dict(_tuned.TABLE)
+    try:
+        # (16 KiB per PE: the 8 KiB class)
+        _tuned.TABLE[("cpu", n, "ag_gemm", 8192)] = {"variant": "fused", "tile": "16x32x16"}
+        assert blocks() == (16, 32, 16)
+        with _config.setting("UNISHMEM_GEMM_TILE", "32x16x32"):
+            assert blocks() == (32, 16, 32)
+            assert blocks(block_m=64) == (64, 16, 32)
+    finally:
+        _tuned.TABLE.clear()
+        _tuned.TABLE.update(saved)
+        rt.free_workspaces()

@@ -103,7 +103,13 @@ def test_the_sweep_times_every_configuration_checks_it_and_resumes(tmp_path):
     # all_gather on a GPU: pulling 3 ways, the copy engine once (one program), pushing 4 ways
     variants = [v for _, v, _ in sweep.configs(["all_gather"], cpu=False)]
     assert sorted(variants) == ["copy"] + ["pull"] * 3 + ["push"] * 4, variants
-    assert [v for _, v, _ in sweep.configs(["ag_gemm", "gemm_rs"], cpu=False)] == ["fused", "unfused"] * 2
+    # the GEMMs fused in each tile (NOTE [GEMM tiles]), the first the architectures' own, and unfused once
+    gemms = sweep.configs(["ag_gemm", "gemm_rs"], cpu=False)
+    assert [(v, k.get("tile")) for _, v, k in gemms] == [
+        *(("fused", t) for t in sweep.GEMM_TILES),
+        ("unfused", None),
+    ] * 2
+    assert sweep.GEMM_TILES[0] == "128x128x64" and sweep.SETTING_OF["tile"] == "UNISHMEM_GEMM_TILE"
     # the knobs a row sets are the kernels' own
     from unishmem.kernels.collectives import KNOB_SETTINGS
 

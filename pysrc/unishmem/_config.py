@@ -136,6 +136,17 @@ def _flag(name: str, text: str) -> bool:
     return text.strip() == "1"
 
 
+def _gemm_tile(name: str, text: str) -> tuple[int, int, int]:
+    parts = text.strip().lower().split("x")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or any(d < 16 or d & (d - 1) for d in dims):
+        raise ValueError(f"{name}={text!r} is not BLOCK_MxBLOCK_NxBLOCK_K of powers of two >= 16, e.g. 128x128x64")
+    return dims
+
+
 def _race_check(name: str, text: str) -> str | None:
     value = text.strip()
     if value not in ("", "0", "1", "report"):
@@ -159,6 +170,7 @@ FLAG = Kind(lambda: "0 or 1", _flag)
 WARPS = Kind(lambda: "1, 2, 4, 8, 16 or 32", _warps)
 SEED = Kind(lambda: "a whole number >= 0", _seed)
 BACKEND = Kind(lambda: ", ".join(("auto", *BACKEND_NAMES)), _backend)
+GEMM_TILE = Kind(lambda: "BLOCK_MxBLOCK_NxBLOCK_K, powers of two >= 16 (128x128x64)", _gemm_tile)
 RACE_CHECK = Kind(lambda: "0, 1 or report", _race_check)
 TEXT = Kind(lambda: "text", lambda name, text: text or None)  # empty: as if unset
 
@@ -283,6 +295,16 @@ SETTINGS = {
             "`unishmem.kernels` all_gather, all_to_all, reduce_scatter and all_reduce (given `pull=None`) read "
             "every member's data where it lies when every member is reachable by load/store; 0: they push it "
             "into receive slots instead; the same on every PE",
+            see="[Kernels](kernels.md)",
+        ),
+        Setting(
+            "UNISHMEM_GEMM_TILE",
+            GEMM_TILE,
+            None,
+            "the largest tile of the fused `ag_gemm` and `gemm_rs` (each dimension smaller for a smaller matrix); "
+            "wins over the measured default, and their `block_*` arguments win over it; the same on every PE",
+            unset="the measured default of the call's size where a GPU sweep wrote one, else the architecture's "
+            "tile (NOTE [GEMM tiles])",
             see="[Kernels](kernels.md)",
         ),
         Setting(

@@ -7,9 +7,10 @@ time; `--table` writes TABLE from its merged JSON, docs/benchmarks/gpu-<date>.js
 is all_reduce's algorithm under algorithm="auto" and its pull or push under pull=None, every other
 collective's pull, push or copy engine, and ag_gemm's and gemm_rs's "fused" or "unfused" under
 overlap=None (NOTE [fuse or not] in gemm.py); its `programs` (the grid's cap), `block_bytes` (a
-push's bytes per program and peer) and `warps` apply to calls that run that variant. A setting that
-is set (UNISHMEM_PULL, UNISHMEM_COPY_ENGINE, UNISHMEM_MAX_PROGRAMS, UNISHMEM_COMM_BLOCK_BYTES,
-UNISHMEM_COMM_WARPS) wins over the row, as the caller's arguments do. The size class is the ladder's
+push's bytes per program and peer) and `warps` apply to calls that run that variant, and a fused
+GEMM's `tile` (NOTE [GEMM tiles]) to fused calls. A setting that is set (UNISHMEM_PULL,
+UNISHMEM_COPY_ENGINE, UNISHMEM_MAX_PROGRAMS, UNISHMEM_COMM_BLOCK_BYTES, UNISHMEM_COMM_WARPS,
+UNISHMEM_GEMM_TILE) wins over the row, as the caller's arguments do. The size class is the ladder's
 size nearest the call's per-PE input bytes on a log scale; a row is taken only at the PE count it
 was measured at.
 

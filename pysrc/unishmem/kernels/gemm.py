@@ -106,6 +106,18 @@ def tile_of(device) -> dict:
     return TILES.get(_tuned.architecture(device), TILE)
 
 
+def _tile_for(device, row: dict) -> dict:
+    """The fused call's tile: UNISHMEM_GEMM_TILE where set, else its measured default's `tile` (a row of
+    variant "fused", NOTE [measured defaults]), else the architecture's; warps and stages the architecture's."""
+    tile = dict(tile_of(device))
+    given = _config.get("UNISHMEM_GEMM_TILE")
+    if given is None and row.get("variant") == "fused" and row.get("tile"):
+        given = _config.SETTINGS["UNISHMEM_GEMM_TILE"].kind.parse("the measured tile", row["tile"])
+    if given is not None:
+        tile.update(zip(("block_m", "block_n", "block_k"), given))
+    return tile
+
+
 def _descriptors_fit(itemsize: int, *tensors_and_strides) -> bool:
     """Whether tensor descriptors can address these operands: bases and row strides (elements) multiples
     of 16 bytes (NOTE [GEMM tiles])."""
@@ -503,9 +515,9 @@ def _plan_key(what: str, a, b, blocks: tuple, overlap, team, group):
     return (what, a.dtype, a.shape, a.device, b.dtype, b.shape, b.device, aligned, blocks, overlap, team)
 
 
-def _fuses(rt, team, kernel: str, nbytes: int) -> bool:
-    """Whether `kernel` given overlap=None fuses (NOTE [fuse or not]) on team, nbytes of input per PE."""
-    row = _tuned.row_of(rt.device, team.n_pes, kernel, nbytes)
+def _fuses(row: dict, nbytes: int) -> bool:
+    """Whether a call given overlap=None fuses (NOTE [fuse or not]): its measured default `row`, else the rule
+    for nbytes of input per PE."""
     return row["variant"] == "fused" if row else nbytes < _tuned.FUSED_MAX_BYTES
 
 
@@ -543,11 +555,13 @@ def ag_gemm(
     team = kernel_team(rt, team, group)
     n = team.n_pes
     problem = _operands(rt, a_shard, b, "ag_gemm", "a_shard", "b") or _overlap_problem(overlap, "ag_gemm")
+    nbytes = a_shard.numel() * a_shard.element_size() if problem is None else 0
+    row = _tuned.row_of(rt.device, n, "ag_gemm", nbytes)
     if overlap is None:
-        overlap = problem is None and _fuses(rt, team, "ag_gemm", a_shard.numel() * a_shard.element_size())
+        overlap = problem is None and _fuses(row, nbytes)
     m, K = a_shard.shape if problem is None else (0, 0)
     N = b.shape[1] if problem is None else 0
-    tile = tile_of(rt.device)
+    tile = _tile_for(rt.device, row)
     blocks, bad = _blocks(
         {"block_m": m, "block_n": N, "block_k": K}, {"block_m": block_m, "block_n": block_n, "block_k": block_k}, tile
     )
@@ -646,14 +660,16 @@ def gemm_rs(
     team = kernel_team(rt, team, group)
     n = team.n_pes
     problem = _operands(rt, a, b_shard, "gemm_rs", "a", "b_shard") or _overlap_problem(overlap, "gemm_rs")
+    nbytes = a.numel() * a.element_size() if problem is None else 0
+    row = _tuned.row_of(rt.device, n, "gemm_rs", nbytes)
     if overlap is None:
-        overlap = problem is None and _fuses(rt, team, "gemm_rs", a.numel() * a.element_size())
+        overlap = problem is None and _fuses(row, nbytes)
     M, K = a.shape if problem is None else (0, 0)
     N = b_shard.shape[1] if problem is None else 0
     if problem is None and M % n:
         problem = ValueError(f"gemm_rs: a has M={M} rows, which do not split into {n} equal blocks")
     m = M // n
-    tile = tile_of(rt.device)
+    tile = _tile_for(rt.device, row)
     blocks, bad = _blocks(
         {"block_m": m, "block_n": N, "block_k": K}, {"block_m": block_m, "block_n": block_n, "block_k": block_k}, tile
     )
