@@ -53,6 +53,19 @@ def clean(rt, run) -> None:
     assert total == 0, mine
 
 
+def launches(rt, kernel, grid, *args, signals=()):
+    """run(twin): a call of kernel[grid](*args, twin, N) that starts with every signal of `signals` zero
+    on every PE: False runs the buggy form of a corpus kernel, True its corrected twin."""
+
+    def run(twin):
+        for signal in signals:
+            signal.zero_()
+        rt.barrier_all()
+        return lambda: kernel[grid](*args, twin, N)
+
+    return run
+
+
 # ---- 1. a peer's data read before the wait for its signal ----------------------------------------
 
 
@@ -75,25 +88,24 @@ def test_a_read_before_the_wait_is_reported_and_after_it_is_not(rt):
     source.copy_(torch.arange(N, dtype=torch.int32))
     out = rt.zeros(N, dtype=torch.int32)
 
-    def run(wait_first):
-        ready.zero_()
-        rt.barrier_all()
-        return lambda: read_then_wait[(1,)](inbox, source, ready, out, wait_first, N)
-
+    run = launches(rt, read_then_wait, (1,), inbox, source, ready, out, signals=[ready])
     reported(rt, run(False), "race: ", "putmem_signal to PE 1 by PE 0", "read by PE 1", "test_races.py:")
     clean(rt, run(True))
     for t in (inbox, source, ready, out):
         rt.free(t)
 
 
-# ---- 2. a plain put, then signal_op with no fence ---------------------------------------------------
+# ---- 2. a plain put (or stores through remote_ptr), then signal_op with no fence (docs/ordering.md, rule 1)
 
 
 @unishmem.jit
-def put_then_signal(inbox, source, ready, out, FENCE: tl.constexpr, N: tl.constexpr):
+def send_then_signal(inbox, source, ready, out, STORES: tl.constexpr, FENCE: tl.constexpr, N: tl.constexpr):
     offs = tl.arange(0, N)
     if shl.my_pe() == 0:
-        shl.putmem(inbox, source, N * 4, 1)
+        if STORES:
+            shl.store_remote(inbox + offs, offs, 1)
+        else:
+            shl.putmem(inbox, source, N * 4, 1)
         if FENCE:
             shl.fence()
         shl.signal_op(ready, 1, shl.SIGNAL_SET, 1)
@@ -103,51 +115,15 @@ def put_then_signal(inbox, source, ready, out, FENCE: tl.constexpr, N: tl.conste
 
 
 @spmd(sizes=(2,))
-def test_a_signal_after_a_put_without_a_fence_does_not_publish_it(rt):
+def test_a_signal_after_a_put_or_remote_stores_without_a_fence_does_not_publish_them(rt):
     inbox, source, ready = rt.zeros(N, dtype=torch.int32), rt.zeros(N, dtype=torch.int32), rt.signals(1)
     out = rt.zeros(N, dtype=torch.int32)
-
-    def run(fence):
-        ready.zero_()
-        rt.barrier_all()
-        return lambda: put_then_signal[(1,)](inbox, source, ready, out, fence, N)
-
-    mine = reported(rt, run(False), "put to PE 1 by PE 0", "still in flight", "fence or quiet")
-    assert rt.my_pe == 1 or not mine  # only the reader can see it: the put came first
-    clean(rt, run(True))
+    for stores, side in ((False, "put to PE 1 by PE 0"), (True, "store to another PE by PE 0")):
+        run = launches(rt, send_then_signal, (1,), inbox, source, ready, out, stores, signals=[ready])
+        mine = reported(rt, run(False), side, "still in flight", "read by PE 1", "fence or quiet")
+        assert rt.my_pe == 1 or not mine  # only the reader can see it: the put or stores came first
+        clean(rt, run(True))
     for t in (inbox, source, ready, out):
-        rt.free(t)
-
-
-# ---- 2b. stores through remote_ptr, then signal_op with no fence (docs/ordering.md, rule 1) ---------------
-
-
-@unishmem.jit
-def store_then_signal(inbox, ready, out, FENCE: tl.constexpr, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    if shl.my_pe() == 0:
-        shl.store_remote(inbox + offs, offs, 1)
-        if FENCE:
-            shl.fence()
-        shl.signal_op(ready, 1, shl.SIGNAL_SET, 1)
-    else:
-        shl.signal_wait_until(ready, shl.CMP_GE, 1)
-        tl.store(out + offs, tl.load(inbox + offs))
-
-
-@spmd(sizes=(2,))
-def test_stores_through_remote_ptr_then_a_signal_without_a_fence_are_reported(rt):
-    inbox, ready, out = rt.zeros(N, dtype=torch.int32), rt.signals(1), rt.zeros(N, dtype=torch.int32)
-
-    def run(fence):
-        ready.zero_()
-        rt.barrier_all()
-        return lambda: store_then_signal[(1,)](inbox, ready, out, fence, N)
-
-    mine = reported(rt, run(False), "store to another PE by PE 0", "read by PE 1", "fence or quiet")
-    assert rt.my_pe == 1 or not mine
-    clean(rt, run(True))
-    for t in (inbox, ready, out):
         rt.free(t)
 
 
@@ -181,12 +157,7 @@ def test_a_receive_buffer_reused_before_the_peer_has_read_it_is_reported(rt):
     source = rt.zeros(rounds_n * N, dtype=torch.int32)
     out = rt.zeros(rounds_n * N, dtype=torch.int32)
 
-    def run(ack_after_read):
-        ready.zero_()
-        done.zero_()
-        rt.barrier_all()
-        return lambda: rounds[(1,)](inbox, source, ready, done, out, rounds_n, ack_after_read, N)
-
+    run = launches(rt, rounds, (1,), inbox, source, ready, done, out, rounds_n, signals=[ready, done])
     reported(rt, run(False), "putmem_signal to PE 1 by PE 0", "read by PE 1", "rounds", "reuses a buffer")
     clean(rt, run(True))
     for t in (inbox, source, ready, done, out):
@@ -213,11 +184,7 @@ def two_programs(buf, flag, out, SIGNAL: tl.constexpr, N: tl.constexpr):
 def test_two_programs_exchanging_data_without_a_signal_are_reported(rt):
     buf, flag, out = rt.zeros(N, dtype=torch.int32), rt.signals(1), rt.zeros(N, dtype=torch.int32)
 
-    def run(signal):
-        flag.zero_()
-        rt.barrier_all()
-        return lambda: two_programs[(2,)](buf, flag, out, signal, N)
-
+    run = launches(rt, two_programs, (2,), buf, flag, out, signals=[flag])
     # each PE's programs race on its own buffer: every PE sees its own race
     mine = reported(rt, run(False), f"by PE {rt.my_pe}, program 1", f"by PE {rt.my_pe}, program 0", "two programs")
     assert len(mine) == 1, mine  # once per pair of sites
@@ -259,11 +226,7 @@ def two_writers(region, source, ready, DISJOINT: tl.constexpr, N: tl.constexpr):
 def test_two_pes_writing_one_region_of_a_third_are_reported(rt):
     region, source, ready = rt.zeros(2 * N, dtype=torch.int32), rt.zeros(N, dtype=torch.int32), rt.signals(1)
 
-    def run(disjoint):
-        ready.zero_()
-        rt.barrier_all()
-        return lambda: two_writers[(1,)](region, source, ready, disjoint, N)
-
+    run = launches(rt, two_writers, (1,), region, source, ready, signals=[ready])
     mine = reported(rt, run(False), "putmem_signal to PE 2 by PE", "from heap offset")
     assert rt.my_pe < 2 or not mine  # the writers see it, the third PE does not
     clean(rt, run(True))
@@ -347,7 +310,7 @@ RACY = os.path.join(os.path.dirname(__file__), "programs", "racy_kernel.py")
 def test_a_race_ends_the_job_or_is_reported_at_the_end_and_the_shared_state_goes_with_the_job(mode):
     before = segments()
     proc = launch([RACY], 2, timeout=120, env={"UNISHMEM_RACE_CHECK": mode})
-    assert "race: " in proc.stderr and "kernel write_then_read at racy_kernel.py:" in proc.stderr, proc.stderr
+    assert "race: write by PE " in proc.stderr and "kernel both_write at racy_kernel.py:" in proc.stderr, proc.stderr
     if mode == "1":  # the first race raises, like a failed assertion
         assert proc.returncode != 0 and "unishmem.errors.RaceError: race: " in proc.stderr, proc.stderr
     else:
