@@ -266,14 +266,17 @@ def test_both_tile_loads_descriptors_and_masked_pointers_give_torchs_result(rt):
 
 
 @spmd
-def test_gemm_rs_pulls_rows_of_tiles_and_pushes_tiles_alike(rt):
-    # NOTE [gemm_rs pull]: every member reachable (one host), the owner reads the staged tiles in place, a
-    # signal per row of tiles; UNISHMEM_PULL=0 pushes each tile. Small blocks make several rows of several
-    # tiles per owner, and three calls use both halves of the workspace and the first again.
+def test_both_gemms_pull_on_one_node_and_push_alike(rt):
+    # NOTE [ag_gemm pull], NOTE [gemm_rs pull]: every member reachable (one host), ag_gemm copies the peers'
+    # chunks itself and gemm_rs's owner reads the staged tiles in place, a signal per row of tiles;
+    # UNISHMEM_PULL=0 pushes chunks and tiles. Small blocks make several chunks and rows of several tiles,
+    # three calls use both halves of the workspaces and the first again, and a symmetric a_shard is read
+    # in place by the peers: the call ends only once they have, so the next copy_ into it is safe.
     from unishmem import _config
 
     n, me = rt.n_pes, rt.my_pe
     m, N = 40, 45
+    shard = rt.empty((m, 24), dtype=torch.float32)
     for pull in ("1", "0"):
         with _config.setting("UNISHMEM_PULL", pull):
             for call in range(3):
@@ -283,7 +286,13 @@ def test_gemm_rs_pulls_rows_of_tiles_and_pushes_tiles_alike(rt):
                 c = K.gemm_rs(a[me], bs[me], True, block_m=16, block_n=16, block_k=16)
                 full = sum(x @ y for x, y in zip(a, bs))
                 assert torch.equal(c, full[me * m : (me + 1) * m]), (pull, call)
+                b = ints(99, (24, N), torch.float32, s)
+                shards = [ints(pe, (m, 24), torch.float32, s + 2) for pe in range(n)]
+                for x in (shards[me], shard.copy_(shards[me])):  # copied in, then in place
+                    c = K.ag_gemm(x, b, True, block_m=16, block_n=16, block_k=16)
+                    assert torch.equal(c, torch.cat(shards) @ b), (pull, call)
         rt.free_workspaces()  # the next setting's plans and workspaces are its own
+    rt.free(shard)
 
 
 @spmd(sizes=(2,))

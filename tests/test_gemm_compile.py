@@ -18,7 +18,7 @@ from unishmem.triton_support import extern_libs  # noqa: E402
 
 pytestmark = pytest.mark.compile
 
-KERNELS = ("_ag_gemm", "_gemm", "_gemm_rs")
+KERNELS = ("_ag_gemm", "_ag_gemm#pull", "_gemm", "_gemm_rs")  # _ag_gemm: its push (to other nodes)
 ALIGNED = ("N", "K")  # with every pointer: what a launch on aligned tensors with N, K % 16 == 0 specialises
 
 
@@ -28,8 +28,11 @@ def _compile(name: str, backend: str, arch) -> dict:
 
     from unishmem.kernels import gemm
 
-    kernel = getattr(gemm, name)
+    base, _, form = name.partition("#")
+    kernel = getattr(gemm, base)
     spec = gemm.COMPILE[kernel]
+    if isinstance(spec, list):  # ag_gemm: its pull (NOTE [ag_gemm pull]) first, then its push
+        spec = spec[0 if form == "pull" else 1]
     names = list(kernel.jit_function.arg_names)
     aligned = [a for a in names if spec["signature"].get(a, "").startswith("*") or a in ALIGNED]
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
@@ -64,7 +67,7 @@ def builds(request):
     except BackendUnavailable as e:
         pytest.skip(f"NVSHMEM bitcode not installed (pip install nvidia-nvshmem-cu13): {e}")
     # the two slow ones (NVSHMEM linked in) first, one per worker
-    jobs = [("_ag_gemm", "cuda", 90), ("_gemm_rs", "cuda", 90), ("_gemm", "cuda", 90)]
+    jobs = [("_ag_gemm", "cuda", 90), ("_ag_gemm#pull", "cuda", 90), ("_gemm_rs", "cuda", 90), ("_gemm", "cuda", 90)]
     jobs += [(k, "hip", "gfx942") for k in KERNELS]
     links = list(extern_libs("cuda", 90).values())
     cache = CompileCache(request.config, __file__)  # gemm.py is in the package's sources
@@ -161,3 +164,29 @@ def test_gemm_rs_pull_signals_each_row_of_tiles_after_its_count_and_a_fence(buil
     fence = next(i for i, line in enumerate(ttgir) if 'symbol = "nvshmem_fence"' in line)
     signal = next(i for i, line in enumerate(ttgir) if 'symbol = "nvshmemx_signal_op"' in line)
     assert count < fence < signal, (count, fence, signal)
+
+
+def test_ag_gemm_pull_copies_each_chunk_after_its_members_word_and_tiles_wait_for_the_copy(builds):
+    # NOTE [ag_gemm pull]: program 0's fence then a signal per peer (ready); the copies wait for the member's
+    # word; each chunk's flag is released after its copy's stores; a remote tile's A descriptor is made from
+    # rows that depend on the flag's wait; the done word is waited for last
+    ttgir = _lines(builds[("_ag_gemm#pull", "cuda", 90)]["ttgir"])
+    symbols = [
+        (i, re.search(r'symbol = "(\w+)"', line).group(1)) for i, line in enumerate(ttgir) if 'symbol = "' in line
+    ]
+    names = [name for _, name in symbols]
+    assert "nvshmemx_putmem_signal_nbi_block" not in names and "nvshmem_ptr" in names, names
+    fence = next(i for i, name in symbols if name == "nvshmem_fence")
+    signals = [i for i, name in symbols if name == "nvshmemx_signal_op"]
+    waits = [i for i, name in symbols if name == "nvshmem_signal_wait_until"]
+    flag = next(i for i, line in enumerate(ttgir) if i > waits[0] and "tt.atomic_rmw exch, release, gpu" in line)
+    a_desc = next(i for i, line in enumerate(ttgir) if line.startswith("ttng.tensormap_create %a_desc"))
+    # ready (fence, signal), the copy's wait, its flag, the done signal; the tile's wait, A's descriptor; done's wait
+    assert len(signals) == 2 and len(waits) == 3, (signals, waits)
+    assert fence < signals[0] < waits[0] < flag < signals[1] < waits[1] < a_desc < waits[2], (
+        fence,
+        signals,
+        waits,
+        flag,
+        a_desc,
+    )

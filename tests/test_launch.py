@@ -221,8 +221,8 @@ def _stuck_report(proc: subprocess.Popen) -> str:
 # A PE that says READY, then sleeps until it is interrupted.
 SLEEPER = """
 import os, time
-print("READY", os.getpid(), flush=True)
-try:
+try:  # (READY inside: a Ctrl-C forwarded as soon as it is read may land before print returns)
+    print("READY", os.getpid(), flush=True)
     time.sleep(60)
 except KeyboardInterrupt:
     print("INTERRUPTED", flush=True)

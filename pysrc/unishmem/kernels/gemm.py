@@ -21,6 +21,15 @@ gemm_rs (K split over PEs): a [M, K_local] and b_shard [K_local, N] on each PE g
   [gemm_rs pull]); elsewhere each staged tile is pushed whole to its owner with putmem_signal.
   overlap=False: torch.matmul, then reduce_scatter (unishmem.kernels); None (default): as for ag_gemm.
 
+NOTE [ag_gemm pull]: where every member is reachable by load/store, a PE gathers A itself: its program
+0 tells every peer that its source is whole (x in place, or the copy-in done: a fence, then a signal per
+peer), and the copy tasks (chunk, member), in the order the tiles come, each wait for that member's word,
+copy the chunk from the member's source into this PE's gathered A (16-byte accesses where the
+descriptors fit) and release a local flag for the chunk, which the chunk's tiles wait for as they wait
+for a pushed chunk's signal. Each member's last chunk copied tells the member it is done with its
+source; program 0 waits for every peer's word before the call ends (x may change after it). Per call:
+no put and no remote signal per chunk, two signals per pair of PEs.
+
 NOTE [gemm_rs pull]: a tile is written once, into the staging buffer (slot (owner, tile), in the call's
 parity), and read once, by its owner. The programs that stage the tiles of one row of an owner's block
 each count themselves in a local word for (owner, row) (a block barrier, then an acq_rel atomic); the
@@ -61,7 +70,7 @@ from .. import language as shl
 from .._workspaces import size_class, workspace
 from ..triton_support import PER_CALL
 from . import _tuned
-from ._calls import STATE_WORDS, begin_call, copied_in, end_call, last_to_count_of
+from ._calls import COPY_BLOCK, STATE_WORDS, begin_call, copied_in, end_call, last_to_count_of
 from ._frame import (
     Plan,
     capped_grid,
@@ -190,6 +199,19 @@ def _store_tile(c, acc, rows, pn, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
     )
 
 
+@triton.jit
+def _copy_rows(dest, src, numel, ALIGNED: tl.constexpr):
+    """numel contiguous elements of src into dest, COPY_BLOCK at a time (ALIGNED: both 16-byte aligned)."""
+    for start in range(0, numel, COPY_BLOCK):
+        offs = start + tl.arange(0, COPY_BLOCK)
+        if ALIGNED:  # (each pointer marked where its alignment is true, as NOTE [16-byte copies] does)
+            d, s = tl.multiple_of(dest + start, 16), tl.multiple_of(src + start, 16)
+        else:
+            d, s = dest + start, src + start
+        rel = tl.arange(0, COPY_BLOCK)
+        tl.store(d + rel, tl.load(s + rel, mask=offs < numel), mask=offs < numel)
+
+
 @jit(do_not_specialize=("stage",))
 def _ag_gemm(
     x,
@@ -199,6 +221,9 @@ def _ag_gemm(
     b,
     c,
     sig,
+    ready,
+    done,
+    count,
     state,
     members,
     my_index,
@@ -212,12 +237,14 @@ def _ag_gemm(
     BLOCK_K: tl.constexpr,
     ITEMSIZE: tl.constexpr,
     DESCRIPTORS: tl.constexpr,
+    PULL: tl.constexpr,
 ):
     """x: this PE's shard [m, K]; src: x (stage=0) or the workspace's copy of it (stage=1, NOTE
     [copy-in]), what the pushes send from; a: [2, n * cap, K] symmetric (cap >= m: the size class),
     the peers' shards in rows shard * m... of the call's parity; sig: [2, n * cdiv(cap, BLOCK_M)], a
     word per (shard, chunk); c: [n * m, N]. Tasks go round the grid (NOTE [persistent grid]): first
-    the pushes, then the tiles."""
+    the pushes (PULL: the copies of the peers' chunks, NOTE [ag_gemm pull], with ready, done and count a
+    word per member), then the tiles."""
     p = tl.program_id(0)
     grid = tl.num_programs(0)
     epoch = begin_call(state)
@@ -226,18 +253,36 @@ def _ag_gemm(
     sig += epoch % 2 * n * tl.cdiv(cap, BLOCK_M)
     if stage:
         src = copied_in(x, src, m * K, state, epoch)
-    for t in range(p, chunks * (n - 1), grid):  # chunk t % chunks of the shard to member my_index + 1 + t // chunks
-        chunk = t % chunks
-        shl.putmem_signal_nbi_block(
-            a + (my_index * m + chunk * BLOCK_M) * K,
-            src + chunk * BLOCK_M * K,
-            tl.minimum(BLOCK_M, m - chunk * BLOCK_M) * K * ITEMSIZE,
-            sig + my_index * chunks + chunk,
-            epoch,
-            shl.SIGNAL_SET,
-            tl.load(members + (my_index + 1 + t // chunks) % n),
-        )
-    shl.quiet()  # src may change after the call: the puts must have read it
+    if PULL:  # NOTE [ag_gemm pull]
+        if p == 0:  # src is whole (copied in by every program, or x in place): the peers may read it
+            shl.fence()
+            for j in range(1, n):
+                shl.signal_op(ready + my_index, epoch, shl.SIGNAL_SET, tl.load(members + (my_index + j) % n))
+        for t in range(p, chunks * (n - 1), grid):  # chunk t % chunks of member my-1, my-2, ...: the tiles' order
+            s = (my_index - 1 - t // chunks + n) % n
+            chunk = t % chunks
+            token = shl.signal_wait_until(ready + s, shl.CMP_GE, epoch)
+            peer = shl.remote_ptr(shl.consume_token(src, token), tl.load(members + s))
+            first = (s * m + chunk * BLOCK_M) * K
+            rows = tl.minimum(BLOCK_M, m - chunk * BLOCK_M)
+            _copy_rows(a + first, peer + chunk * BLOCK_M * K, rows * K, DESCRIPTORS)
+            tl.debug_barrier()  # every thread's stores come before the chunk's release
+            tl.atomic_xchg(sig + s * chunks + chunk, epoch.to(tl.uint64), sem="release", scope="gpu")
+            if last_to_count_of(count + s, chunks):  # this PE has read all of s's shard
+                shl.signal_op(done + my_index, epoch, shl.SIGNAL_SET, tl.load(members + s))
+    else:
+        for t in range(p, chunks * (n - 1), grid):  # chunk t % chunks of the shard to member my_index + 1 + t // chunks
+            chunk = t % chunks
+            shl.putmem_signal_nbi_block(
+                a + (my_index * m + chunk * BLOCK_M) * K,
+                src + chunk * BLOCK_M * K,
+                tl.minimum(BLOCK_M, m - chunk * BLOCK_M) * K * ITEMSIZE,
+                sig + my_index * chunks + chunk,
+                epoch,
+                shl.SIGNAL_SET,
+                tl.load(members + (my_index + 1 + t // chunks) % n),
+            )
+        shl.quiet()  # src may change after the call: the puts must have read it
     tiles_n = tl.cdiv(N, BLOCK_N)
     for t in range(p, n * chunks * tiles_n, grid):
         shard = (my_index - t // (chunks * tiles_n) + n) % n  # local shard first, then my-1, my-2, ...
@@ -254,6 +299,10 @@ def _ag_gemm(
         rows = m - chunk * BLOCK_M
         acc = _tile(a_rows, rows, b, pn, N, K, BLOCK_M, BLOCK_N, BLOCK_K, DESCRIPTORS)
         _store_tile(c + first * N, acc, rows, pn, N, BLOCK_M, BLOCK_N)
+    if PULL:
+        if p == 0:  # src may change once the call ends: every peer must have read it
+            for j in range(1, n):
+                shl.signal_wait_until(done + (my_index + j) % n, shl.CMP_GE, epoch)
     end_call(state, epoch)
 
 
@@ -405,7 +454,6 @@ def _gemm_rs(
 # float16 with sm_90's tile (NOTE [GEMM tiles]; gfx942 with its own stages), through tensor descriptors,
 # as a launch on a GPU is: on aligned tensors with N and K multiples of 16, and cap (a power of two
 # >= 16) as every launch specialises it.
-_WORDS = {"sig": "*u64", "state": "*i64", "members": "*i32"}  # after each kernel's data, before _INTS
 _INTS = ("my_index", "n", "m", "N", "K", "cap")
 _BLOCKS = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "DESCRIPTORS": True}
 _OPTIONS = {k: v for k, v in TILES["sm_90"].items() if k.startswith("num_")}
@@ -429,20 +477,23 @@ def _spec(pointers: dict, ints, constexprs: dict) -> dict:
     }
 
 
+_AG_GEMM_ARGS = {
+    "x": "*fp16",
+    "src": "*fp16",
+    "stage": "i32",
+    "a": "*fp16",
+    "b": "*fp16",
+    "c": "*fp16",
+    "sig": "*u64",
+    "ready": "*u64",
+    "done": "*u64",
+    "count": "*i32",
+    "state": "*i64",
+    "members": "*i32",
+}
 COMPILE = {
-    _ag_gemm: _spec(
-        {
-            "x": "*fp16",
-            "src": "*fp16",
-            "stage": "i32",
-            "a": "*fp16",
-            "b": "*fp16",
-            "c": "*fp16",
-            **_WORDS,
-        },
-        _INTS,
-        {**_BLOCKS, "ITEMSIZE": 2},
-    ),
+    # every member reachable by load/store (NOTE [ag_gemm pull]), then the push to members elsewhere
+    _ag_gemm: [_spec(_AG_GEMM_ARGS, _INTS, {**_BLOCKS, "ITEMSIZE": 2, "PULL": pull}) for pull in (True, False)],
     _gemm: _spec({"a": "*fp16", "b": "*fp16", "c": "*fp16"}, ("M", "N", "K"), {**_BLOCKS, "GROUP_M": GROUP_M}),
     _gemm_rs: _spec(
         {
@@ -568,6 +619,7 @@ def ag_gemm(
     problem = problem or bad
     bm = blocks.get("block_m", 16)
     cap = size_class(m, MIN_CLASS_ROWS)
+    pull = bool(_config.get("UNISHMEM_PULL")) and reachable(rt, team)  # NOTE [ag_gemm pull]
     ws = workspace(
         rt,
         team,
@@ -578,13 +630,18 @@ def ag_gemm(
                 "a": ((2, n * cap, K), a_shard.dtype),
                 "src": ((cap, K), a_shard.dtype),
                 "sig": ((2, n * cdiv(cap, bm)), torch.uint64),
+                **(
+                    {"ready": ((n,), torch.uint64), "done": ((n,), torch.uint64), "count": ((n,), torch.int32)}
+                    if pull
+                    else {}
+                ),
                 "state": ((STATE_WORDS,), torch.int64),
             }
             if overlap
             else {}
         ),
         problem,
-        key=(bm, K, cap, overlap is True),
+        key=(bm, K, cap, overlap is True, pull),
         shape=(m, K, N, bm, int(overlap is True)),
         label="(a_shard rows, K, N, block_m, overlap)",
     )
@@ -607,6 +664,7 @@ def ag_gemm(
         PER_CALL,  # b
         PER_CALL,  # c
         buf["sig"],
+        *((buf["ready"], buf["done"], buf["count"]) if pull else (buf["sig"], buf["sig"], buf["state"])),  # (unused)
         buf["state"],
         ws.members,
         ws.my_index,
@@ -620,6 +678,7 @@ def ag_gemm(
         BLOCK_K=bk,
         ITEMSIZE=item,
         DESCRIPTORS=descriptors,
+        PULL=pull,
         num_warps=tile["num_warps"],
         num_stages=tile["num_stages"],
     )
