@@ -328,3 +328,36 @@ def test_the_fused_tile_comes_from_the_setting_else_the_measured_default_else_th
         _tuned.TABLE.clear()
         _tuned.TABLE.update(saved)
         rt.free_workspaces()
+
+
+@spmd(sizes=(2, 4))
+def test_warm_gemms_replay_from_a_capture_pulling_and_pushing_through_descriptors(rt):
+    # NOTE [call counter]: a warm call's launch, replayed with the same arguments as a CUDA graph would,
+    # gives the result for the inputs' new values; here with the tile through tensor descriptors (K and N
+    # 16-byte multiples, NOTE [GEMM tiles]) and both GEMMs pulling (NOTE [ag_gemm pull], [gemm_rs pull])
+    # and pushing; the capture holds the one launch and nothing else (no host sync, no torch op)
+    import unishmem.testing
+    from unishmem import _config
+
+    n, me = rt.n_pes, rt.my_pe
+    w = ints(99, (8, 12), torch.float32)
+    calls = {
+        "ag_gemm": (lambda x: K.ag_gemm(x, w, True), lambda xs: torch.cat(list(xs)) @ w),
+        "gemm_rs": (lambda x: K.gemm_rs(x, w, True), lambda xs: (xs @ w).sum(0).chunk(n)[me]),
+    }
+    for pull in ("1", "0"):
+        with _config.setting("UNISHMEM_PULL", pull):
+            for name, (call, reference) in calls.items():
+                rt.free_workspaces()
+                x = ints(me, (4 * n, 8), torch.float32)
+                call(x)  # warm: the workspace is made outside the capture
+                with unishmem.testing.capture() as graph:
+                    out = call(x)
+                assert len(graph.launches) == 1 and graph.launches[0][3]["DESCRIPTORS"], (name, graph.launches)
+                assert graph.ops == [], (name, graph.ops)
+                for seed in range(1, 6):
+                    x.copy_(ints(me, x.shape, x.dtype, seed))
+                    graph.replay()
+                    xs = torch.stack([ints(pe, x.shape, x.dtype, seed) for pe in range(n)])
+                    assert torch.equal(out, reference(xs)), (name, pull, seed)
+    rt.free_workspaces()

@@ -190,3 +190,8 @@ def test_ag_gemm_pull_copies_each_chunk_after_its_members_word_and_tiles_wait_fo
         flag,
         a_desc,
     )
+    # the chunk copies move 16 bytes an access (NOTE [16-byte copies]): 4 more v4 loads than the push's kernel
+    # (whose v4 loads are the copy-in's), and no 2-byte load or store
+    llir, push = builds[("_ag_gemm#pull", "cuda", 90)]["llir"], builds[("_ag_gemm", "cuda", 90)]["llir"]
+    assert llir.count("ld.global.v4.b32") >= push.count("ld.global.v4.b32") + 4, re.findall(r"ld\.global\.\w+", llir)
+    assert not re.search(r"(ld|st)\.global\.b16", llir), re.findall(r"(?:ld|st)\.global\.\w+", llir)

@@ -319,10 +319,18 @@ def test_a_race_ends_the_job_or_is_reported_at_the_end_and_the_shared_state_goes
     assert not segments_left(before)
 
 
+@pytest.mark.parametrize("who", ["maker", "mapper"])
+def test_a_pe_killed_while_the_check_starts_leaves_no_segment(who):
+    before = segments()
+    proc = launch([RACY], 2, timeout=120, env={"UNISHMEM_RACE_CHECK": "1", "RACY_KILL": who})
+    assert proc.returncode != 0 and "killed by signal SIGKILL" in proc.stderr, proc.stderr
+    assert not segments_left(before)
+
+
 def test_the_check_needs_the_host_backend():
     pytest.importorskip("triton")
     with _config.setting("UNISHMEM_RACE_CHECK", "1"), pytest.raises(unishmem.UnishmemError, match="host backend"):
-        _races.start(types.SimpleNamespace(backend="nvshmem", n_pes=1))
+        _races.start(types.SimpleNamespace(backend="nvshmem", n_pes=1), None)
 
 
 # ---- the host API -----------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ is past what this thread has seen of that thread. Synchronisation objects (a sig
 word, a team's barrier) keep a clock in a shared table: a release joins the thread's clock into it
 before the operation, an acquire joins it into the thread's after. The segment is sparse (pages only
 where the heap was touched), read and written under one lock (a thread lock and an fcntl lock on the
-segment) and unlinked as soon as every PE has mapped it, so it never outlives the job. Sites (what,
+segment) and unlinked as soon as every PE has mapped it (or the start fails); it is named among the
+init's segments, which `unishmem run` removes however the job ends, so it never outlives the job. Sites (what,
 kernel, file:line) are kept in the segment too, so that a PE can name a peer's side of a race.
 Over READS concurrent reads of one byte the oldest is forgotten: a race with it can be missed, never
 invented. Only symmetric memory is checked: accesses to other memory (a torch tensor's own storage,
@@ -49,10 +50,10 @@ put completes is not reported.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import mmap
 import os
-import secrets
 import sys
 import threading
 
@@ -556,8 +557,17 @@ def checker() -> Checker | None:
     return _checker
 
 
-def start(rt) -> None:
-    """Collective, at init: every PE maps one segment that PE 0 makes, and PE 0 unlinks it once all have."""
+def waited(addr: int, size: int, count: int = 1) -> None:
+    """After a wait (device or host) returned: each word's updates released what comes before what follows
+    (NOTE [happens-before]); nothing where no check runs."""
+    if _checker is not None:
+        _checker.waited(addr, size, count)
+
+
+def start(rt, segments: str | None) -> None:
+    """Collective, at init: every PE maps one segment that PE 0 makes, and PE 0 unlinks it once all have (or
+    at once, when the start fails). It is named among the init's segments (`segments`, their token), which
+    the launcher removes however the job ends, a PE killed in between included."""
     global _checker
     if _config.get("UNISHMEM_RACE_CHECK") is None:
         return
@@ -573,15 +583,16 @@ def start(rt) -> None:
     def mapped(name: str, create: bool) -> Checker:
         return Checker(name, create, rt.my_pe, rt.n_pes, rt.heap, bases)
 
-    if rt.my_pe == 0:
-        name = f"/dev/shm/unishmem-races-{secrets.token_hex(8)}"
-        made = mapped(name, True)
-        rt.bootstrap.broadcast(name)
-    else:
-        made = mapped(rt.bootstrap.broadcast(""), False)
-    rt.bootstrap.allgather(True)  # every PE has mapped it: PE 0 unlinks it
-    if rt.my_pe == 0:
-        os.unlink(name)
+    name = f"/dev/shm/unishmem-{segments}-races"
+    try:
+        made = mapped(name, True) if rt.my_pe == 0 else None
+        rt.bootstrap.allgather(True)  # PE 0 has made it
+        made = made or mapped(name, False)
+        rt.bootstrap.allgather(True)  # every PE has mapped it
+    finally:
+        if rt.my_pe == 0:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
     _checker = made
     _install()
 

@@ -50,13 +50,6 @@ _SET = int(SIGNAL.SET)
 _U64 = 2**64
 
 
-def _waited(addr: int, size: int, count: int = 1) -> None:
-    """After a host wait: what the words' updates released comes before what follows (NOTE [happens-before])."""
-    races = _races.checker()
-    if races is not None:
-        races.waited(addr, size, count)
-
-
 def _barrier(run: Callable):
     """run(), an allocation or free: a barrier of the world (NOTE [happens-before]), so that what was done
     with freed bytes comes before what is done with them once allocated again."""
@@ -119,7 +112,7 @@ class Runtime:
         # alike, and init is the last point collective over the world before kernels may run on it.
         if self.team_node.n_pes < self.n_pes:
             self.workspaces.split(self.team_world, [(self.team_node, True)], _config.team_arena(self.heap_size))
-        _races.start(self)  # where UNISHMEM_RACE_CHECK is set (NOTE [race check])
+        _races.start(self, opened.segments)  # where UNISHMEM_RACE_CHECK is set (NOTE [race check])
 
     def __repr__(self) -> str:
         return (
@@ -497,7 +490,7 @@ class Runtime:
         sig, value, code = self._signal_wait_args(signal, cmp, value)
         hot.remember(signal, sig, 8, True)  # before the wait, which may raise on a peer's failure
         seen = hot.fast_signal_wait_until(hot.backend, sig, code, value, 0 if self._on_cpu else self._stream_of(stream))
-        _waited(sig, 8)
+        _races.waited(sig, 8)
         return seen
 
     def signal_wait_until_on_stream(
@@ -512,13 +505,13 @@ class Runtime:
         2**64-1 (docs/backends.md)."""
         sig, value, code = self._signal_wait_args(signal, cmp, value)
         self.native.signal_wait_until_on_stream(sig, code, value, self._stream_of(stream))
-        _waited(sig, 8)  # the host backend's is the wait itself
+        _races.waited(sig, 8)  # the host backend's is the wait itself
 
     def signal_fetch(self, signal: torch.Tensor) -> int:
         self.check_active()
         sig = self._signal(signal)
         seen = self.native.signal_fetch(sig)
-        _waited(sig, 8)
+        _races.waited(sig, 8)
         return seen
 
     def wait_until(self, ivar: torch.Tensor, cmp: CMP | int, value: int) -> None:
@@ -526,14 +519,14 @@ class Runtime:
         self.check_active()
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
         self.native.wait_until(addr, DTYPE_CODES[ivar.dtype], cmp_code(cmp), to_bits(value, ivar.dtype, "value"))
-        _waited(addr, ivar.element_size())
+        _races.waited(addr, ivar.element_size())
 
     def test(self, ivar: torch.Tensor, cmp: CMP | int, value: int) -> bool:
         self.check_active()
         addr = self._word(ivar, "ivar", WAIT_DTYPES)
         true = self.native.test(addr, DTYPE_CODES[ivar.dtype], cmp_code(cmp), to_bits(value, ivar.dtype, "value"))
         if true:
-            _waited(addr, ivar.element_size())
+            _races.waited(addr, ivar.element_size())
         return true
 
     def _words(self, ivars, cmp, value, what: str) -> tuple[int, list[int], int, int]:
@@ -564,13 +557,13 @@ class Runtime:
         size = ivars.element_size()
         for i, b in enumerate(bits):
             self.native.wait_until(addr + i * size, code, c, b)
-        _waited(addr, size, len(bits))
+        _races.waited(addr, size, len(bits))
 
     def wait_until_any(self, ivars: torch.Tensor, cmp: CMP | int, value: int) -> int:
         """Wait until some word of `ivars` compares true; returns its index."""
         addr, bits, code, c = self._words(ivars, cmp, value, "wait_until_any")
         found = self.native.wait_until_any(addr, ivars.element_size(), code, c, bits)
-        _waited(addr + found * ivars.element_size(), ivars.element_size())
+        _races.waited(addr + found * ivars.element_size(), ivars.element_size())
         return found
 
     def wait_until_some(self, ivars: torch.Tensor, cmp: CMP | int, value: int) -> list[int]:
@@ -580,7 +573,7 @@ class Runtime:
         first = self.native.wait_until_any(addr, size, code, c, bits)
         found = [i for i, b in enumerate(bits) if i == first or self.native.test(addr + i * size, code, c, b)]
         for i in found:
-            _waited(addr + i * size, size)
+            _races.waited(addr + i * size, size)
         return found
 
     def quiet(self, stream: torch.cuda.Stream | None = None) -> None:

@@ -79,6 +79,9 @@ class Opened:
     # Host-initiated atomics, with native.atomic's arguments; None: native.atomic itself
     # (NOTE [peer atomics] in _peer_atomics.py says why GPU runtimes differ)
     atomic: Callable[..., int] | None = None
+    # host: the token of this init's shared-memory names (/dev/shm/unishmem-<token>-...), all of which the
+    # launcher removes however the job ends
+    segments: str | None = None
 
 
 def get(name: str) -> Backend:
@@ -184,7 +187,7 @@ def open_host(backend: Backend, boot: Bootstrap, heap_size: int, device: Any) ->
             heaps[pe] = torch.frombuffer(native.heap_view(pe), dtype=torch.uint8)
         return heaps[pe]
 
-    return Opened(backend, native, torch.device("cpu"), heap_of, lambda stream: 0)
+    return Opened(backend, native, torch.device("cpu"), heap_of, lambda stream: 0, segments=token)
 
 
 # ---- vendor backends (NVSHMEM, rocSHMEM) ---------------------------------------------------------

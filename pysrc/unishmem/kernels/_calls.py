@@ -51,16 +51,20 @@ COPY_BLOCK = tl.constexpr(4096)  # elements a program copies in at a time
 
 
 @triton.jit
+def copy_block(dest, source, start, valid, BLOCK: tl.constexpr):
+    """Elements start.. start + BLOCK of source into dest, those below `valid`."""
+    offs = start + tl.arange(0, BLOCK)
+    if start + BLOCK <= valid:  # a whole block: no mask, vectorised loads and stores where aligned
+        tl.store(dest + offs, tl.load(source + offs))
+    else:
+        tl.store(dest + offs, tl.load(source + offs, mask=offs < valid), mask=offs < valid)
+
+
+@triton.jit
 def _copy_share(x, dest, numel):
     """This program's share of x's numel elements into dest, COPY_BLOCK at a time round the grid."""
-    p = tl.program_id(0)
-    grid = tl.num_programs(0)
-    for b in range(p, tl.cdiv(numel, COPY_BLOCK), grid):
-        offs = b * COPY_BLOCK + tl.arange(0, COPY_BLOCK)
-        if b * COPY_BLOCK + COPY_BLOCK <= numel:  # a whole block: no mask, vectorised where aligned
-            tl.store(dest + offs, tl.load(x + offs))
-        else:
-            tl.store(dest + offs, tl.load(x + offs, mask=offs < numel), mask=offs < numel)
+    for b in range(tl.program_id(0), tl.cdiv(numel, COPY_BLOCK), tl.num_programs(0)):
+        copy_block(dest, x, b * COPY_BLOCK, numel, COPY_BLOCK)
 
 
 @triton.jit

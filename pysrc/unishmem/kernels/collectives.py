@@ -79,7 +79,7 @@ from .._workspaces import Workspace, size_class, workspace
 from ..enums import REDUCE_OPS
 from ..triton_support import PER_CALL
 from . import _tuned
-from ._calls import STATE_WORDS, begin_call, copied_in, copy_in, end_call, last_to_count
+from ._calls import STATE_WORDS, begin_call, copied_in, copy_block, copy_in, end_call, last_to_count
 from ._frame import (
     MAX_PIECES,
     capped_grid,
@@ -197,16 +197,6 @@ def _copy(dest, source, numel, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _copy_block(dest, source, start, valid, BLOCK: tl.constexpr):
-    """Elements start.. start + BLOCK of source into dest, those below `valid`."""
-    offs = start + tl.arange(0, BLOCK)
-    if start + BLOCK <= valid:  # a whole block: no mask, vectorised loads and stores where aligned
-        tl.store(dest + offs, tl.load(source + offs))
-    else:
-        tl.store(dest + offs, tl.load(source + offs, mask=offs < valid), mask=offs < valid)
-
-
-@triton.jit
 def _reduce_block(recv, cap, dest, start, valid, n, OP: tl.constexpr, WIDEN: tl.constexpr, BLOCK: tl.constexpr):
     """dest[start.. start + BLOCK] (those below `valid`) = the reduction of the n slots of recv."""
     offs = start + tl.arange(0, BLOCK)
@@ -307,7 +297,7 @@ def _reduce(
             for j in range(n):  # (chunk and cap: multiples of 16 bytes, NOTE [16-byte copies])
                 at = tl.multiple_of(shl.consume_token(j * cap, token), 16 // ITEMSIZE)
                 dest = out + tl.multiple_of(j * chunk, 16 // ITEMSIZE)
-                _copy_block(dest, gathered + at, b * BLOCK, _clamp(numel - j * chunk, chunk), BLOCK)
+                copy_block(dest, gathered + at, b * BLOCK, _clamp(numel - j * chunk, chunk), BLOCK)
     else:
         for b in range(p, blocks, grid):
             _reduce_block(recv, cap, out, b * BLOCK, mine, n, OP, WIDEN, BLOCK)
@@ -479,7 +469,7 @@ def _pull_two_shot(
         j = t % n
         if j != my_index:
             peer = tl.multiple_of(shl.remote_ptr(shl.consume_token(red, token), tl.load(members + j)), 16)
-            _copy_block(
+            copy_block(
                 out + tl.multiple_of(j * chunk, 16 // ITEMSIZE),
                 peer,
                 t // n * BLOCK,
@@ -554,12 +544,12 @@ def _pull_gather(
             peer = tl.multiple_of(shl.remote_ptr(shl.consume_token(src, token), tl.load(members + j)), 16)
             if ALL_TO_ALL:
                 peer += tl.multiple_of(my_index * numel, 16 // ITEMSIZE)
-            _copy_block(out + tl.multiple_of(j * numel, 16 // ITEMSIZE), peer, start, numel, BLOCK)
+            copy_block(out + tl.multiple_of(j * numel, 16 // ITEMSIZE), peer, start, numel, BLOCK)
         else:
             peer = shl.remote_ptr(shl.consume_token(src, token), tl.load(members + j))
             if ALL_TO_ALL:
                 peer += my_index * numel
-            _copy_block(out + j * numel, peer, start, numel, BLOCK)
+            copy_block(out + j * numel, peer, start, numel, BLOCK)
     _read_everywhere(count, done, members, my_index, n, epoch)
     end_call(state, epoch)
 

@@ -70,7 +70,7 @@ from .. import language as shl
 from .._workspaces import size_class, workspace
 from ..triton_support import PER_CALL
 from . import _tuned
-from ._calls import COPY_BLOCK, STATE_WORDS, begin_call, copied_in, end_call, last_to_count_of
+from ._calls import COPY_BLOCK, STATE_WORDS, begin_call, copied_in, copy_block, end_call, last_to_count_of
 from ._frame import (
     Plan,
     capped_grid,
@@ -199,19 +199,6 @@ def _store_tile(c, acc, rows, pn, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
     )
 
 
-@triton.jit
-def _copy_rows(dest, src, numel, ALIGNED: tl.constexpr):
-    """numel contiguous elements of src into dest, COPY_BLOCK at a time (ALIGNED: both 16-byte aligned)."""
-    for start in range(0, numel, COPY_BLOCK):
-        offs = start + tl.arange(0, COPY_BLOCK)
-        if ALIGNED:  # (each pointer marked where its alignment is true, as NOTE [16-byte copies] does)
-            d, s = tl.multiple_of(dest + start, 16), tl.multiple_of(src + start, 16)
-        else:
-            d, s = dest + start, src + start
-        rel = tl.arange(0, COPY_BLOCK)
-        tl.store(d + rel, tl.load(s + rel, mask=offs < numel), mask=offs < numel)
-
-
 @jit(do_not_specialize=("stage",))
 def _ag_gemm(
     x,
@@ -265,7 +252,12 @@ def _ag_gemm(
             peer = shl.remote_ptr(shl.consume_token(src, token), tl.load(members + s))
             first = (s * m + chunk * BLOCK_M) * K
             rows = tl.minimum(BLOCK_M, m - chunk * BLOCK_M)
-            _copy_rows(a + first, peer + chunk * BLOCK_M * K, rows * K, DESCRIPTORS)
+            if DESCRIPTORS:  # 16-byte rows: the pointers' alignment restated (NOTE [16-byte copies])
+                dest, source = tl.multiple_of(a + first, 16), tl.multiple_of(peer + chunk * BLOCK_M * K, 16)
+            else:
+                dest, source = a + first, peer + chunk * BLOCK_M * K
+            for start in range(0, rows * K, COPY_BLOCK):
+                copy_block(dest, source, start, rows * K, COPY_BLOCK)
             tl.debug_barrier()  # every thread's stores come before the chunk's release
             tl.atomic_xchg(sig + s * chunks + chunk, epoch.to(tl.uint64), sem="release", scope="gpu")
             if last_to_count_of(count + s, chunks):  # this PE has read all of s's shard

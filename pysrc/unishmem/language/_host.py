@@ -231,24 +231,17 @@ def signal_op(rt, sig, value, op, pe):
     rt.native.signal_op(s, value, code, pe, 0)
 
 
-def _waited(addr: int, size: int, count: int = 1) -> None:
-    """After a wait: what the word's updates released is ordered before what follows (NOTE [happens-before])."""
-    races = _races.checker()
-    if races is not None:
-        races.waited(addr, size, count)
-
-
 def signal_wait_until(rt, sig, cmp, value):
     s = _signal(rt, sig, peers=True)
     out = rt.native.signal_wait_until(s, cmp_code(cmp), _bits(value), 0)
-    _waited(s, 8)
+    _races.waited(s, 8)
     return out
 
 
 def signal_fetch(rt, sig):
     s = _signal(rt, sig, peers=True)
     out = rt.native.signal_fetch(s)
-    _waited(s, 8)
+    _races.waited(s, 8)
     return out
 
 
@@ -267,7 +260,7 @@ def _bits(value: int) -> int:
 def wait_until(rt, ptr, cmp, value):
     addr, code = _word(rt, ptr, peers=True)
     rt.native.wait_until(addr, code, cmp_code(cmp), _bits(value))
-    _waited(addr, ptr.itemsize)
+    _races.waited(addr, ptr.itemsize)
     return 1
 
 
@@ -275,7 +268,7 @@ def test(rt, ptr, cmp, value):
     addr, code = _word(rt, ptr, peers=True)
     true = int(rt.native.test(addr, code, cmp_code(cmp), _bits(value)))
     if true:
-        _waited(addr, ptr.itemsize)
+        _races.waited(addr, ptr.itemsize)
     return true
 
 
@@ -311,14 +304,14 @@ def _wait_all(rt, ivars, nelems, cmp, what, **target):
     cmp = cmp_code(cmp)
     for i, b in enumerate(bits):
         rt.native.wait_until(addr + i * ivars.itemsize, code, cmp, b)
-    _waited(addr, ivars.itemsize, nelems)
+    _races.waited(addr, ivars.itemsize, nelems)
     return nelems
 
 
 def _wait_any(rt, ivars, nelems, cmp, what, **target):
     addr, code, bits = _words(rt, ivars, nelems, what, **target)
     found = rt.native.wait_until_any(addr, ivars.itemsize, code, cmp_code(cmp), bits)
-    _waited(addr + found * ivars.itemsize, ivars.itemsize)
+    _races.waited(addr + found * ivars.itemsize, ivars.itemsize)
     return found
 
 
@@ -335,7 +328,7 @@ def _wait_some(rt, ivars, nelems, indices, cmp, what, **target):
     )
     ctypes.memmove(indices.addr, found.data_ptr(), found.numel() * 8)
     for i in found.tolist():
-        _waited(addr + i * ivars.itemsize, ivars.itemsize)
+        _races.waited(addr + i * ivars.itemsize, ivars.itemsize)
     return found.numel()
 
 
