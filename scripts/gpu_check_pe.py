@@ -16,7 +16,7 @@ import traceback
 import torch
 
 import unishmem
-from unishmem import CMP, SIGNAL
+from unishmem import CMP, SIGNAL, _active
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else "."
 BW_BYTES = 256 << 20
@@ -84,7 +84,7 @@ def main() -> int:
         assert int(x.sum().item()) == 0 and int(s.sum().item()) == 0
         rt.free(s)
         rt.free(x)
-        return f"zeros/signals on {x.device}, freed; {rt.native.heap_free_bytes()} heap bytes free"
+        return f"zeros/signals on {x.device}, freed; {_active.core().native.heap_free_bytes()} heap bytes free"
 
     check(report, "allocation", allocation)
 
@@ -152,7 +152,7 @@ def main() -> int:
     check(report, "barrier_all", barrier_all)
 
     def limited_mode_refusals():
-        if not rt.native.limited_mode:
+        if not _active.core().native.limited_mode:
             return "not in limited mode: nothing to refuse"
         x = rt.zeros(16)
         try:

@@ -10,7 +10,7 @@ from spmd import launch, spmd
 
 import unishmem
 import unishmem.language as shl
-from unishmem import DeadlockError, NotSymmetricError, SymmetryError
+from unishmem import DeadlockError, NotSymmetricError, SymmetryError, _active
 from unishmem.language import _triton_impl as timpl
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "3"}
@@ -558,7 +558,8 @@ def test_peer_atomics_kernel_every_op_and_exact_under_contention(rt):
 
     from unishmem import _peer_atomics
 
-    rt._atomic_call = _peer_atomics.make(rt.native, rt.heap_of, rt.device)
+    core = _active.core()
+    core.atomic = _peer_atomics.make(core.native, core.heap_of, rt.device)  # what a GPU runtime's core holds
     check_every_atomic_op(rt)
     check_fetch_add_under_contention(rt, 200)
 

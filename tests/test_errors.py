@@ -8,7 +8,7 @@ import torch
 from spmd import spmd
 
 import unishmem
-from unishmem import NotInitializedError, NotSymmetricError, SymmetryError, UnishmemError
+from unishmem import NotInitializedError, NotSymmetricError, SymmetryError, UnishmemError, _active
 
 
 def raises(exc, match, fn, *args, **kwargs):
@@ -107,12 +107,12 @@ def test_argument_types_and_alignment(rt):
     raises(ValueError, rf"ivar at heap offset {offset + 6} is not 4-byte aligned", rt.test, word32, 0, 0)
     assert raw.tolist() == [0] * 32
     # Collective calls with a bad argument on every PE: each raises its own error, nothing leaks.
-    free_before = rt.native.heap_free_bytes()
+    free_before = _active.core().native.heap_free_bytes()
     raises(ValueError, "value=300 does not fit torch.uint8", rt.full, 4, 300, dtype=torch.uint8)
     raises(TypeError, r"value='a' \(str\) is not a number", rt.full, 4, "a")
     raises(ValueError, "is 18446744073709551616 bytes, more than any tensor can hold", rt.empty, 2**62)
     raises(ValueError, "is 18446744073709551616 bytes", rt.empty, (2**32, 2**32), dtype=torch.uint8)
-    assert rt.native.heap_free_bytes() == free_before
+    assert _active.core().native.heap_free_bytes() == free_before
     for t in (x, sig, raw):
         rt.free(t)
 
@@ -173,14 +173,14 @@ def test_a_stale_view_does_not_reach_the_allocation_that_replaced_it(rt):
 
 @spmd(sizes=(2, 4))
 def test_asymmetric_allocation_raises_on_every_pe(rt):
-    free_before = rt.native.heap_free_bytes()
+    free_before = _active.core().native.heap_free_bytes()
     size = 100 if rt.my_pe == rt.n_pes - 1 else 64
     with pytest.raises(SymmetryError, match="symmetric allocation differs between PEs") as info:
         rt.empty(size, dtype=torch.float32)
     assert "400 bytes of float32" in str(info.value) and "256 bytes of float32" in str(info.value)
     with pytest.raises(SymmetryError, match="differs between PEs"):
         rt.empty(8, dtype=torch.float32 if rt.my_pe else torch.int32)
-    assert rt.native.heap_free_bytes() == free_before  # nothing was allocated
+    assert _active.core().native.heap_free_bytes() == free_before  # nothing was allocated
     ok = rt.zeros(64)  # and the next allocation works everywhere
     ok.fill_(rt.my_pe)
     rt.barrier_all()

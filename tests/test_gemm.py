@@ -7,6 +7,7 @@ import torch
 from spmd import raises, spmd
 
 import unishmem.kernels as K
+from unishmem import _active
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "5"}
 # float16 results: each output rounded once to float16 (relative 2**-11) after a float32 sum of
@@ -227,10 +228,10 @@ def test_shard_heights_of_one_size_class_share_a_workspace(rt):
         full = sum(x @ y for x, y in zip(a, bs))
         assert torch.equal(K.gemm_rs(a[me], bs[me]), full[me * m : (me + 1) * m]), m
         if free is None:
-            free, held = rt.native.heap_free_bytes(), len(rt.workspaces)
-        assert rt.native.heap_free_bytes() == free and len(rt.workspaces) == held, m
+            free, held = _active.core().native.heap_free_bytes(), len(_active.core().workspaces)
+        assert _active.core().native.heap_free_bytes() == free and len(_active.core().workspaces) == held, m
     K.ag_gemm(ints(me, (17, 20), torch.float32), b)  # 17 rows: the next class
-    assert rt.native.heap_free_bytes() < free
+    assert _active.core().native.heap_free_bytes() < free
     rt.free_workspaces()
 
 

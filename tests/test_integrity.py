@@ -10,7 +10,7 @@ import pytest
 import torch
 from spmd import spmd
 
-from unishmem import CMP, DeadlockError, NotSymmetricError, SymmetryError
+from unishmem import CMP, DeadlockError, NotSymmetricError, SymmetryError, _active
 
 SPMD_ENV = {"UNISHMEM_DEADLOCK_TIMEOUT": "1"}
 SIZES = (2, 4)
@@ -55,13 +55,13 @@ def mismatch(fn, *args, match, **kwargs):
 
 @spmd(sizes=SIZES)
 def test_barrier_against_allocation_or_free_raises_everywhere(rt):
-    free_before = rt.native.heap_free_bytes()
+    free_before = _active.core().native.heap_free_bytes()
     both = [r"PE 0 called barrier on team 0 \(world\)", r"PEs? 1.* called allocation of 16 bytes of float32"]
     if rt.my_pe == 0:
         mismatch(rt.barrier_all, match=both)
     else:
         mismatch(rt.empty, 4, match=both + ["Nothing was allocated"])
-    assert rt.native.heap_free_bytes() == free_before
+    assert _active.core().native.heap_free_bytes() == free_before
     x = rt.empty(4)
     offset = x.data_ptr() - rt.heap_base
     both = ["PE 0 called sync", rf"called free of heap offset {offset}"]
@@ -115,7 +115,7 @@ def test_a_signal_wait_against_a_barrier_is_a_deadlock_the_job_survives(rt):
 
 def one_pe_wrong(rt, wrong, right, exc, match):
     """The last PE makes the call `wrong` (which it must refuse with exc), the others `right`."""
-    free_before = rt.native.heap_free_bytes()
+    free_before = _active.core().native.heap_free_bytes()
     last = rt.n_pes - 1
     if rt.my_pe == last:
         with pytest.raises(exc, match=match):
@@ -123,7 +123,7 @@ def one_pe_wrong(rt, wrong, right, exc, match):
     else:
         others = "PE 0" if rt.n_pes == 2 else rf"PEs 0.* and {last - 1}"
         mismatch(right, match=[rf"PE {last} rejected its arguments", rf"{others} called"])
-    assert rt.native.heap_free_bytes() == free_before  # nothing allocated anywhere
+    assert _active.core().native.heap_free_bytes() == free_before  # nothing allocated anywhere
     still_works(rt)
 
 

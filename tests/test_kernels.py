@@ -12,6 +12,7 @@ from spmd import raises, spmd
 
 import unishmem
 import unishmem.kernels as K
+from unishmem import _active
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "5"}
 REFERENCE = {
@@ -544,10 +545,13 @@ def test_shapes_of_one_size_class_share_a_workspace(rt):
             xs = torch.stack([data(pe, (rows * n,), torch.float32, seed=rows) for pe in range(n)])
             assert torch.equal(call(xs[me]), reference(xs)), (name, rows)
             if rows == 600 and free is None:
-                free, held = rt.native.heap_free_bytes(), len(rt.workspaces)
+                free, held = _active.core().native.heap_free_bytes(), len(_active.core().workspaces)
             elif rows != 3000:  # the first shape's workspace serves the second
-                assert rt.native.heap_free_bytes() == free and len(rt.workspaces) == held, (name, rows)
-        assert rt.native.heap_free_bytes() < free, name  # another class: another workspace
+                assert _active.core().native.heap_free_bytes() == free and len(_active.core().workspaces) == held, (
+                    name,
+                    rows,
+                )
+        assert _active.core().native.heap_free_bytes() < free, name  # another class: another workspace
     rt.free_workspaces()
 
 
@@ -580,7 +584,7 @@ def test_the_workspace_cap_raises_on_every_pe_and_the_job_goes_on(rt):
     # rt.free_workspaces() the same call, still work
     n, me = rt.n_pes, rt.my_pe
     rt.free_workspaces()
-    free = rt.native.heap_free_bytes()
+    free = _active.core().native.heap_free_bytes()
     small, big = 20000, 40000  # pushing one-shot slots of 2**15 and 2**16 float32 elements
     slots = (1 + 2 * n) * 4  # bytes per slot element: the staging copy and two parities of n slots
     cap = slots * (2**15 + 2**16) - 1  # each alone fits, both do not
@@ -593,7 +597,7 @@ def test_the_workspace_cap_raises_on_every_pe_and_the_job_goes_on(rt):
         assert torch.equal(
             K.all_reduce(data(me, (small,), torch.float32, seed=5), algorithm="one_shot", pull=False), reduced(small)
         )
-        held = free - rt.native.heap_free_bytes()  # measured on the heap
+        held = free - _active.core().native.heap_free_bytes()  # measured on the heap
         try:
             K.all_reduce(data(me, (big,), torch.float32, seed=5), algorithm="one_shot", pull=False)
         except ValueError as e:
@@ -603,7 +607,7 @@ def test_the_workspace_cap_raises_on_every_pe_and_the_job_goes_on(rt):
             assert f"UNISHMEM_WORKSPACE_BYTES={cap}" in text and "rt.free_workspaces()" in text, text
         else:
             raise AssertionError("a workspace past UNISHMEM_WORKSPACE_BYTES was allocated")
-        assert rt.native.heap_free_bytes() == free - held  # nothing was allocated
+        assert _active.core().native.heap_free_bytes() == free - held  # nothing was allocated
         # the job goes on: a call of the class it holds, then the big one after a free
         assert torch.equal(K.all_reduce(data(me, (small - 7,), torch.float32, seed=5), pull=False), reduced(small - 7))
         rt.free_workspaces()
@@ -643,12 +647,12 @@ def test_a_host_sync_inside_a_capture_is_refused(rt):
 def test_workspaces_are_reused_and_freed(rt):
     x = torch.ones(100)
     K.all_reduce(x)
-    free = rt.native.heap_free_bytes()
+    free = _active.core().native.heap_free_bytes()
     for _ in range(5):
         assert torch.equal(K.all_reduce(x), x * rt.n_pes)
-    assert rt.native.heap_free_bytes() == free  # the same workspace each call
+    assert _active.core().native.heap_free_bytes() == free  # the same workspace each call
     rt.free_workspaces()
-    assert rt.native.heap_free_bytes() > free and not len(rt.workspaces)
+    assert _active.core().native.heap_free_bytes() > free and not len(_active.core().workspaces)
     assert torch.equal(K.all_reduce(x), x * rt.n_pes)  # made again on the next call
 
 
@@ -662,7 +666,7 @@ def halves(rt):
 @spmd(sizes=(4,))
 def test_sub_teams_run_every_collective_at_once(rt):
     rt.free_workspaces()
-    free = rt.native.heap_free_bytes()
+    free = _active.core().native.heap_free_bytes()
     half = halves(rt)
     pes = members(half)
     assert pes == [rt.my_pe % 2, rt.my_pe % 2 + 2]
@@ -693,7 +697,7 @@ def test_sub_teams_run_every_collective_at_once(rt):
         team.destroy()
     half.destroy()
     rt.free_workspaces()  # every team destroyed: their arenas go back to the heap
-    assert rt.native.heap_free_bytes() == free
+    assert _active.core().native.heap_free_bytes() == free
 
 
 @spmd(sizes=(4,))
@@ -755,9 +759,9 @@ def test_agreement_through_the_bootstrap_matches_the_fcollect(rt):
 
     desc = [rt.my_pe, 7, rt.n_pes]
     for team in (rt.team_world, rt.team_node):
-        rows = exchange(rt, team, "agreement", desc, None)
+        rows = exchange(_active.core(), team, "agreement", desc, None)
         assert rows == [[team.translate_pe(i, rt.team_world), 7, rt.n_pes] for i in range(team.n_pes)], rows
-        assert _exchange_through_bootstrap(rt, team, desc) == rows
+        assert _exchange_through_bootstrap(_active.core(), team, desc) == rows
 
 
 @spmd(sizes=(2, 4))
@@ -767,29 +771,33 @@ def test_keyed_workspaces_are_made_once_and_capped(rt):
 
     assert [size_class(c, 16) for c in (0, 1, 16, 17, 1000, 1024, 1025)] == [16, 16, 16, 32, 1024, 1024, 2048]
     rt.free_workspaces()
-    free = rt.native.heap_free_bytes()
+    free = _active.core().native.heap_free_bytes()
     key = ("test", rt.team_world.key, size_class(3000))
     buffers = {"rows": ((size_class(3000), 4), torch.float16), "sig": ((2, 8), torch.uint64)}
-    ws = keyed_workspace(rt, rt.team_world, "test", key, buffers)
+    ws = keyed_workspace(_active.core(), rt.team_world, "test", key, buffers)
     assert ws.buffers["rows"].shape == (4096, 4) and ws.buffers["rows"].dtype == torch.float16
     assert not ws.buffers["sig"].any() and rt.is_symmetric(ws.buffers["rows"])
-    assert free - rt.native.heap_free_bytes() >= 4096 * 4 * 2 + 2 * 8 * 8
-    assert keyed_workspace(rt, rt.team_world, "test", key, lambda: 1 / 0) is ws  # made once
-    held = free - rt.native.heap_free_bytes()
+    assert free - _active.core().native.heap_free_bytes() >= 4096 * 4 * 2 + 2 * 8 * 8
+    assert keyed_workspace(_active.core(), rt.team_world, "test", key, lambda: 1 / 0) is ws  # made once
+    held = free - _active.core().native.heap_free_bytes()
     os.environ["UNISHMEM_WORKSPACE_BYTES"] = str(held + 1000)
     try:
         raises(
-            lambda: keyed_workspace(rt, rt.team_world, "test", key[:2] + (8192,), {"rows": ((8192, 4), torch.float16)}),
+            lambda: keyed_workspace(
+                _active.core(), rt.team_world, "test", key[:2] + (8192,), {"rows": ((8192, 4), torch.float16)}
+            ),
             f"test: its workspace needs 65536 bytes of symmetric memory and the kernel workspaces of this "
             f"runtime already hold {held} bytes, more together than UNISHMEM_WORKSPACE_BYTES={held + 1000} allows",
         )
-        assert rt.native.heap_free_bytes() == free - held
-        small = keyed_workspace(rt, rt.team_world, "test", key[:2] + (16,), {"rows": ((16, 4), torch.float16)})
+        assert _active.core().native.heap_free_bytes() == free - held
+        small = keyed_workspace(
+            _active.core(), rt.team_world, "test", key[:2] + (16,), {"rows": ((16, 4), torch.float16)}
+        )
         assert small.buffers["rows"].shape == (16, 4)  # 256 bytes: it fits
     finally:
         del os.environ["UNISHMEM_WORKSPACE_BYTES"]
     rt.free_workspaces()
-    assert rt.native.heap_free_bytes() == free
+    assert _active.core().native.heap_free_bytes() == free
 
 
 @spmd(sizes=(2, 4))

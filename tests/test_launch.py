@@ -371,6 +371,7 @@ def _small_dev_shm(size: str) -> list[str]:
 
 SHM_PROGRAM = """
 import sys, torch, unishmem
+from unishmem import _active
 try:
     rt = unishmem.init()
 except unishmem.BackendUnavailable as e:
@@ -386,7 +387,7 @@ if rt.my_pe == 0:  # another program takes what the job left of /dev/shm
         print(f"FILLED errno={e.errno}", flush=True)
 rt.barrier_all()
 total = rt.zeros(1, dtype=torch.int64)
-x = rt.full(rt.native.heap_free_bytes(), 1, dtype=torch.uint8)  # every other page of the heap
+x = rt.full(_active.core().native.heap_free_bytes(), 1, dtype=torch.uint8)  # every other page of the heap
 total.fill_(int(x.sum()))
 rt.reduce(total, total)
 print(f"SUM pe={rt.my_pe} {total.item()}", flush=True)

@@ -7,11 +7,13 @@ import pathlib
 
 import pytest
 import triton.language as tl
+from spmd import spmd
 
 from unishmem import backends, compile, enums
 from unishmem.language import _debug, _vendor
 
-PKG = pathlib.Path(__file__).resolve().parent.parent / "pysrc" / "unishmem"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PKG = ROOT / "pysrc" / "unishmem"
 
 
 def _built_modules():
@@ -74,20 +76,12 @@ def _from_module(node: ast.ImportFrom, package: str) -> str:
 
 
 def _imports(path: pathlib.Path, modules: set[str]) -> set[str]:
-    """The package modules `path` imports, at any depth (inside functions too), but not those imported
-    only for type checking. `from pkg import sub` counts as sub."""
+    """The package modules `path` imports, at any depth (inside functions and under TYPE_CHECKING too: a
+    circle that only the type checker follows is still a circle for a reader). `from pkg import sub`
+    counts as sub."""
     name, package = _module_name(path), _package(path)
-    tree = ast.parse(path.read_text())
-    typing_only = {
-        id(n)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for n in ast.walk(node)
-    }
     found = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -104,8 +98,7 @@ def _imports(path: pathlib.Path, modules: set[str]) -> set[str]:
 
 
 def test_no_module_of_the_package_imports_itself_round_a_circle():
-    files = {_module_name(p): p for p in PKG.rglob("*.py")}
-    graph = {name: _imports(path, set(files)) for name, path in files.items()}
+    graph = _graph()
     assert graph["unishmem._config"] == set(), "_config.py must stay a leaf"
 
     def circle_from(start):
@@ -123,6 +116,39 @@ def test_no_module_of_the_package_imports_itself_round_a_circle():
 
     circles = [c for c in map(circle_from, sorted(graph)) if c]
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for p in PKG.rglob("*.py")}
+    return {name: _imports(path, set(files)) for name, path in files.items()}
+
+
+DESIGN = ROOT / "docs" / "design.md"
+MAP_START, MAP_END = "<!-- layers: drawn by tests/test_layout.py -->", "<!-- end of layers -->"
+
+
+def _layers() -> str:
+    """The package's modules by layer, drawn from the import graph: a module's layer is one above the
+    highest of those it imports (at any depth, under TYPE_CHECKING too), the leaves' is 0."""
+    graph, layer = _graph(), {}
+
+    def of(name):
+        if name not in layer:
+            layer[name] = 1 + max((of(d) for d in graph[name]), default=-1)
+        return layer[name]
+
+    rows = {}
+    for name in sorted(graph):
+        rows.setdefault(of(name), []).append(name.removeprefix("unishmem.") if name != "unishmem" else name)
+    body = "\n".join(f"{n:>2}  {', '.join(rows[n])}" for n in sorted(rows))
+    return f"{MAP_START}\n```\n{body}\n```\n{MAP_END}"
+
+
+def test_the_design_pages_layers_are_the_codes():
+    """docs/design.md's dependency order is drawn from the code: `python tests/test_layout.py` redraws it."""
+    text = DESIGN.read_text()
+    start, end = text.index(MAP_START), text.index(MAP_END) + len(MAP_END)
+    assert text[start:end] == _layers(), "docs/design.md's layers drifted: run `python tests/test_layout.py`"
 
 
 def test_no_kernel_module_imports_another_kernel_modules_private_names():
@@ -169,17 +195,92 @@ def test_each_hot_call_takes_its_methods_arguments():
         assert fast is None or callable(getattr(module, fast)), name
 
 
-def test_only_the_runtimes_module_touches_its_private_attributes():
-    """NOTE [runtime helpers]: outside _runtime.py the package reaches a Runtime (rt, self.rt, ...) or a
-    Team only through public attributes and methods."""
+def _lines(paths, skip: str):
+    """(where, line) of every line of `paths` but those of the file named `skip`."""
+    for path in paths:
+        if path.name != skip:
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                yield f"{path.relative_to(ROOT)}:{number}", line
+
+
+# The Runtime's public face (NOTE [private core]): the host API of the contract (../shared/docs/API.md,
+# "Process-level runtime" to "Kernels"), as a user reaches it on a Runtime ...
+API = {
+    "backend", "my_pe", "n_pes", "device", "version", "finalize",
+    "empty", "zeros", "full", "empty_like", "signals", "free", "is_symmetric", "peer",
+    "team_world", "team_node",
+    "put", "get", "put_signal", "signal_op", "signal_wait_until", "signal_wait_until_on_stream", "signal_fetch",
+    "quiet", "fence",
+    "atomic_fetch_add", "atomic_add", "atomic_fetch", "atomic_set", "atomic_swap", "atomic_compare_swap",
+    "atomic_fetch_inc",
+    "barrier_all", "sync_all", "barrier", "sync", "broadcast", "fcollect", "alltoall", "reduce", "reducescatter",
+    "wait_until_all", "wait_until_any", "wait_until_some", "free_workspaces",
+}  # fmt: skip
+# ... the host forms of the device library's other point-to-point calls (docs/device-library.md) ...
+MORE_CALLS = {
+    "wait_until", "test", "atomic_inc",
+    "atomic_fetch_and", "atomic_and", "atomic_fetch_or", "atomic_or", "atomic_fetch_xor", "atomic_xor",
+}  # fmt: skip
+# ... and read-only facts.
+FACTS = {"heap_base", "heap_size", "finalized", "launcher"}
+# What the Runtime carried before it had a core: a user reaching one gets an AttributeError.
+WIRING = (
+    "native", "heap", "hot_path", "workspaces", "diagnostics", "module_init", "bootstrap", "heap_of",
+    "checked_team", "kernel_teams", "signal_args", "checked", "check_active", "runtime",
+)  # fmt: skip
+
+
+@spmd(sizes=(1,))
+def test_the_runtime_is_the_users_object(rt):
+    """NOTE [private core]: a Runtime's public names are the API and its facts, nothing else; the facts
+    cannot be assigned, and the wiring is the core's."""
+    import pytest
+
+    assert {name for name in dir(rt) if not name.startswith("_")} == API | MORE_CALLS | FACTS
+    for name in WIRING:
+        with pytest.raises(AttributeError):
+            getattr(rt, name)
+        with pytest.raises(AttributeError):
+            getattr(rt.team_world, name)
+    for name in FACTS | {"backend", "my_pe", "n_pes", "device", "version", "team_world", "team_node"}:
+        with pytest.raises(AttributeError):
+            setattr(rt, name, None)
+
+
+def test_no_module_reaches_past_the_runtimes_api():
+    """Outside _runtime.py, a Runtime (rt, self.rt, unishmem.runtime(), ...) is reached only by its public
+    names, in the package, its tests, examples and scripts alike."""
     import re
 
-    private = re.compile(r"\b(rt|self\.rt|self\._rt|_rt|runtime\(\)|team|candidate|parent|node)\._[a-z]\w*")
+    runtime = re.compile(
+        r"(?<![\w.])(?:rt|self\.rt|runtime\(\)|unishmem\.runtime\(\)|_active\.runtime\(\)|_active\.current\(\))"
+        r"\.(\w+)"
+    )
+    paths = [p for d in ("pysrc", "tests", "examples", "scripts") for p in (ROOT / d).rglob("*.py")]
     found = [
-        f"{path.relative_to(PKG)}:{number}: {line.strip()}"
-        for path in PKG.rglob("*.py")
-        if path.name != "_runtime.py"
-        for number, line in enumerate(path.read_text().splitlines(), 1)
-        if private.search(line)
+        f"{where}: {line.strip()}"
+        for where, line in _lines(paths, "_runtime.py")
+        for name in runtime.findall(line)
+        if name not in API | MORE_CALLS | FACTS
     ]
     assert not found, "\n".join(found)
+
+
+def test_only_the_runtimes_module_touches_its_private_attributes():
+    """NOTE [private core]: outside _runtime.py the package reaches a Runtime (rt, self.rt, ...) or a
+    Team only through public attributes and methods, and outside _core.py nothing reads or assigns a
+    Core's private attributes (a core reached as core, self._core, _active.core(), ...)."""
+    import re
+
+    runtime = re.compile(r"\b(rt|self\.rt|self\._rt|_rt|runtime\(\)|team|candidate|parent|node)\._[a-z]\w*")
+    core = re.compile(r"\b(core|_core|self\.core|current_core\(\)|core\(\)|_core\(\))\._[a-z]\w*")
+    package = list(PKG.rglob("*.py"))
+    found = [f"{where}: {line.strip()}" for where, line in _lines(package, "_runtime.py") if runtime.search(line)]
+    found += [f"{where}: {line.strip()}" for where, line in _lines(package, "_core.py") if core.search(line)]
+    assert not found, "\n".join(found)
+
+
+if __name__ == "__main__":  # redraw docs/design.md's layers
+    text = DESIGN.read_text()
+    start, end = text.index(MAP_START), text.index(MAP_END) + len(MAP_END)
+    DESIGN.write_text(text[:start] + _layers() + text[end:])

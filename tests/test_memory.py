@@ -7,7 +7,7 @@ import torch
 from spmd import spmd
 
 import unishmem
-from unishmem import NotSymmetricError
+from unishmem import NotSymmetricError, _active
 
 ALL_DTYPES = [
     torch.float16,
@@ -92,7 +92,7 @@ def test_peer_views_load_and_store(rt):
 
 @spmd
 def test_free_returns_space_deterministically(rt):
-    free0 = rt.native.heap_free_bytes()
+    free0 = _active.core().native.heap_free_bytes()
     ts = [rt.empty(1000 + 100 * i, dtype=torch.uint8) for i in range(5)]
     hole = ts[1].data_ptr()  # a freed tensor's data_ptr() is off the heap (NOTE [freed memory])
     rt.free(ts[1])
@@ -101,7 +101,7 @@ def test_free_returns_space_deterministically(rt):
     assert again.data_ptr() == hole
     for t in (ts[0], ts[2], ts[4], again):
         rt.free(t)
-    assert rt.native.heap_free_bytes() == free0
+    assert _active.core().native.heap_free_bytes() == free0
 
 
 @spmd
@@ -162,13 +162,13 @@ def test_freed_tensors_keep_no_memory(rt):
         with open("/proc/self/maps") as f:
             return len(f.readlines())
 
-    free_before, rss_before, maps_before = rt.native.heap_free_bytes(), resident_bytes(), mappings()
+    free_before, rss_before, maps_before = _active.core().native.heap_free_bytes(), resident_bytes(), mappings()
     for _ in range(200):
         t = rt.empty(1 << 20, dtype=torch.uint8)
         rt.free(t)
         t.fill_(1)  # commits the private pages of all 1 MiB
         del t
-    assert rt.native.heap_free_bytes() == free_before
+    assert _active.core().native.heap_free_bytes() == free_before
     assert resident_bytes() - rss_before < 64 << 20, (rss_before, resident_bytes())  # 200 MiB if kept
     assert mappings() - maps_before < 10, (maps_before, mappings())
     x = rt.full(1 << 20, 5, dtype=torch.uint8)  # the heap is intact

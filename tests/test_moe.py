@@ -9,6 +9,7 @@ import torch
 from spmd import raises, spmd
 
 import unishmem.kernels as K
+from unishmem import _active
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "5"}
 H, TOPK = 6, 3
@@ -118,10 +119,10 @@ def test_dispatch_combine_bit_exact(rt):
 @spmd
 def test_repeated_calls_reuse_the_workspace(rt):
     check_round_trip(rt, torch.float32, seed=4)
-    free = rt.native.heap_free_bytes()
+    free = _active.core().native.heap_free_bytes()
     for seed in (5, 6):
         check_round_trip(rt, torch.float32, seed=seed, combines=2)
-    assert rt.native.heap_free_bytes() == free
+    assert _active.core().native.heap_free_bytes() == free
     check_round_trip(rt, torch.float32, seed=8, max_tokens=16)  # a given capacity: a workspace of its own
     rt.free_workspaces()
     check_round_trip(rt, torch.float32, seed=9)
@@ -250,10 +251,10 @@ def test_capacities_of_one_size_class_share_a_workspace_and_a_capture_never_allo
     n, me = rt.n_pes, rt.my_pe
     E = n_experts(n)
     check_round_trip(rt, torch.float32, seed=60, T=5, max_tokens=5)  # class 8
-    free = rt.native.heap_free_bytes()
+    free = _active.core().native.heap_free_bytes()
     check_round_trip(rt, torch.float32, seed=61, T=7, max_tokens=7)  # class 8 too: no new workspace
     check_round_trip(rt, torch.float32, seed=62, T=6)  # the exact layout, capacity 8: the same one
-    assert rt.native.heap_free_bytes() == free
+    assert _active.core().native.heap_free_bytes() == free
     tokens, ids, weights = inputs(me, n, 63, torch.float32, T=9)
     try:  # class 16 has no workspace yet: refused, on every PE
         with unishmem.testing.capture():

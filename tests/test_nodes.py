@@ -15,6 +15,7 @@ from test_moe import check_round_trip
 import unishmem
 import unishmem.kernels as K
 import unishmem.language as shl
+from unishmem import _active
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "5", "UNISHMEM_HOST_NODE_SIZE": "2"}
 
@@ -63,7 +64,7 @@ def test_the_node_team_and_what_load_store_reach(rt):
 @spmd(sizes=(4,))
 def test_every_kernel_runs_on_the_node_team(rt):
     node = rt.team_node
-    assert rt.workspaces.arena_of(node) is not None, rt.workspaces.why_no_arena(node)
+    assert _active.core().workspaces.arena_of(node) is not None, _active.core().workspaces.why_no_arena(node)
     pes = members(node)
     x = data(rt.my_pe, (5, 3), torch.float32, seed=20)
     xs = torch.stack([data(pe, (5, 3), torch.float32, seed=20) for pe in pes])

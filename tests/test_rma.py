@@ -8,7 +8,7 @@ import weakref
 import torch
 from spmd import spmd
 
-from unishmem import CMP, SIGNAL
+from unishmem import CMP, SIGNAL, _active
 
 
 def ring(rt):
@@ -173,9 +173,9 @@ def test_hot_calls_see_every_change_to_a_tensor(rt):
         assert torch.equal(dest, torch.full((4, 4), float(i * 10 + left)))
         rt.barrier_all()
     # The hot call really is taken for tensors that passed (else this whole path is dead code).
-    hot = sys.modules[type(rt.native).__module__]
-    assert hot.hot_put_signal(rt.hot_path.table.address, dest, src, s0, 4, right, SIGNAL.SET, None) is None
-    assert hot.hot_signal_wait_until(rt.hot_path.table.address, s0, CMP.GE, 4, None) == 4
+    hot = sys.modules[type(_active.core().native).__module__]
+    assert hot.hot_put_signal(_active.core().hot_path.table.address, dest, src, s0, 4, right, SIGNAL.SET, None) is None
+    assert hot.hot_signal_wait_until(_active.core().hot_path.table.address, s0, CMP.GE, 4, None) == 4
     rt.barrier_all()
 
     src.t_()  # in place, now not contiguous
@@ -259,10 +259,10 @@ def test_hot_methods_take_the_methods_arguments(rt):
     rt.barrier_all()
     # NOTE [hot calls]: an entry goes with its tensor, so a loop that indexes afresh each time (sig[0]: a
     # new view per call) does not grow the table.
-    before = rt.hot_path.table.entries
+    before = _active.core().hot_path.table.entries
     for _ in range(200):
         rt.signal_op(sig[0], 0, right, op=SIGNAL.ADD)
-    assert rt.hot_path.table.entries <= before + 1, (before, rt.hot_path.table.entries)
+    assert _active.core().hot_path.table.entries <= before + 1, (before, _active.core().hot_path.table.entries)
     rt.barrier_all()
     rt.free(dest)
     rt.free(sig)
@@ -272,7 +272,7 @@ def test_hot_methods_take_the_methods_arguments(rt):
             return "mine"
 
     sub = object.__new__(Mine)
-    rt.hot_path.install(sub, Runtime)
+    _active.core().hot_path.install(sub, Runtime)
     assert "put" not in vars(sub) and type(vars(sub)["get"]).__name__ == "HotMethod"
     assert sub.put(None, None, 0) == "mine"
     del sub
@@ -282,8 +282,8 @@ def test_hot_methods_take_the_methods_arguments(rt):
             return "fallback"
 
     owner = Owner()
-    owner.put = sys.modules[type(rt.native).__module__].make_hot_method(
-        "put", rt.hot_path.table.address, owner.call, ("dest", "source", "pe", "stream"), (None,)
+    owner.put = sys.modules[type(_active.core().native).__module__].make_hot_method(
+        "put", _active.core().hot_path.table.address, owner.call, ("dest", "source", "pe", "stream"), (None,)
     )
     assert owner.put(dest, src, right) == "fallback"  # dest is freed: no hot call trusts it
     gone = weakref.ref(owner)
@@ -302,7 +302,7 @@ def test_views_made_in_the_call(rt):
     from unishmem import NotSymmetricError
 
     right, left = ring(rt)
-    hot, addr = sys.modules[type(rt.native).__module__], rt.hot_path.table.address
+    hot, addr = sys.modules[type(_active.core().native).__module__], _active.core().hot_path.table.address
     n = 4
     buf, sig = rt.zeros((2, 3 * n), dtype=torch.int32), rt.signals(3)
     flat = buf.view(-1)
@@ -337,11 +337,11 @@ def test_views_made_in_the_call(rt):
         rt.signal_op(sig[k : k + 1], k + 1, right, op=SIGNAL.ADD)
         assert rt.signal_wait_until(sig[k], CMP.EQ, k + 1) == k + 1
         rt.barrier_all()
-    entries = rt.hot_path.table.entries
+    entries = _active.core().hot_path.table.entries
     for k in range(50):
         rt.put(flat[k % n : k % n + n], src[:n], right)
-    assert rt.hot_path.table.entries == entries, "views made in the call are not remembered"
-    assert rt.hot_path.table.allocations >= 2
+    assert _active.core().hot_path.table.entries == entries, "views made in the call are not remembered"
+    assert _active.core().hot_path.table.allocations >= 2
     rt.barrier_all()
 
     # what the full checks refuse misses the hot call, and the checks say why

@@ -4,7 +4,7 @@ import pytest
 import torch
 from spmd import spmd
 
-from unishmem import SymmetryError
+from unishmem import SymmetryError, _active
 
 
 @spmd
@@ -116,14 +116,14 @@ def test_team_arenas_go_back_to_the_heap(rt):
     # 64 MiB heap) on every PE at its split; its destroy cannot free that (collective over the
     # members only), the next split of the world or rt.free_workspaces() does
     rt.free_workspaces()
-    before = rt.native.heap_free_bytes()
+    before = _active.core().native.heap_free_bytes()
     for i in range(40):
         solo = rt.team_world.split_strided(0, 1, 1)
-        assert before - rt.native.heap_free_bytes() == (64 << 20) // 16, i
+        assert before - _active.core().native.heap_free_bytes() == (64 << 20) // 16, i
         if solo is not None:
             solo.destroy()
     rt.free_workspaces()
-    assert rt.native.heap_free_bytes() == before
+    assert _active.core().native.heap_free_bytes() == before
 
 
 def world_works(rt):
@@ -149,7 +149,7 @@ def destroy_against_barrier(rt, team, destroy: bool):
 @spmd(sizes=(2, 4))
 def test_a_destroy_refused_on_some_pes_can_be_retried_or_gone_on_from(rt):
     rt.free_workspaces()
-    free_before = rt.native.heap_free_bytes()
+    free_before = _active.core().native.heap_free_bytes()
     team = rt.team_world.split_strided(0, 1, rt.n_pes)
     destroy_against_barrier(rt, team, rt.my_pe == 0)  # PE 0 destroys, the others call a barrier
     destroy_against_barrier(rt, team, rt.my_pe != 0)  # the other way round
@@ -169,19 +169,19 @@ def test_a_destroy_refused_on_some_pes_can_be_retried_or_gone_on_from(rt):
     rt.free(x)
     world_works(rt)
     rt.free_workspaces()  # the arena's allocation
-    assert rt.native.heap_free_bytes() == free_before
+    assert _active.core().native.heap_free_bytes() == free_before
 
 
 @spmd(sizes=(2, 4))
 def test_a_destroy_against_a_split_makes_and_destroys_nothing(rt):
     team = rt.team_world.split_strided(0, 1, rt.n_pes)
-    free_before = rt.native.heap_free_bytes()
+    free_before = _active.core().native.heap_free_bytes()
     with pytest.raises(SymmetryError) as info:
         team.destroy() if rt.my_pe == 0 else team.split_strided(0, 1, 1)
     text = str(info.value)
     assert "PE 0 called team_destroy" in text and "called split_strided(start=0, stride=1, size=1)" in text, text
     assert ("The team was not destroyed" if rt.my_pe == 0 else "No team was made") in text, text
-    assert not team.destroyed and rt.native.heap_free_bytes() == free_before  # no team arena either
+    assert not team.destroyed and _active.core().native.heap_free_bytes() == free_before  # no team arena either
     solo = team.split_strided(0, 1, 1)  # every PE retries the split, then destroys both
     assert (solo is not None) == (rt.my_pe == 0)
     if solo is not None:

@@ -259,8 +259,9 @@ def test_host_runtime_has_no_module_init():
     proc = run_python(
         """
         import unishmem
+        from unishmem import _active
         rt = unishmem.init(backend="host")
-        print("MODULE_INIT", rt.module_init, rt.team_world.handle, rt.team_node.handle)
+        print("MODULE_INIT", _active.core().module_init, rt.team_world.handle, rt.team_node.handle)
         rt.finalize()
     """,
         env={"UNISHMEM_SYMMETRIC_SIZE": "16M"},

@@ -85,6 +85,7 @@ def init(
     """Collective: join the job and map the symmetric heap. Returns the process's Runtime.
     Calling it again with the same arguments returns the same Runtime."""
     from . import backends, bootstrap
+    from ._core import Core
     from ._runtime import Runtime
 
     if backend == "auto":
@@ -109,8 +110,9 @@ def init(
             boot.close()
             raise
         # The runtime keeps the bootstrap until finalize: rank 0 may be serving its store to slower peers.
-        rt = Runtime(opened, boot, _hang_dir(boot))
-        _active.activate(rt, args)
+        core = Core(opened, boot, _hang_dir(boot), on_end=_active.forget)
+        rt = Runtime(core)
+        _active.activate(rt, core, args)
         return rt
 
 

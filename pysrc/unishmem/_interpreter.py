@@ -212,8 +212,8 @@ class _Launch:
             self.native.abort_programs()
 
     def run(self, fn, args, order):
-        rt = _active.current()
-        native = self.native = rt.native if rt is not None and rt.backend == "host" else None
+        core = _active.current_core()
+        native = self.native = core.native if core is not None and core.backend == "host" else None
         self.n_programs = len(order)
         if self.cooperative and self.n_programs > self.resident:
             raise UnishmemError(
@@ -224,7 +224,7 @@ class _Launch:
         slots = threading.Semaphore(self.resident)
         errors = []
 
-        pe = rt.my_pe if rt is not None else 0
+        pe = core.my_pe if core is not None else 0
         races = _races.checker()  # NOTE [race check]: the programs start from the host's clock
         forked = races.launch_begin() if races is not None else None
         ended = []  # the programs' clocks, which the host joins when the launch ends

@@ -564,33 +564,33 @@ def waited(addr: int, size: int, count: int = 1) -> None:
         _checker.waited(addr, size, count)
 
 
-def start(rt, segments: str | None) -> None:
+def start(core, segments: str | None) -> None:
     """Collective, at init: every PE maps one segment that PE 0 makes, and PE 0 unlinks it once all have (or
     at once, when the start fails). It is named among the init's segments (`segments`, their token), which
     the launcher removes however the job ends, a PE killed in between included."""
     global _checker
     if _config.get("UNISHMEM_RACE_CHECK") is None:
         return
-    if rt.backend != "host":
+    if core.backend != "host":
         raise UnishmemError(
             "UNISHMEM_RACE_CHECK checks kernels under the interpreter, "
-            f"on the host backend; this runtime's backend is {rt.backend!r}"
+            f"on the host backend; this runtime's backend is {core.backend!r}"
         )
-    if rt.n_pes > MAX_PES:
-        raise UnishmemError(f"UNISHMEM_RACE_CHECK follows at most {MAX_PES} PEs; this job has {rt.n_pes}")
-    bases = [rt.native.peer_ptr(rt.heap_base, pe) for pe in range(rt.n_pes)]
+    if core.n_pes > MAX_PES:
+        raise UnishmemError(f"UNISHMEM_RACE_CHECK follows at most {MAX_PES} PEs; this job has {core.n_pes}")
+    bases = [core.native.peer_ptr(core.heap_base, pe) for pe in range(core.n_pes)]
 
     def mapped(name: str, create: bool) -> Checker:
-        return Checker(name, create, rt.my_pe, rt.n_pes, rt.heap, bases)
+        return Checker(name, create, core.my_pe, core.n_pes, core.heap, bases)
 
     name = f"/dev/shm/unishmem-{segments}-races"
     try:
-        made = mapped(name, True) if rt.my_pe == 0 else None
-        rt.bootstrap.allgather(True)  # PE 0 has made it
+        made = mapped(name, True) if core.my_pe == 0 else None
+        core.bootstrap.allgather(True)  # PE 0 has made it
         made = made or mapped(name, False)
-        rt.bootstrap.allgather(True)  # every PE has mapped it
+        core.bootstrap.allgather(True)  # every PE has mapped it
     finally:
-        if rt.my_pe == 0:
+        if core.my_pe == 0:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name)
     _checker = made

@@ -1,6 +1,6 @@
 """The symmetric buffers of unishmem.kernels and the team arenas they come from on teams smaller than
-the world: one store per runtime (`rt.workspaces`, a WorkspaceStore). Outside unishmem.kernels, so that
-init, splits, `rt.free_workspaces()` and finalize never import Triton.
+the world: one store per runtime (its core's `workspaces`, a WorkspaceStore). Outside unishmem.kernels,
+so that init, splits, `rt.free_workspaces()` and finalize never import Triton.
 
 NOTE [workspaces]: the symmetric buffers a kernel needs (staging, receive slots, signals) come in
 size classes: a workspace is keyed by (kernel, dtype, team, variant, size class), where the class is
@@ -29,7 +29,7 @@ ever reset between calls. Receive buffers come in two parities, alternating by
 epoch: a peer may start call k+1 while this PE still reads call k's data, but not call k+2 (that
 needs this PE's data of call k+1, sent after it finished reading call k).
 
-Where they come from. A team of every PE allocates them with rt.zeros (collective over the world,
+Where they come from. A team of every PE allocates them zeroed (collective over the world,
 checked across PEs on the host backend). A smaller team cannot: the PEs outside it never call. So
 each team smaller than the world gets a team arena when it is split, while every PE that must take
 part is calling anyway: a split of a world-sized team is collective over the world, so the arena is
@@ -86,7 +86,7 @@ class Arena:
         self.high -= nbytes // ALIGN * ALIGN
         return self.memory[self.high : self.high + nbytes // ALIGN * ALIGN]
 
-    def take(self, rt, team, what: str, buffers: dict) -> dict[str, torch.Tensor]:
+    def take(self, core, team, what: str, buffers: dict) -> dict[str, torch.Tensor]:
         """Zeroed `buffers` (name -> (shape, dtype)) from the arena; every member calls it alike,
         after `exchange`, so the offsets agree and every member raises alike when they do not fit."""
         sizes = {name: _aligned(_nbytes(shape, dtype)) for name, (shape, dtype) in buffers.items()}
@@ -95,7 +95,7 @@ class Arena:
             raise ValueError(
                 f"{what}: its workspace needs {need} bytes of symmetric memory, but the team arena of {team.name} "
                 f"has {self.high - self.low} of its {self.memory.numel()} bytes free; raise UNISHMEM_TEAM_ARENA "
-                f"(now {_config.team_arena(rt.heap_size)} bytes, reserved for each team smaller than the world "
+                f"(now {_config.team_arena(core.heap_size)} bytes, reserved for each team smaller than the world "
                 "when it is split; a team split from such a team gets half of its free arena) or call "
                 "rt.free_workspaces()"
             )
@@ -105,7 +105,7 @@ class Arena:
             out[name] = self.memory[self.low : self.low + nbytes].view(dtype).view(shape)
             self.low += sizes[name]
         self.memory[self.low - need : self.low].zero_()
-        rt.sync(team)  # no member writes into a copy that its owner has yet to zero
+        core.sync(team, None)  # no member writes into a copy that its owner has yet to zero
         return out
 
 
@@ -134,10 +134,10 @@ def capturing(graph: bool = True):
         _capturing, _allocating = False, True
 
 
-def checks_every_call(rt) -> bool:
+def checks_every_call(core) -> bool:
     """The host backend compares every call's arguments across PEs (a host collective); GPU backends,
     and a capture (unishmem.testing), only a shape's first call on a workspace."""
-    return rt.backend == "host" and not _capturing
+    return core.backend == "host" and not _capturing
 
 
 @dataclass
@@ -145,7 +145,7 @@ class Workspace:
     buffers: dict[str, torch.Tensor]  # symmetric
     members: torch.Tensor  # the team's world PE numbers, int32 on the runtime's device
     my_index: int
-    arena: Arena | None = None  # where the buffers lie; None: world allocations (rt.zeros)
+    arena: Arena | None = None  # where the buffers lie; None: world allocations (zeroed by the core)
     epoch: int = 0  # the host's count of calls, compared across PEs only (never a kernel argument)
     extra: dict = field(default_factory=dict)
     nbytes: int = 0  # the buffers' bytes, each rounded up as the allocator aligns it
@@ -153,8 +153,8 @@ class Workspace:
     freed: bool = False  # by rt.free_workspaces(): plans that hold it must not launch (NOTE [call plans])
 
 
-def _members(rt, team) -> list[int]:
-    return [team.translate_pe(i, rt.team_world) for i in range(team.n_pes)]
+def _members(core, team) -> list[int]:
+    return [team.translate_pe(i, core.team_world) for i in range(team.n_pes)]
 
 
 def size_class(count: int, minimum: int = 1) -> int:
@@ -168,31 +168,31 @@ def buffer_bytes(buffers: dict) -> int:
     return sum(_aligned(_nbytes(shape, dtype)) for shape, dtype in buffers.values())
 
 
-def held_bytes(rt) -> int:
-    """The bytes rt's workspaces hold on the heap (team arenas' workspaces not counted)."""
-    return sum(ws.nbytes for ws in rt.workspaces._by_key.values() if ws.arena is None)
+def held_bytes(core) -> int:
+    """The bytes core's workspaces hold on the heap (team arenas' workspaces not counted)."""
+    return sum(ws.nbytes for ws in core.workspaces._by_key.values() if ws.arena is None)
 
 
-def room_problem(rt, team, what: str, buffers: dict) -> ValueError | None:
+def room_problem(core, team, what: str, buffers: dict) -> ValueError | None:
     """Why a new workspace of `buffers` for kernel `what` on `team` may not be allocated, or None:
     UNISHMEM_WORKSPACE_BYTES (NOTE [workspaces]). The same on every PE of a world-sized team; a
     team arena's workspaces are bounded by the arena instead (Arena.take)."""
-    if rt.workspaces.arena_of(team) is not None:
+    if core.workspaces.arena_of(team) is not None:
         return None
-    need, held = buffer_bytes(buffers), held_bytes(rt)
-    cap = _config.workspace_bytes(rt.heap_size)
+    need, held = buffer_bytes(buffers), held_bytes(core)
+    cap = _config.workspace_bytes(core.heap_size)
     if held + need <= cap:
         return None
     unset = _config.get("UNISHMEM_WORKSPACE_BYTES") is None
     return ValueError(
         f"{what}: its workspace needs {need} bytes of symmetric memory and the kernel workspaces of this "
         f"runtime already hold {held} bytes, more together than UNISHMEM_WORKSPACE_BYTES={cap} allows"
-        + (f" (unset: half the {rt.heap_size}-byte heap)" if unset else "")
+        + (f" (unset: half the {core.heap_size}-byte heap)" if unset else "")
         + "; call rt.free_workspaces() (collective) or raise UNISHMEM_WORKSPACE_BYTES"
     )
 
 
-def new_workspace(rt, team, what: str, buffers: dict, **extra) -> Workspace:
+def new_workspace(core, team, what: str, buffers: dict, **extra) -> Workspace:
     """A workspace of zeroed `buffers` (name -> (shape, dtype)) on `team`: from its arena if it has
     one, else world allocations. Every member calls it alike, after `exchange`. It does not check
     UNISHMEM_WORKSPACE_BYTES: keyed_workspace and workspace do."""
@@ -201,31 +201,31 @@ def new_workspace(rt, team, what: str, buffers: dict, **extra) -> Workspace:
             f"unishmem.testing.capture: {what} allocates its workspace (symmetric memory, a collective) inside "
             "the capture; make one call of the same shapes before capturing"
         )
-    arena = rt.workspaces.arena_of(team)
+    arena = core.workspaces.arena_of(team)
     tensors = (
-        arena.take(rt, team, what, buffers)
+        arena.take(core, team, what, buffers)
         if arena is not None
-        else {name: rt.zeros(shape, dtype=dtype) for name, (shape, dtype) in buffers.items()}
+        else {name: core.filled(shape, 0, dtype, check_value=False) for name, (shape, dtype) in buffers.items()}
     )
-    members = torch.tensor(_members(rt, team), dtype=torch.int32, device=rt.device)
+    members = torch.tensor(_members(core, team), dtype=torch.int32, device=core.device)
     return Workspace(tensors, members, team.my_pe, arena, extra=extra, nbytes=buffer_bytes(buffers))
 
 
-def keyed_workspace(rt, team, what: str, key: tuple, buffers, **extra) -> Workspace:
+def keyed_workspace(core, team, what: str, key: tuple, buffers, **extra) -> Workspace:
     """The workspace stored under `key` (made on first use, after the UNISHMEM_WORKSPACE_BYTES check,
     which raises on every PE alike): for kernels that compare their arguments across PEs themselves
     (`exchange`) and call this after, every member alike. `key` must hold the kernel's name, the team's
     `_id` and a size class (`size_class`) rather than an exact shape, so that shapes share it;
     `buffers`: name -> (shape, dtype), sized for the class, or a function returning that, called only
     on first use."""
-    store = rt.workspaces
+    store = core.workspaces
     ws = store.get(key)
     if ws is None:
         spec = buffers() if callable(buffers) else buffers
-        problem = room_problem(rt, team, what, spec)
+        problem = room_problem(core, team, what, spec)
         if problem is not None:
             raise problem
-        ws = store._by_key[key] = new_workspace(rt, team, what, spec, **extra)
+        ws = store._by_key[key] = new_workspace(core, team, what, spec, **extra)
     return ws
 
 
@@ -235,35 +235,35 @@ def _describe(desc: list[int], label: str = "shape", variants: tuple = ()) -> st
     return f"{dtype} of {label} {list(dims[:ndim])}" + (f" ({variants[variant]})" if variants else "")
 
 
-def _exchange_through_bootstrap(rt, team, desc: list[int]) -> list[list[int]]:
+def _exchange_through_bootstrap(core, team, desc: list[int]) -> list[list[int]]:
     """NOTE [limited-mode exchange]: NVSHMEM's limited multi-PE-per-GPU mode (PEs sharing a GPU without
     MPS) ends the process on a host collective, and refuses team splits for that reason, so its
     teams are the world and the node team, which there has the world's PEs. Their descs go through
     the bootstrap that started the job instead (JSON, over the launcher's rendezvous or torch.distributed)."""
-    if team.n_pes != rt.n_pes:  # a sub-team's non-members would not take part
+    if team.n_pes != core.n_pes:  # a sub-team's non-members would not take part
         raise ValueError(f"{team.name}: only world-sized teams can agree through the bootstrap")
-    everyone = rt.bootstrap.allgather(list(desc))
-    return [everyone[pe] for pe in _members(rt, team)]
+    everyone = core.bootstrap.allgather(list(desc))
+    return [everyone[pe] for pe in _members(core, team)]
 
 
-def exchange(rt, team, what: str, desc: list[int], problem: Exception | None) -> list[list[int]]:
+def exchange(core, team, what: str, desc: list[int], problem: Exception | None) -> list[list[int]]:
     """Every member's `desc` (a host fcollect; NOTE [limited-mode exchange]), after which this PE
     raises its own `problem`, or a ValueError naming the members that found one (their desc starts
     with a negative number)."""
-    if getattr(rt.native, "limited_mode", False):
-        return _agreed(what, team, _exchange_through_bootstrap(rt, team, desc), problem)
-    width, store, arena = len(desc), rt.workspaces, rt.workspaces.arena_of(team)
+    if getattr(core.native, "limited_mode", False):
+        return _agreed(what, team, _exchange_through_bootstrap(core, team, desc), problem)
+    width, store, arena = len(desc), core.workspaces, core.workspaces.arena_of(team)
     if arena is not None:
         mine, everyone = arena.mine[:width], arena.everyone[: team.n_pes * width]
     else:
         key = ("agree", team.key, width)
         if key not in store._by_key:
             store._by_key[key] = new_workspace(
-                rt, team, what, {"mine": ((width,), torch.int64), "everyone": ((team.n_pes * width,), torch.int64)}
+                core, team, what, {"mine": ((width,), torch.int64), "everyone": ((team.n_pes * width,), torch.int64)}
             )
         mine, everyone = store._by_key[key].buffers.values()
     mine.copy_(torch.tensor(desc, dtype=torch.int64))
-    rt.fcollect(everyone, mine, team=team)
+    core.fcollect(everyone, mine, team, None)
     return _agreed(what, team, everyone.view(team.n_pes, width).tolist(), problem)
 
 
@@ -277,11 +277,11 @@ def _agreed(what: str, team, rows: list[list[int]], problem: Exception | None) -
 
 
 def _agree(
-    rt, team, what: str, desc: list[int], problem: Exception | None, label: str = "shape", variants: tuple = ()
+    core, team, what: str, desc: list[int], problem: Exception | None, label: str = "shape", variants: tuple = ()
 ) -> None:
     """Every member of `team` calls `what` with the same `desc` and no local `problem`, or every
     one raises (a mismatch would otherwise leave some PEs waiting for data that never comes)."""
-    rows = exchange(rt, team, what, desc, problem)
+    rows = exchange(core, team, what, desc, problem)
     differ = [i for i, row in enumerate(rows) if row != rows[0]]
     if differ:
         raise ValueError(
@@ -292,7 +292,7 @@ def _agree(
 
 
 def workspace(
-    rt,
+    core,
     team,
     what: str,
     x: torch.Tensor,
@@ -323,11 +323,11 @@ def workspace(
             "kernel takes: reshape it to fewer"
         )
     full_key = (what, getattr(x, "dtype", None), team.key, *key)
-    ws = rt.workspaces.get(full_key)
+    ws = core.workspaces.get(full_key)
     spec = None
     if ws is None and problem is None:
         spec = buffers()
-        problem = room_problem(rt, team, what, spec)  # before the exchange: every member hears of it
+        problem = room_problem(core, team, what, spec)  # before the exchange: every member hears of it
     desc = (
         (-1,) * AGREE_WIDTH
         if problem
@@ -342,21 +342,21 @@ def workspace(
     )
     # GPU backends check once per shape and workspace (a host collective), and so does a capture
     # (unishmem.testing), which, like a CUDA graph, cannot hold one
-    if ws is None or problem or desc not in ws.agreed or checks_every_call(rt):
-        _agree(rt, team, what, list(desc), problem, label, variants)
+    if ws is None or problem or desc not in ws.agreed or checks_every_call(core):
+        _agree(core, team, what, list(desc), problem, label, variants)
     if ws is None:
-        ws = rt.workspaces._by_key[full_key] = new_workspace(rt, team, what, spec)
+        ws = core.workspaces._by_key[full_key] = new_workspace(core, team, what, spec)
     ws.agreed.add(desc)
     return ws
 
 
 class WorkspaceStore:
-    """A runtime's kernel workspaces, by key, and its team arenas (NOTE [workspaces]). The runtime
+    """A runtime's kernel workspaces, by key, and its team arenas (NOTE [workspaces]). The core
     makes one; its splits, team destroys, free_workspaces and finalize call it, and the kernels reach
     it through this module's functions."""
 
-    def __init__(self, rt):
-        self._rt = rt
+    def __init__(self, core):
+        self._core = core  # its Core, for allocations and collectives (untyped: _core.py imports this module)
         self._by_key: dict[tuple, Workspace] = {}
         self._arenas: list = []  # (world allocation, this PE's teams using it) per team arena, in split order
         self._team_arenas: dict[int, Arena] = {}  # Team.key -> its arena
@@ -400,7 +400,7 @@ class WorkspaceStore:
                 memory, why = None, "UNISHMEM_TEAM_ARENA=0"
                 if world_bytes:
                     try:
-                        memory = self._rt.empty(world_bytes, dtype=torch.uint8)
+                        memory = self._core.empty(world_bytes, torch.uint8)
                     except HeapExhaustedError:  # on every PE alike: the allocator is deterministic
                         why = f"the heap had no room for its UNISHMEM_TEAM_ARENA={world_bytes} bytes when it was split"
                 users = []
@@ -443,15 +443,15 @@ class WorkspaceStore:
         """Collective over the world: frees the world allocations of team arenas that no PE's live team uses."""
         if not self._arenas:
             return
-        rt = self._rt
-        used = rt.zeros(len(self._arenas), dtype=torch.int64)
+        core = self._core
+        used = core.filled(len(self._arenas), 0, torch.int64, check_value=False)
         used.copy_(torch.tensor([any(not team.destroyed for team in users) for _, users in self._arenas]))
-        rt.reduce(used, used, op="max")
+        core.reduce(used, used, "max", None, None)
         keep = used.tolist()
-        rt.free(used)
+        core.free(used)
         for (memory, users), kept in zip(self._arenas, keep):
             if not kept:
-                rt.free(memory)
+                core.free(memory)
                 for team in users:
                     self._team_arenas.pop(team.key, None)
         self._arenas[:] = [arena for arena, kept in zip(self._arenas, keep) if kept]
@@ -463,7 +463,7 @@ class WorkspaceStore:
             ws.freed = True
             if ws.arena is None:
                 for t in ws.buffers.values():
-                    self._rt.free(t)
+                    self._core.free(t)
         self._by_key.clear()
         self.plans.clear()
         for arena in self._team_arenas.values():
@@ -473,6 +473,6 @@ class WorkspaceStore:
     def free_arenas(self) -> None:
         """Collective over the world (finalize): frees the world allocation of every team arena."""
         for memory, _ in self._arenas:
-            self._rt.free(memory)
+            self._core.free(memory)
         self._arenas.clear()
         self._team_arenas.clear()

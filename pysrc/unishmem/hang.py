@@ -345,7 +345,7 @@ def _jit_functions():
     return found
 
 
-def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
+def table_waits(core, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
     """The waits and signals a debug-waits kernel recorded in `table` (NOTE [debug waits])."""
     from . import _wait_table as table_layout
     from .language._table import ROWS
@@ -381,11 +381,11 @@ def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
                     label,
                     where,
                     f"{row} on {slot[table_layout.NELEMS]} words from heap offset "
-                    f"{slot[table_layout.ADDR] - rt.heap_base} (expected values not recorded)",
+                    f"{slot[table_layout.ADDR] - core.heap_base} (expected values not recorded)",
                 )
             )
             continue
-        offset = slot[table_layout.ADDR] - rt.heap_base
+        offset = slot[table_layout.ADDR] - core.heap_base
         dtype = info >> 8 & 0xFF
         count = max(1, min(slot[table_layout.NELEMS], 8))
         words_read = [None] * count
@@ -393,7 +393,7 @@ def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
             read = _within(
                 READ_S,
                 lambda: [
-                    _signed(_read_word(rt, offset + i * (4 if dtype in _32_BIT else 8), dtype), dtype)
+                    _signed(_read_word(core, offset + i * (4 if dtype in _32_BIT else 8), dtype), dtype)
                     for i in range(count)
                 ],
             )
@@ -404,7 +404,7 @@ def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
             Wait(
                 kind,
                 [
-                    Word(rt.my_pe, offset + i * (4 if dtype in _32_BIT else 8), cmp, value, a, dtype)
+                    Word(core.my_pe, offset + i * (4 if dtype in _32_BIT else 8), cmp, value, a, dtype)
                     for i, a in enumerate(words_read)
                 ],
                 label,
@@ -413,14 +413,14 @@ def table_waits(rt, table, kernel: str) -> tuple[list[Wait], list[Signal]]:
             )
         )
     signals = []
-    for peer in range(min(rt.n_pes, table_layout.PEERS)):
+    for peer in range(min(core.n_pes, table_layout.PEERS)):
         base = table_layout.SIGNAL_RECORDS + peer * table_layout.PEER_WORDS
         if words[base + table_layout.COUNT]:
             signals.append(
                 Signal(
-                    rt.my_pe,
+                    core.my_pe,
                     peer,
-                    words[base + table_layout.S_ADDR] - rt.heap_base,
+                    words[base + table_layout.S_ADDR] - core.heap_base,
                     words[base + table_layout.S_VALUE],
                     words[base + table_layout.S_OP],
                     words[base + table_layout.COUNT],
@@ -442,18 +442,18 @@ def _within(seconds: float, fn):
     return result[0] if result else None
 
 
-def _read_word(rt, offset: int, dtype: int) -> int | None:
+def _read_word(core, offset: int, dtype: int) -> int | None:
     """The word's bits, read while the kernel may still spin on it: on a GPU through a copy on the
     stream made for it with the table (the kernel's stream is stuck)."""
     import torch
 
     size = 4 if dtype in _32_BIT else 8
-    if not 0 <= offset <= rt.native.heap_size - size:
+    if not 0 <= offset <= core.native.heap_size - size:
         return None
-    heap = rt.heap_of(rt.my_pe)
+    heap = core.heap_of(core.my_pe)
     if heap.device.type == "cpu":
         return int.from_bytes(heap[offset : offset + size].numpy().tobytes(), "little")
-    with torch.cuda.stream(rt.diagnostics.read_stream):
+    with torch.cuda.stream(core.diagnostics.read_stream):
         return int.from_bytes(heap[offset : offset + size].cpu().numpy().tobytes(), "little")
 
 
@@ -462,10 +462,10 @@ class Watchdog:
     another PE has found one, write this PE's part into the job's hang directory; rank 0 gathers
     the parts into one report on stderr; then the PE exits with HANG_EXIT."""
 
-    def __init__(self, rt, timeout: float, directory: str, diagnostics: Diagnostics):
+    def __init__(self, core, timeout: float, directory: str, diagnostics: Diagnostics):
         import threading
 
-        self.rt, self.timeout, self.dir = rt, timeout, directory
+        self.core, self.timeout, self.dir = core, timeout, directory
         self.launches: dict[int, tuple[str, float, object]] = {}  # id -> (kernel, start, done())
         self.diagnostics = diagnostics  # its debug wait table, once a debug-waits kernel runs
         self._lock = threading.Lock()
@@ -488,7 +488,7 @@ class Watchdog:
         import time
 
         marker = os.path.join(self.dir, "hang")
-        while not self.rt.finalized and os.path.isdir(self.dir):  # (gone: rank 0 has left the job)
+        while not self.core.finalized and os.path.isdir(self.dir):  # (gone: rank 0 has left the job)
             time.sleep(0.05)
             with self._lock:
                 for token, (_, _, done) in list(self.launches.items()):
@@ -506,37 +506,37 @@ class Watchdog:
     def _part(self, oldest) -> PeReport:
         import time
 
-        rt = self.rt
+        core = self.core
         detail = (
             "no launch of it was running"
             if oldest is None
             else f"kernel {oldest[0]} has run for {time.monotonic() - oldest[1]:.1f} s"
         )
-        if rt.backend == "host":  # the interpreter and host code: the host backend knows this PE's waits
-            mine = next(r for r in from_native(rt.native.wait_snapshot()) if r.pe == rt.my_pe)
+        if core.backend == "host":  # the interpreter and host code: the host backend knows this PE's waits
+            mine = next(r for r in from_native(core.native.wait_snapshot()) if r.pe == core.my_pe)
             mine.detail = detail
             return mine
         if oldest is None:
-            return PeReport(rt.my_pe, "finished", detail=detail)
+            return PeReport(core.my_pe, "finished", detail=detail)
         kernel = oldest[0]
         if self.diagnostics.table is None:
             return PeReport(
-                rt.my_pe,
+                core.my_pe,
                 "running",
                 detail=detail + "; no waits recorded (run with UNISHMEM_DEBUG_WAITS=1 to record them)",
             )
-        waits, signals = table_waits(rt, self.diagnostics.table, kernel)
-        return PeReport(rt.my_pe, "waiting" if waits else "running", waits, signals, detail)
+        waits, signals = table_waits(core, self.diagnostics.table, kernel)
+        return PeReport(core.my_pe, "waiting" if waits else "running", waits, signals, detail)
 
     def _report(self, oldest) -> None:
         import time
 
-        part = os.path.join(self.dir, f"pe{self.rt.my_pe}.json")
+        part = os.path.join(self.dir, f"pe{self.core.my_pe}.json")
         with open(part + ".tmp", "w") as f:
             f.write(self._part(oldest).to_json())
         os.replace(part + ".tmp", part)  # whole parts only
-        if self.rt.my_pe == 0:
-            n = self.rt.n_pes
+        if self.core.my_pe == 0:
+            n = self.core.n_pes
             end = time.monotonic() + GATHER_S
             while time.monotonic() < end and not all(
                 os.path.exists(os.path.join(self.dir, f"pe{p}.json")) for p in range(n)
@@ -583,10 +583,10 @@ class Diagnostics:
     UNISHMEM_HANG_TIMEOUT is set (`hang_dir`: where the job's PEs leave their parts), and its debug
     wait table (NOTE [debug waits]), made on first use."""
 
-    def __init__(self, rt, hang_dir: str | None):
+    def __init__(self, core, hang_dir: str | None):
         from ._config import protocol
 
-        self._rt, self._hang_dir = rt, hang_dir
+        self._core, self._hang_dir = core, hang_dir
         # made by init (no launcher gave one: `unishmem run` removes its own), so gone with the job
         self._own_hang_dir = hang_dir is not None and protocol("UNISHMEM_HANG_DIR") is None
         self._watchdog: Watchdog | None = None
@@ -597,7 +597,7 @@ class Diagnostics:
         if self._hang_dir is not None and self._watchdog is None:
             from ._config import seconds
 
-            self._watchdog = Watchdog(self._rt, seconds("UNISHMEM_HANG_TIMEOUT"), self._hang_dir, self)
+            self._watchdog = Watchdog(self._core, seconds("UNISHMEM_HANG_TIMEOUT"), self._hang_dir, self)
         return self._watchdog
 
     def wait_table(self):
@@ -611,13 +611,13 @@ class Diagnostics:
             # The hang report reads waited-on words through this stream (torch's pool: not blocking on the
             # default stream). Made now, not at the report: on an H200 (2 PEs, limited mode) making a stream
             # while the kernel spun blocked holding the GIL, and the report never went out.
-            self.read_stream = torch.cuda.Stream(self._rt.device) if self._rt.device.type == "cuda" else None
+            self.read_stream = torch.cuda.Stream(self._core.device) if self._core.device.type == "cuda" else None
         return self.table
 
     def remove_hang_dir(self) -> None:
         """Rank 0, as it leaves the job (every PE has finalized, or the report is out): the job's hang
         directory, where init made it."""
-        if self._own_hang_dir and self._rt.my_pe == 0:
+        if self._own_hang_dir and self._core.my_pe == 0:
             import shutil
 
             shutil.rmtree(self._hang_dir, ignore_errors=True)

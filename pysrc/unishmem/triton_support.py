@@ -51,8 +51,8 @@ def interpreting() -> bool:
     (its only way to run them; NOTE [import order])."""
     if triton.knobs.runtime.interpret:
         return True
-    rt = _active.current()
-    return rt is not None and rt.backend == "host"
+    core = _active.current_core()
+    return core is not None and core.backend == "host"
 
 
 def extern_libs(backend: str, arch) -> dict[str, str]:
@@ -94,16 +94,16 @@ def _capturing_cuda_graph() -> bool:
 def _on_kernel_load(module, function, name, metadata_group, hash, **_):
     if name not in _KERNEL_NAMES:
         return
-    rt = _active.current()
-    if rt is None or rt.module_init is None:
+    core = _active.current_core()
+    if core is None or core.module_init is None:
         raise UnishmemError(
             f"kernel {name} uses unishmem device functions but no GPU runtime is active to "
             "initialise its module: call unishmem.init() first"
         )
-    rt.module_init(module)
-    table = rt.diagnostics.table
+    core.module_init(module)
+    table = core.diagnostics.table
     if table is not None:  # NOTE [debug waits]: a debug build finds its table through this global
-        _set_module_global(rt.backend, module, table.data_ptr())
+        _set_module_global(core.backend, module, table.data_ptr())
 
 
 def _set_module_global(backend: str, module: int, address: int) -> None:
@@ -175,30 +175,30 @@ class Kernel:
             return self._run_interpreted(args, grid, kwargs)
         from .language import _debug
 
-        rt = _active.runtime()
-        libs = extern_libs(*_device_target(rt.backend, rt.device))
+        core = _active.core()
+        libs = extern_libs(*_device_target(core.backend, core.device))
         if self.debug_waits or (self.debug_waits is None and _debug.env_enabled()):
             libs[_debug.LIB_KEY] = _debug.LIBRARY
-            rt.diagnostics.wait_table()
+            core.diagnostics.wait_table()
         kwargs["extern_libs"] = {**libs, **dict(kwargs.get("extern_libs") or {})}
         _add_hook()
         result = self.jit_function.run(*args, grid=grid, warmup=False, **kwargs)
-        self._watch(rt)
+        self._watch(core)
         return result
 
-    def _watch(self, rt) -> None:
+    def _watch(self, core) -> None:
         """NOTE [hang report]: an event after a compiled launch says when it has finished; not while a
         CUDA graph captures (the launch runs at each replay, which the watchdog does not see)."""
-        watchdog = rt.diagnostics.watchdog()
+        watchdog = core.diagnostics.watchdog()
         if watchdog is not None and not _capturing_cuda_graph():
             import torch
 
             done = torch.cuda.Event()
-            done.record(torch.cuda.current_stream(rt.device))
+            done.record(torch.cuda.current_stream(core.device))
             watchdog.launched(self.fn.__name__, done.query)
 
     def _run_interpreted(self, args, grid, kwargs):
-        watchdog = _active.runtime().diagnostics.watchdog()
+        watchdog = _active.core().diagnostics.watchdog()
         token = watchdog.launched(self.fn.__name__, None) if watchdog is not None else None
         try:
             resident = self.resident if self.resident is not None else _config.get("UNISHMEM_INTERPRET_RESIDENT")
@@ -278,7 +278,7 @@ class BoundLaunch:
             leave,
             *direct,
         )
-        self.kernel._watch(_active.runtime())
+        self.kernel._watch(_active.core())
         return compiled
 
     def filled(self, values) -> tuple[list, dict]:

@@ -8,7 +8,7 @@ import threading
 import time
 
 import unishmem
-from unishmem import CMP, PeerFailure
+from unishmem import CMP, PeerFailure, _active
 
 
 def say(line: str) -> None:
@@ -58,7 +58,7 @@ if mode in ("hang", "hang_in_kernel"):
 
     def waiting_once_in_the_wait():
         """WAITING once this PE publishes a wait (what the deadlock check reads): it is inside it."""
-        while not next(v for v in rt.native.wait_snapshot() if v["pe"] == rt.my_pe)["waiting"]:
+        while not next(v for v in _active.core().native.wait_snapshot() if v["pe"] == rt.my_pe)["waiting"]:
             time.sleep(0.01)
         say(f"WAITING pe={rt.my_pe}")
 

@@ -51,14 +51,14 @@ from ._routing import team_of
 MAX_PIECES = 16  # programs (at most) that send the data for one peer
 
 
-def kernel_team(rt, team, group):
+def kernel_team(core, team, group):
     """The Team a kernel call runs on (team=, or group= through team_of; None: the world), checked,
     with the team arena its workspaces need."""
-    team = rt.checked_team(team_of(rt, team, group))
-    if team.n_pes != rt.n_pes and rt.workspaces.arena_of(team) is None:  # every member raises alike
+    team = core.checked_team(team_of(core, team, group))
+    if team.n_pes != core.n_pes and core.workspaces.arena_of(team) is None:  # every member raises alike
         raise ValueError(
-            f"unishmem.kernels: {team.name} ({team.n_pes} of {rt.n_pes} PEs) has no team arena for "
-            f"its workspaces (NOTE [workspaces]): {rt.workspaces.why_no_arena(team)}"
+            f"unishmem.kernels: {team.name} ({team.n_pes} of {core.n_pes} PEs) has no team arena for "
+            f"its workspaces (NOTE [workspaces]): {core.workspaces.why_no_arena(team)}"
         )
     return team
 
@@ -76,10 +76,10 @@ def max_programs(kernel) -> int:
     """The most programs a kernel on the capped grid launches (NOTE [persistent grid]):
     UNISHMEM_MAX_PROGRAMS, else the GPU's multiprocessors; under TRITON_INTERPRET=1 never more than
     `kernel` keeps resident."""
-    from .. import _config, runtime
+    from .. import _active, _config
 
     most = _config.get("UNISHMEM_MAX_PROGRAMS")
-    device = runtime().device
+    device = _active.core().device
     if interpreting() or device.type != "cuda":  # (the host backend's kernels always run interpreted)
         resident = kernel.resident if kernel.resident is not None else _config.get("UNISHMEM_INTERPRET_RESIDENT")
         return resident if most is None else min(most, resident)
@@ -111,13 +111,13 @@ def peer_pieces(numel: int, itemsize: int, block_bytes: int | None = None) -> tu
     return cdiv(max(numel, 1), piece), piece
 
 
-def check_tensor(rt, x, name: str, what: str):
+def check_tensor(core, x, name: str, what: str):
     """The problem with x as tensor argument `name` of kernel `what` (not a tensor, or not on the
     runtime's device), or None."""
     if not isinstance(x, torch.Tensor):
         return TypeError(f"{what}: {name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.device != rt.device:
-        return ValueError(f"{what}: {name} is on {x.device}, not the runtime's device {rt.device}")
+    if x.device != core.device:
+        return ValueError(f"{what}: {name} is on {x.device}, not the runtime's device {core.device}")
     return None
 
 
@@ -150,17 +150,17 @@ def empty(shape, dtype, device) -> torch.Tensor:
     return torch.empty(*shape, dtype=dtype, device=device) if shape else torch.empty((), dtype=dtype, device=device)
 
 
-def output(rt, out, shape, dtype):
-    return empty(shape, dtype, rt.device) if out is None else out
+def output(core, out, shape, dtype):
+    return empty(shape, dtype, core.device) if out is None else out
 
 
-def inputs(rt, ws: Workspace, x, out):
+def inputs(core, ws: Workspace, x, out):
     """(x, src, stage) for a kernel that reads all of x: a contiguous symmetric x is read in place
     (src is x) unless out overlaps it (programs write out while others, and peers, still read src);
     any other contiguous x the kernel copies into the workspace's src itself (stage=1, NOTE
     [copy-in]); a strided x is copied there by torch first (one more launch)."""
     if x.is_contiguous():
-        in_place = rt.is_symmetric(x) and not overlap(x, out)
+        in_place = core.is_symmetric(x) and not overlap(x, out)
         return (x, x, 0) if in_place else (x, ws.buffers["src"], 1)
     src = ws.buffers["src"]
     src.view(-1)[: x.numel()].view(x.shape).copy_(x)
@@ -180,51 +180,51 @@ class Plan:
     launch: object  # launch(x, src, stage, out)
 
 
-def planned(rt, key):
+def planned(core, key):
     """The plan recorded under key, where a call may use it (NOTE [call plans]), or None."""
-    plan = rt.workspaces.plans.get(key)
-    if plan is None or plan.ws.freed or checks_every_call(rt):
+    plan = core.workspaces.plans.get(key)
+    if plan is None or plan.ws.freed or checks_every_call(core):
         return None
     return plan
 
 
-def record(rt, key, plan: Plan) -> None:
+def record(core, key, plan: Plan) -> None:
     """Keep a call's plan (NOTE [call plans]) under key; None: the call has none."""
     if key is not None:
-        rt.workspaces.plans[key] = plan
+        core.workspaces.plans[key] = plan
 
 
-def plan_and_launch(rt, key, ws: Workspace, shape, launch, x, out, *more):
+def plan_and_launch(core, key, ws: Workspace, shape, launch, x, out, *more):
     """Record the plan of a call (NOTE [call plans]; its kernel reads all of x), then launch it on x
     into out (a new tensor where out is None), with the call's `more` tensors after out: a call's
     first launch, its arguments checked."""
-    record(rt, key, Plan(ws, tuple(shape), launch))
-    out = output(rt, out, shape, x.dtype)
-    launch(*inputs(rt, ws, x, out), out, *more)
+    record(core, key, Plan(ws, tuple(shape), launch))
+    out = output(core, out, shape, x.dtype)
+    launch(*inputs(core, ws, x, out), out, *more)
     return out
 
 
-def run_plan(rt, plan: Plan, x, out, what: str, *more):
+def run_plan(core, plan: Plan, x, out, what: str, *more):
     """A warm call (NOTE [call plans]): check out, pick x's source, launch."""
     if out is None:
-        out = empty(plan.shape, x.dtype, rt.device)
+        out = empty(plan.shape, x.dtype, core.device)
     else:
         problem = check_out(out, plan.shape, x.dtype, what)
         if problem:
             raise problem
-    plan.launch(*inputs(rt, plan.ws, x, out), out, *more)
+    plan.launch(*inputs(core, plan.ws, x, out), out, *more)
     return out
 
 
 _REACHABLE: dict[int, bool] = {}  # team id (never reused) -> every member reachable by load/store
 
 
-def reachable(rt, team) -> bool:
+def reachable(core, team) -> bool:
     """Whether this PE reaches every member of team by load/store (rt.peer is not None): the same on
     every member, as PEs reach each other by node. Asked once per team."""
     found = _REACHABLE.get(team.key)
     if found is None:
         found = _REACHABLE[team.key] = all(
-            rt.native.peer_ptr(rt.heap_base, team.translate_pe(i, rt.team_world)) != 0 for i in range(team.n_pes)
+            core.native.peer_ptr(core.heap_base, team.translate_pe(i, core.team_world)) != 0 for i in range(team.n_pes)
         )
     return found

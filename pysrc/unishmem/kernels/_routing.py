@@ -13,6 +13,8 @@ import weakref
 import torch
 import torch._dynamo
 
+from .. import _active
+
 _TEAMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # Team.key -> Team
 
 
@@ -29,7 +31,7 @@ def op_team(number: int):
     return team
 
 
-def team_of(rt, team, group):
+def team_of(core, team, group):
     """The Team a kernel runs on: `team`, or the team of this runtime whose members are the ranks of
     the torch.distributed ProcessGroup `group` in its order (the world, the node team or a team made
     by a split), or None for the world."""
@@ -39,14 +41,14 @@ def team_of(rt, team, group):
         raise ValueError("unishmem.kernels: pass team= or group=, not both")
     import torch.distributed as dist
 
-    if not dist.is_initialized() or dist.get_rank() != rt.my_pe:
+    if not dist.is_initialized() or dist.get_rank() != core.my_pe:
         raise ValueError(
             "unishmem.kernels: group= needs torch.distributed initialised with this runtime's PE numbers "
             "as its ranks (unishmem.init(group=...) or a launcher that sets both)"
         )
     ranks = dist.get_process_group_ranks(group)
-    for candidate in rt.kernel_teams():
-        if [candidate.translate_pe(i, rt.team_world) for i in range(candidate.n_pes)] == ranks:
+    for candidate in core.kernel_teams():
+        if [candidate.translate_pe(i, core.team_world) for i in range(candidate.n_pes)] == ranks:
             return candidate
     raise ValueError(
         f"unishmem.kernels: no team of this runtime has the ranks {ranks} of group {group!r}: make one "
@@ -57,10 +59,8 @@ def team_of(rt, team, group):
 @torch._dynamo.assume_constant_result  # read at trace time: Dynamo sees a number, not the runtime
 def op_team_arg(team, group=None) -> int:
     """The number a custom op takes for the team of team=/group= (default: the world)."""
-    from .. import runtime
-
-    rt = runtime()
-    return team_number(rt.checked_team(team_of(rt, team, group)))
+    core = _active.core()
+    return team_number(core.checked_team(team_of(core, team, group)))
 
 
 def needs_op(*tensors) -> bool:

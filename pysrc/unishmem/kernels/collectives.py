@@ -73,7 +73,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import _config, jit
+from .. import _active, _config, jit
 from .. import language as shl
 from .._workspaces import Workspace, size_class, workspace
 from ..enums import REDUCE_OPS
@@ -596,17 +596,15 @@ def all_to_all(x, out=None, team=None, group=None):
 
 def _gather(x, out, team, group, what: str):
     """all_gather, or with what="all_to_all" the exchange of x's blocks: one kernel for both."""
-    from .. import runtime
-
-    rt = runtime()
+    core = _active.core()
     key = (what, x.dtype, x.shape, x.device, team) if group is None and type(x) is torch.Tensor else None
-    plan = planned(rt, key)
+    plan = planned(core, key)
     if plan is not None:
-        return run_plan(rt, plan, x, out, what)
-    team = kernel_team(rt, team, group)
+        return run_plan(core, plan, x, out, what)
+    team = kernel_team(core, team, group)
     n = team.n_pes
     to_all = what == "all_to_all"
-    problem = check_tensor(rt, x, "x", what)
+    problem = check_tensor(core, x, "x", what)
     if problem is None and to_all and (x.dim() == 0 or x.shape[0] % n):
         problem = ValueError(f"all_to_all: x of shape {list(x.shape)} does not split into {n} equal blocks along dim 0")
     if problem is None and x.dim():
@@ -617,8 +615,8 @@ def _gather(x, out, team, group, what: str):
     numel = 0 if problem else x.numel() // n if to_all else x.numel()  # what goes to one member
     itemsize = x.element_size() if problem is None else 1
     cap = _class(numel, itemsize)
-    row = {} if problem else _tuned.row_of(rt.device, n, what, x.numel() * x.element_size())
-    variant = "push" if problem else _gather_variant(rt, team, row)
+    row = {} if problem else _tuned.row_of(core.device, n, what, x.numel() * x.element_size())
+    variant = "push" if problem else _gather_variant(core, team, row)
     knobs = _knobs(row, variant)
     if variant != "push":  # (the copy engine's handshakes use the pull's words)
         buffers = lambda: _pull_buffers(x, n, n * cap if to_all else cap)  # noqa: E731
@@ -629,14 +627,14 @@ def _gather(x, out, team, group, what: str):
             "sig": ((2, n * MAX_PIECES), torch.uint64),
             "state": ((STATE_WORDS,), torch.int64),
         }
-    ws = workspace(rt, team, what, x, buffers, problem, key=(variant, cap), variants=GATHER_VARIANTS)
+    ws = workspace(core, team, what, x, buffers, problem, key=(variant, cap), variants=GATHER_VARIANTS)
     b = ws.buffers
     if variant == "copy":
-        return plan_and_launch(rt, key, ws, shape, _copy_engine_launch(rt, ws, team, numel, to_all), x, out)
+        return plan_and_launch(core, key, ws, shape, _copy_engine_launch(core, ws, team, numel, to_all), x, out)
     if variant == "pull":
         tasks = n * cdiv(numel, BLOCK)
         pull = _pull_launch(_pull_gather, tasks, ws, n, numel, knobs=knobs, ALL_TO_ALL=to_all, ITEMSIZE=itemsize)
-        return plan_and_launch(rt, key, ws, shape, pull, x, out)
+        return plan_and_launch(core, key, ws, shape, pull, x, out)
     pieces, piece = peer_pieces(numel, itemsize, knobs["block_bytes"])
     launch = _all_gather.bind(
         capped_grid(_all_gather, n * pieces, knobs["programs"]),
@@ -659,12 +657,12 @@ def _gather(x, out, team, group, what: str):
         ITEMSIZE=itemsize,
         num_warps=knobs["warps"],
     )
-    return plan_and_launch(rt, key, ws, shape, launch, x, out)
+    return plan_and_launch(core, key, ws, shape, launch, x, out)
 
 
-def _reduction_args(rt, x, op, out, team, what: str, out_shape):
+def _reduction_args(core, x, op, out, team, what: str, out_shape):
     """(the problem with the arguments or None, the output's shape); team: the call's, checked."""
-    problem = check_tensor(rt, x, "x", what)
+    problem = check_tensor(core, x, "x", what)
     if problem is None and op not in REDUCE_OPS:
         problem = ValueError(f"{what}: op={op!r} is not one of {', '.join(REDUCE_OPS)}")
     if problem is None and x.dtype in (torch.bool, torch.complex64, torch.complex128):
@@ -686,16 +684,14 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
     gradient is the all_gather of the output's); traceable by torch.compile."""
     if needs_op(x):
         return into(out, torch.ops.unishmem.reduce_scatter(x, op, op_team_arg(team, group)), "reduce_scatter")
-    from .. import runtime
-
-    rt = runtime()
+    core = _active.core()
     key = (
         ("reduce_scatter", x.dtype, x.shape, x.device, op, team) if group is None and type(x) is torch.Tensor else None
     )
-    plan = planned(rt, key)
+    plan = planned(core, key)
     if plan is not None:
-        return run_plan(rt, plan, x, out, "reduce_scatter")
-    team = kernel_team(rt, team, group)
+        return run_plan(core, plan, x, out, "reduce_scatter")
+    team = kernel_team(core, team, group)
 
     def out_shape(n):
         if x.dim() == 0 or x.shape[0] % n:
@@ -704,15 +700,15 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
             )
         return (x.shape[0] // n, *x.shape[1:])
 
-    problem, shape = _reduction_args(rt, x, op, out, team, "reduce_scatter", out_shape)
+    problem, shape = _reduction_args(core, x, op, out, team, "reduce_scatter", out_shape)
     n = team.n_pes
     chunk = x.numel() // n if problem is None else 0
     cap = _class(chunk, x.element_size() if problem is None else 1)
-    row = {} if problem else _tuned.row_of(rt.device, n, "reduce_scatter", x.numel() * x.element_size())
-    pulls = problem is None and _pulls(rt, team, row)
+    row = {} if problem else _tuned.row_of(core.device, n, "reduce_scatter", x.numel() * x.element_size())
+    pulls = problem is None and _pulls(core, team, row)
     knobs = _knobs(row, "pull" if pulls else "push")
     ws = workspace(
-        rt,
+        core,
         team,
         "reduce_scatter",
         x,
@@ -722,7 +718,7 @@ def reduce_scatter(x, op: str = "sum", out=None, team=None, group=None):
         variants=GATHER_VARIANTS,
     )
     if pulls:
-        return plan_and_launch(rt, key, ws, shape, _pull_reduce_launch(ws, x, op, n, chunk, True, knobs), x, out)
+        return plan_and_launch(core, key, ws, shape, _pull_reduce_launch(ws, x, op, n, chunk, True, knobs), x, out)
     return _run_reduce(ws, x, op, out, shape, n, chunk, cap, True, False, knobs, key)
 
 
@@ -738,23 +734,21 @@ def all_reduce(
     if needs_op(x):
         result = torch.ops.unishmem.all_reduce(x, op, algorithm, pull, op_team_arg(team, group))
         return into(out, result, "all_reduce")
-    from .. import runtime
-
-    rt = runtime()
+    core = _active.core()
     plain = group is None and type(x) is torch.Tensor
     key = ("all_reduce", x.dtype, x.shape, x.device, op, algorithm, pull, team) if plain else None
-    plan = planned(rt, key)
+    plan = planned(core, key)
     if plan is not None:
-        return run_plan(rt, plan, x, out, "all_reduce")
-    team = kernel_team(rt, team, group)
-    problem, shape = _reduction_args(rt, x, op, out, team, "all_reduce", lambda n: tuple(x.shape))
+        return run_plan(core, plan, x, out, "all_reduce")
+    team = kernel_team(core, team, group)
+    problem, shape = _reduction_args(core, x, op, out, team, "all_reduce", lambda n: tuple(x.shape))
     if problem is None and algorithm not in ALGORITHMS:
         problem = ValueError(f"all_reduce: algorithm={algorithm!r} is not one of {', '.join(ALGORITHMS)}")
     if problem is None and pull not in (None, True, False):
         problem = TypeError(f"all_reduce: pull must be None, True or False, got {pull!r}")
     n = team.n_pes
     nbytes = 0 if problem else x.numel() * x.element_size()
-    row = {} if problem else _tuned.row_of(rt.device, n, "all_reduce", nbytes)  # NOTE [measured defaults]
+    row = {} if problem else _tuned.row_of(core.device, n, "all_reduce", nbytes)  # NOTE [measured defaults]
     if algorithm == "auto" and row:
         algorithm = row["variant"].split(",")[0]
     elif algorithm == "auto":
@@ -764,12 +758,12 @@ def all_reduce(
     two_shot = algorithm == "two_shot"
     pulls = False
     if problem is None:
-        if pull and not reachable(rt, team):
+        if pull and not reachable(core, team):
             problem = ValueError(
                 f"all_reduce: pull=True needs every member of {team.name} reachable by load/store, and some "
                 "are not (another node)"
             )
-        pulls = _pulls(rt, team, row) if pull is None else pull
+        pulls = _pulls(core, team, row) if pull is None else pull
     variant = algorithm if pulls else f"{algorithm}, push"
     knobs = _knobs(row, variant)
     itemsize = 1 if problem else x.element_size()
@@ -788,7 +782,7 @@ def all_reduce(
     else:
         cap = _class(chunk, itemsize)
         buffers = lambda: _reduce_buffers(x, n, cap, two_shot, two_shot)  # noqa: E731
-    ws = workspace(rt, team, "all_reduce", x, buffers, problem, key=(variant, cap), variants=VARIANTS)
+    ws = workspace(core, team, "all_reduce", x, buffers, problem, key=(variant, cap), variants=VARIANTS)
     if pulls and two_shot:
         red = ws.buffers["red"]
         tasks = n * cdiv(chunk, BLOCK)
@@ -799,7 +793,7 @@ def all_reduce(
         launch = _pull_reduce_launch(ws, x, op, n, chunk, False, knobs)
     else:
         return _run_reduce(ws, x, op, out, shape, n, chunk, cap, two_shot, two_shot, knobs, key)
-    return plan_and_launch(rt, key, ws, shape, launch, x, out)
+    return plan_and_launch(core, key, ws, shape, launch, x, out)
 
 
 def _share(numel: int, n: int, itemsize: int) -> int:
@@ -818,21 +812,21 @@ def _pull_reduce_launch(ws: Workspace, x, op: str, n: int, numel: int, scatter: 
     return _pull_launch(_pull_reduce, cdiv(numel, BLOCK), ws, n, numel, knobs=knobs, SCATTER=scatter, **constexprs)
 
 
-def _pulls(rt, team, row: dict) -> bool:
+def _pulls(core, team, row: dict) -> bool:
     """Whether a collective that can pull (reduce_scatter; all_reduce given pull=None) does on team:
     where every member is reachable by load/store, unless UNISHMEM_PULL=0 (NOTE [pull one-shot]) or,
     UNISHMEM_PULL unset, its measured default `row` pushes (NOTE [measured defaults])."""
-    if not (_config.get("UNISHMEM_PULL") and reachable(rt, team)):
+    if not (_config.get("UNISHMEM_PULL") and reachable(core, team)):
         return False
     return _config.given("UNISHMEM_PULL") or not row.get("variant", "").endswith("push")
 
 
-def _gather_variant(rt, team, row: dict) -> str:
+def _gather_variant(core, team, row: dict) -> str:
     """How all_gather or all_to_all moves its data on team: "push" unless every member is reachable by
     load/store and UNISHMEM_PULL is not 0; else, unless UNISHMEM_PULL or UNISHMEM_COPY_ENGINE is set,
     its measured default `row` (NOTE [measured defaults]); else "copy" with UNISHMEM_COPY_ENGINE=1
     (NOTE [copy engine]), "pull" without."""
-    if not (_config.get("UNISHMEM_PULL") and reachable(rt, team)):
+    if not (_config.get("UNISHMEM_PULL") and reachable(core, team)):
         return "push"
     if row and not (_config.given("UNISHMEM_PULL") or _config.given("UNISHMEM_COPY_ENGINE")):
         return row["variant"]
@@ -857,13 +851,13 @@ def _knobs(row: dict, variant: str) -> dict:
     }
 
 
-def _copy_engine_launch(rt, ws: Workspace, team, numel: int, to_all: bool):
+def _copy_engine_launch(core, ws: Workspace, team, numel: int, to_all: bool):
     """launch(x, src, stage, out) of all_gather (to_all: all_to_all) by the copy engine (NOTE [copy
     engine]): the ready handshake, a device copy from each member's view of src, the done handshake."""
     b = ws.buffers
     args = (b["ready"], b["done"], b["state"], ws.members, ws.my_index, team.n_pes)
     ready, done = (_handshake.bind((1,), *args, DONE=flag) for flag in (False, True))
-    pes = [team.translate_pe(i, rt.team_world) for i in range(team.n_pes)]
+    pes = [team.translate_pe(i, core.team_world) for i in range(team.n_pes)]
     first = team.my_pe * numel if to_all else 0  # where this PE's part of a member's src starts
     views: dict[int, list] = {}  # src's address -> each member's view of its elements, made once
 
@@ -874,7 +868,7 @@ def _copy_engine_launch(rt, ws: Workspace, team, numel: int, to_all: bool):
         if parts is None:
             if len(views) >= 8:  # (x in place: a few addresses in turn, not a growing set)
                 views.clear()
-            parts = views[src.data_ptr()] = [rt.peer(src, pe).view(-1)[first : first + numel] for pe in pes]
+            parts = views[src.data_ptr()] = [core.peer(src, pe).view(-1)[first : first + numel] for pe in pes]
         ready()
         flat = out.view(-1)
         for j, part in enumerate(parts):
@@ -953,9 +947,7 @@ def _reduce_buffers(x, n: int, cap: int, scatter: bool, gather: bool) -> dict:
 
 
 def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, gather: bool, knobs: dict, key=None):
-    from .. import runtime
-
-    rt = runtime()
+    core = _active.core()
     b = ws.buffers
     numel, itemsize = x.numel(), x.element_size()
     # one-shot and reduce-scatter have no second exchange: those arguments are never read
@@ -987,7 +979,7 @@ def _run_reduce(ws: Workspace, x, op, out, shape, n, chunk, cap, scatter: bool, 
         num_warps=knobs["warps"],
         **_reduction_constexprs(x, op),
     )
-    return plan_and_launch(rt, key, ws, shape, launch, x, out)
+    return plan_and_launch(core, key, ws, shape, launch, x, out)
 
 
 # How `unishmem compile` builds these kernels with no GPU: float32 data, aligned as torch's and the heap's

@@ -65,7 +65,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import _config, jit
+from .. import _active, _config, jit
 from .. import language as shl
 from .._workspaces import size_class, workspace
 from ..triton_support import PER_CALL
@@ -519,9 +519,9 @@ def _blocks(dims: dict, given: dict, tile: dict) -> tuple[dict, Exception | None
     return out, None
 
 
-def _operands(rt, a, b, what: str, a_name: str, b_name: str):
+def _operands(core, a, b, what: str, a_name: str, b_name: str):
     """The problem with (a, b) as the two operands of a GEMM, or None."""
-    problem = check_tensor(rt, a, a_name, what) or check_tensor(rt, b, b_name, what)
+    problem = check_tensor(core, a, a_name, what) or check_tensor(core, b, b_name, what)
     if problem:
         return problem
     if a.dim() != 2 or b.dim() != 2:
@@ -587,33 +587,31 @@ def ag_gemm(
     if needs_op(a_shard, b):
         blocks = [block_m or 0, block_n or 0, block_k or 0]
         return torch.ops.unishmem.ag_gemm(a_shard, b, overlap, blocks, op_team_arg(team, group))
-    from .. import runtime
-
-    rt = runtime()
+    core = _active.core()
     # NOTE [call plans] (the fused launch): b, like out, is passed at every call
     key = _plan_key("ag_gemm", a_shard, b, (block_m, block_n, block_k), overlap, team, group)
-    plan = planned(rt, key)
+    plan = planned(core, key)
     if plan is not None:
-        return run_plan(rt, plan, a_shard, None, "ag_gemm", b.contiguous())
-    team = kernel_team(rt, team, group)
+        return run_plan(core, plan, a_shard, None, "ag_gemm", b.contiguous())
+    team = kernel_team(core, team, group)
     n = team.n_pes
-    problem = _operands(rt, a_shard, b, "ag_gemm", "a_shard", "b") or _overlap_problem(overlap, "ag_gemm")
+    problem = _operands(core, a_shard, b, "ag_gemm", "a_shard", "b") or _overlap_problem(overlap, "ag_gemm")
     nbytes = a_shard.numel() * a_shard.element_size() if problem is None else 0
-    row = _tuned.row_of(rt.device, n, "ag_gemm", nbytes)
+    row = _tuned.row_of(core.device, n, "ag_gemm", nbytes)
     if overlap is None:
         overlap = problem is None and _fuses(row, nbytes)
     m, K = a_shard.shape if problem is None else (0, 0)
     N = b.shape[1] if problem is None else 0
-    tile = _tile_for(rt.device, row)
+    tile = _tile_for(core.device, row)
     blocks, bad = _blocks(
         {"block_m": m, "block_n": N, "block_k": K}, {"block_m": block_m, "block_n": block_n, "block_k": block_k}, tile
     )
     problem = problem or bad
     bm = blocks.get("block_m", 16)
     cap = size_class(m, MIN_CLASS_ROWS)
-    pull = bool(_config.get("UNISHMEM_PULL")) and reachable(rt, team)  # NOTE [ag_gemm pull]
+    pull = bool(_config.get("UNISHMEM_PULL")) and reachable(core, team)  # NOTE [ag_gemm pull]
     ws = workspace(
-        rt,
+        core,
         team,
         "ag_gemm",
         a_shard if problem is None else _dummy(),
@@ -646,7 +644,7 @@ def ag_gemm(
     item = a_shard.element_size()
     descriptors = _descriptors_fit(item, (a_shard, K), (b, N), (buf["a"], K))
     if descriptors:
-        _scratch_allocator(rt.device)
+        _scratch_allocator(core.device)
     bound = _ag_gemm.bind(
         capped_grid(_ag_gemm, max(chunks * (n - 1), n * chunks * cdiv(N, bn))),
         PER_CALL,  # a_shard
@@ -678,7 +676,7 @@ def ag_gemm(
     def launch(a_shard, src, stage, c, b):
         bound(a_shard, src, stage, b, c)
 
-    return plan_and_launch(rt, key, ws, (n * m, N), launch, a_shard, None, b)
+    return plan_and_launch(core, key, ws, (n * m, N), launch, a_shard, None, b)
 
 
 def gemm_rs(
@@ -699,20 +697,18 @@ def gemm_rs(
     if needs_op(a, b_shard):
         blocks = [block_m or 0, block_n or 0, block_k or 0]
         return torch.ops.unishmem.gemm_rs(a, b_shard, overlap, blocks, op_team_arg(team, group))
-    from .. import runtime
-
-    rt = runtime()
+    core = _active.core()
     key = _plan_key("gemm_rs", a, b_shard, (block_m, block_n, block_k), overlap, team, group)
-    plan = planned(rt, key)  # NOTE [call plans]: a and b_shard passed at every call
+    plan = planned(core, key)  # NOTE [call plans]: a and b_shard passed at every call
     if plan is not None:
-        c = empty(plan.shape, a.dtype, rt.device)
+        c = empty(plan.shape, a.dtype, core.device)
         plan.launch(a.contiguous(), b_shard.contiguous(), c)
         return c
-    team = kernel_team(rt, team, group)
+    team = kernel_team(core, team, group)
     n = team.n_pes
-    problem = _operands(rt, a, b_shard, "gemm_rs", "a", "b_shard") or _overlap_problem(overlap, "gemm_rs")
+    problem = _operands(core, a, b_shard, "gemm_rs", "a", "b_shard") or _overlap_problem(overlap, "gemm_rs")
     nbytes = a.numel() * a.element_size() if problem is None else 0
-    row = _tuned.row_of(rt.device, n, "gemm_rs", nbytes)
+    row = _tuned.row_of(core.device, n, "gemm_rs", nbytes)
     if overlap is None:
         overlap = problem is None and _fuses(row, nbytes)
     M, K = a.shape if problem is None else (0, 0)
@@ -720,7 +716,7 @@ def gemm_rs(
     if problem is None and M % n:
         problem = ValueError(f"gemm_rs: a has M={M} rows, which do not split into {n} equal blocks")
     m = M // n
-    tile = _tile_for(rt.device, row)
+    tile = _tile_for(core.device, row)
     blocks, bad = _blocks(
         {"block_m": m, "block_n": N, "block_k": K}, {"block_m": block_m, "block_n": block_n, "block_k": block_k}, tile
     )
@@ -728,9 +724,9 @@ def gemm_rs(
     bm, bn = blocks.get("block_m", 16), blocks.get("block_n", 16)
     cap = size_class(m, MIN_CLASS_ROWS)
     room = cdiv(cap, bm) * cdiv(N, bn)  # tiles per owner in the class
-    pull = bool(_config.get("UNISHMEM_PULL")) and reachable(rt, team)  # NOTE [gemm_rs pull]
+    pull = bool(_config.get("UNISHMEM_PULL")) and reachable(core, team)  # NOTE [gemm_rs pull]
     ws = workspace(
-        rt,
+        core,
         team,
         "gemm_rs",
         a if problem is None else _dummy(),
@@ -755,11 +751,11 @@ def gemm_rs(
     )
     if not overlap:
         return reduce_scatter(torch.matmul(a, b_shard), team=team)
-    c = torch.empty((m, N), dtype=a.dtype, device=rt.device)
+    c = torch.empty((m, N), dtype=a.dtype, device=core.device)
     buf = ws.buffers
     descriptors = _descriptors_fit(a.element_size(), (a, K), (b_shard, N))
     if descriptors:
-        _scratch_allocator(rt.device)
+        _scratch_allocator(core.device)
     launch = _gemm_rs.bind(
         capped_grid(_gemm_rs, n * cdiv(m, bm) * cdiv(N, bn)),
         PER_CALL,  # a
@@ -786,6 +782,6 @@ def gemm_rs(
         num_warps=tile["num_warps"],
         num_stages=tile["num_stages"],
     )
-    record(rt, key, Plan(ws, (m, N), launch))
+    record(core, key, Plan(ws, (m, N), launch))
     launch(a.contiguous(), b_shard.contiguous(), c)
     return c

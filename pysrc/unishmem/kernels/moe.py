@@ -538,12 +538,10 @@ class MoERouting(NamedTuple):
 def _handle_of(expert_out, route, weights, n_experts: int, max_tokens: int, team) -> MoEHandle:
     """The MoEHandle of a dispatch with max_tokens, from what a MoERouting holds: the workspace is the
     one such a dispatch uses (its key), the call the workspace's last."""
-    from .. import runtime
-
-    rt = runtime()
+    core = _active.core()
     n, H = team.n_pes, expert_out.shape[-1]
     T, K = route_shape(route, expert_out.shape[0], n, n_experts, max_tokens)
-    ws = rt.workspaces.get(("moe", expert_out.dtype, H, K, n_experts, size_class(max_tokens), team.key))
+    ws = core.workspaces.get(("moe", expert_out.dtype, H, K, n_experts, size_class(max_tokens), team.key))
     if ws is None:
         raise ValueError("combine: no dispatch with these shapes and max_tokens has run (or its workspace was freed)")
     if weights is None:  # (per_copy: never read)
@@ -553,9 +551,9 @@ def _handle_of(expert_out, route, weights, n_experts: int, max_tokens: int, team
     return MoEHandle(ws, team, ws.epoch, route, weights, T, K, rows, expert_out.dtype, H, L, max_tokens, True)
 
 
-def _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n):
+def _dispatch_problem(core, tokens, topk_ids, topk_weights, n_experts, max_tokens, n):
     for name, x in (("tokens", tokens), ("topk_ids", topk_ids), ("topk_weights", topk_weights)):
-        problem = check_tensor(rt, x, name, "dispatch")
+        problem = check_tensor(core, x, name, "dispatch")
         if problem:
             return problem
     if tokens.dim() not in (2, 3) or tokens.shape[-1] < 1 or tokens.dtype not in DTYPE_CODES:
@@ -675,26 +673,26 @@ def dispatch(tokens, topk_ids, topk_weights, n_experts, *, max_tokens: int | Non
 
 def _run_dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group):
     """dispatch's kernel call (the handle's weights: the kernel's copy of topk_weights)."""
-    rt = _active.runtime()
+    core = _active.core()
     plan_key = _dispatch_key(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, group)
-    plan = planned(rt, plan_key)
+    plan = planned(core, plan_key)
     if plan is not None:  # NOTE [call plans]
         return plan.launch(tokens, topk_ids, topk_weights)
-    team = kernel_team(rt, team, group)
+    team = kernel_team(core, team, group)
     n = team.n_pes
-    problem = _dispatch_problem(rt, tokens, topk_ids, topk_weights, n_experts, max_tokens, n)
+    problem = _dispatch_problem(core, tokens, topk_ids, topk_weights, n_experts, max_tokens, n)
     padded = max_tokens is not None
     T, H, K = (tokens.shape[0], tokens.shape[-1], topk_ids.shape[1]) if problem is None else (0, 0, 0)
     # NOTE [workspaces]: one workspace per size class of the capacity (a power of two of tokens a PE)
     key = ("moe", getattr(tokens, "dtype", None), H, K, n_experts, size_class(max_tokens or 1), team.key)
     agreed = (H, K, n_experts, max_tokens)  # what every PE must pass alike (T may differ)
-    ws = rt.workspaces.get(key) if padded and problem is None else None
+    ws = core.workspaces.get(key) if padded and problem is None else None
     cap = max_tokens
-    if not padded or problem or ws is None or agreed not in ws.agreed or checks_every_call(rt):
+    if not padded or problem or ws is None or agreed not in ws.agreed or checks_every_call(core):
         if padded and problem is None and ws is None:
-            problem = room_problem(rt, team, "dispatch", _buffers(n, tokens.dtype, H, K, n_experts, key[5]))
+            problem = room_problem(core, team, "dispatch", _buffers(n, tokens.dtype, H, K, n_experts, key[5]))
         desc = [-1] * 7 if problem else [0, DTYPE_CODES[tokens.dtype], H, K, n_experts, max_tokens or 0, T]
-        rows = exchange(rt, team, "dispatch", desc, problem)
+        rows = exchange(core, team, "dispatch", desc, problem)
         mismatch = _disagreement("dispatch", rows, range(1, 6), FIELDS)
         if mismatch:
             raise mismatch
@@ -704,10 +702,10 @@ def _run_dispatch(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, g
         # the programs per peer: by the most bytes one PE can send another (all of its copies)
         pieces = peer_pieces(cls * K * H, tokens.element_size())[0]
         buffers = lambda: _buffers(n, tokens.dtype, H, K, n_experts, cls)  # noqa: E731
-        ws = keyed_workspace(rt, team, "dispatch", key, buffers, pieces=pieces, slot=cls * K)
+        ws = keyed_workspace(core, team, "dispatch", key, buffers, pieces=pieces, slot=cls * K)
         ws.agreed.add(agreed)
-    launch = _dispatch_launch(rt, ws, team, tokens, topk_ids, topk_weights, n_experts, cap, padded)
-    record(rt, plan_key, Plan(ws, (n * cap * K, H), launch))
+    launch = _dispatch_launch(core, ws, team, tokens, topk_ids, topk_weights, n_experts, cap, padded)
+    record(core, plan_key, Plan(ws, (n * cap * K, H), launch))
     return launch(tokens, topk_ids, topk_weights)
 
 
@@ -723,7 +721,7 @@ def _dispatch_key(tokens, topk_ids, topk_weights, n_experts, max_tokens, team, g
     return ("dispatch", *shapes, weights.device, n_experts, max_tokens, team)
 
 
-def _dispatch_launch(rt, ws, team, tokens, topk_ids, topk_weights, n_experts, cap, padded):
+def _dispatch_launch(core, ws, team, tokens, topk_ids, topk_weights, n_experts, cap, padded):
     """A dispatch call on ws for these shapes, with its checks done: (tokens, topk_ids, topk_weights)
     -> (expert_tokens, counts, handle), one launch (NOTE [routing])."""
     n, (T, K), H = team.n_pes, topk_ids.shape, tokens.shape[-1]
@@ -731,7 +729,7 @@ def _dispatch_launch(rt, ws, team, tokens, topk_ids, topk_weights, n_experts, ca
     rows = n * cap * K
     b = ws.buffers
     block_h = min(_blocks(H), 1024)
-    device, dtype = rt.device, tokens.dtype
+    device, dtype = core.device, tokens.dtype
     bound = _dispatch.bind(
         capped_grid(_dispatch, n * ws.extra["pieces"]),
         PER_CALL,  # tokens
@@ -808,7 +806,7 @@ def combine(expert_out, handle, *, weights=None, per_copy: bool = False, team=No
     return _run_combine(expert_out, handle, weights, per_copy, team, group)
 
 
-def _weights_problem(weights, handle, per_copy, rt):
+def _weights_problem(weights, handle, per_copy, core):
     if weights is None:
         return None
     if per_copy:
@@ -820,29 +818,29 @@ def _weights_problem(weights, handle, per_copy, rt):
             f"combine: weights must be float32, float16, bfloat16 or float64 of shape [{T}, {K}] (the "
             f"dispatch's topk_weights' shape); got {got}"
         )
-    if weights.device != rt.device:
-        return ValueError(f"combine: weights is on {weights.device}, not the runtime's device {rt.device}")
+    if weights.device != core.device:
+        return ValueError(f"combine: weights is on {weights.device}, not the runtime's device {core.device}")
     return None
 
 
 def _run_combine(expert_out, handle, weights, per_copy, team, group):
     """combine's kernel call; weights: those to apply (None with per_copy)."""
-    rt = _active.runtime()
+    core = _active.core()
     key = _combine_key(expert_out, handle, weights, per_copy, team, group)
-    plan = planned(rt, key)
+    plan = planned(core, key)
     if plan is not None:  # NOTE [call plans]: the handle's routing and the weights passed at every call
         weights = (handle.weights if weights is None else weights).detach().contiguous()
-        return run_plan(rt, plan, expert_out.detach(), None, "combine", handle.route, weights)
-    team = kernel_team(rt, team, group)
+        return run_plan(core, plan, expert_out.detach(), None, "combine", handle.route, weights)
+    team = kernel_team(core, team, group)
     n = team.n_pes
-    problem = check_tensor(rt, expert_out, "expert_out", "combine")
+    problem = check_tensor(core, expert_out, "expert_out", "combine")
     if problem is None and not isinstance(handle, MoEHandle):
         problem = TypeError(f"combine: handle must be what dispatch returned, got {type(handle).__name__}")
     if problem is None and handle.team is not team:
         problem = ValueError(
             f"combine: the handle is from dispatch on {handle.team.name}, not on {team.name}: pass dispatch's team"
         )
-    if problem is None and not rt.workspaces.holds(handle.ws):
+    if problem is None and not core.workspaces.holds(handle.ws):
         problem = ValueError("combine: the handle's workspace was freed (rt.free_workspaces()) after its dispatch")
     if problem is None and (tuple(expert_out.shape) != (handle.rows, handle.H) or expert_out.dtype != handle.dtype):
         problem = ValueError(
@@ -850,11 +848,11 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
             f"(expert_tokens' dtype and shape); got {expert_out.dtype} of shape "
             f"{list(expert_out.shape)}"
         )
-    problem = problem or _weights_problem(weights, handle, per_copy, rt)
-    if problem or not handle.padded or checks_every_call(rt):
+    problem = problem or _weights_problem(weights, handle, per_copy, core)
+    if problem or not handle.padded or checks_every_call(core):
         # every PE must pass the handle of the same dispatch call (workspace and its call number)
         desc = [-1] * 5 if problem else [0, handle.call, handle.capacity, DTYPE_CODES[handle.dtype], handle.H]
-        agreed = exchange(rt, team, "combine", desc, problem)
+        agreed = exchange(core, team, "combine", desc, problem)
         mismatch = _disagreement(
             "combine", agreed, (1, 2, 3, 4), ("the dispatch call of the handle", "its capacity", "its dtype", "its H")
         )
@@ -902,7 +900,7 @@ def _run_combine(expert_out, handle, weights, per_copy, team, group):
     def launch(expert_out, src, stage, out, route, weights):
         bound(expert_out, src, stage, route, weights, out)
 
-    return plan_and_launch(rt, key, ws, shape, launch, expert_out, None, handle.route, weights)
+    return plan_and_launch(core, key, ws, shape, launch, expert_out, None, handle.route, weights)
 
 
 def _combine_key(expert_out, handle, weights, per_copy, team, group):

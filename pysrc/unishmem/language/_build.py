@@ -341,12 +341,12 @@ def _interpreted(row: DeviceFn, host, args: dict):
 
     fn_name, params, result = row.name, row.params, row.result
     _check_row(row, args)
-    rt = _host._runtime()
+    core = _host._core()
     if row.once_per_grid:
         _interpreter.claim_collective(fn_name)
     values = {n: _py(args[n], k) for n, k in params}
     try:
-        out = host(rt, **values)
+        out = host(core, **values)
     except DeadlockError as e:
         raise _explain_deadlock(e) from e
     if result is None:
@@ -471,9 +471,9 @@ def atomic_function(name: str):
 
     def interpreted(a):
         _check_atomic(name, a)
-        rt = _host._runtime()
+        core = _host._core()
         vals = {n: _py(a[n], k) for n, k in kinds}
-        out = _host.atomic(rt, name, **vals)
+        out = _host.atomic(core, name, **vals)
         return _tensor(out, a["dest"].dtype.element_ty) if fetches else None
 
     return _make(
@@ -631,7 +631,7 @@ volatile_modifier = _make(
 def _watch_spin_interpreted(args: dict):
     ptr, value = args["ptr"], args["value"]
     if not ptr.type.is_block():  # a spin reads one word (NOTE [spins])
-        _host.watch_spin(_host._runtime(), int(ptr.handle.data.reshape(-1)[0]), value.handle.data.reshape(-1)[0].item())
+        _host.watch_spin(_host._core(), int(ptr.handle.data.reshape(-1)[0]), value.handle.data.reshape(-1)[0].item())
     return value
 
 
