@@ -229,8 +229,9 @@ UNISHMEM_BACKEND=rocshmem python -m unishmem run -n 2 examples/demo.py
 EOF
 
 # The SPMD feature and kernel tests run unchanged with the backend picked from the environment.
-SPMD_TESTS="tests/test_memory.py tests/test_rma.py tests/test_atomics.py tests/test_teams.py tests/test_collectives.py"
-SPMD_TESTS+=" tests/test_errors.py tests/test_kernels.py tests/test_moe.py tests/test_gemm.py"
+SPMD_TESTS="tests/test_host_memory.py tests/test_host_rma.py tests/test_host_atomics.py tests/test_host_teams.py"
+SPMD_TESTS+=" tests/test_host_collectives.py tests/test_errors.py tests/test_kernels_collectives.py"
+SPMD_TESTS+=" tests/test_kernels_moe.py tests/test_kernels_gemm.py"
 step "the tests' runner (log: pip.log)"
 run pip.log <<'EOF' || stop pip.log "pytest did not install"
 python -m pip install pytest

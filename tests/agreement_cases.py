@@ -1,4 +1,4 @@
-"""The calls of the agreement test (test_agreement.py): every device function of unishmem.language, once
+"""The calls of the agreement test (test_device_agreement.py): every device function of unishmem.language, once
 with arguments it takes and once for each wrong kind of argument, each call a kernel of its own. The kernels
 are written out as the source of one module (Triton reads a kernel's source), which the compile workers
 import with TRITON_INTERPRET=0 and the interpreted job (programs/agreement_interpreted.py) with it set to 1.

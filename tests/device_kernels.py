@@ -197,7 +197,7 @@ def spin_on_a_peer(buf, src, sig, ivar, team, N: tl.constexpr):
 
 
 # A range wait's token guards a load (consume_token); and what consume_token refuses, compiled as
-# tests/test_device_v2.py runs the same bodies interpreted, with the same words.
+# tests/test_device_waits_and_remote_access.py runs the same bodies interpreted, with the same words.
 CONSUME_NOTHING = "consume_token: token must be a scalar run-time value, such as what a wait returned, not None"
 
 

@@ -302,7 +302,7 @@ def test_a_pointer_through_consume_token_keeps_its_alignment(builds):
 
 
 def test_consume_token_refuses_what_the_interpreter_refuses():
-    """The same words as under the interpreter (tests/test_device_v2.py), not an error from inside Triton."""
+    """The same words as under the interpreter (tests/test_device_waits_and_remote_access.py), not an error from inside Triton."""
     out = _compile("consume_nothing", "cuda", 90, False)
     assert device_kernels.CONSUME_NOTHING in out.get("error", ""), out.get("error")
 

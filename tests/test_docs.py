@@ -1,4 +1,5 @@
-"""The README's links into the repository resolve (mkdocs --strict checks the links inside docs/)."""
+"""The README's links into the repository resolve (mkdocs --strict checks the links inside docs/), and the
+tests' index names every test file."""
 
 import pathlib
 import re
@@ -15,6 +16,13 @@ def test_readme_links_resolve():
     assert local, "the README links into docs/"
     missing = [t for t in local if not (ROOT / t).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_the_tests_index_names_every_test_file():
+    """tests/README.md: each test file under its subject, once; nothing named there is missing."""
+    named = re.findall(r"`(test_\w+\.py)`", (ROOT / "tests" / "README.md").read_text())
+    files = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+    assert sorted(named) == files
 
 
 def _state_table(text: str) -> list[str]:

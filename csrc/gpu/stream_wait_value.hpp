@@ -1,7 +1,7 @@
 // A signal comparison as a stream memory wait: HIP's hipStreamWaitValue64 (and CUDA's
 // cuStreamWaitValue64) make a stream wait until the word, masked, is >= a value, == a value, or
 // shares a set bit with it. rocshmem_map.hpp uses this where its headers declare no
-// rocshmem_signal_wait_until_on_stream. Kept free of vendor headers, so tests/test_stream_wait.py
+// rocshmem_signal_wait_until_on_stream. Kept free of vendor headers, so tests/test_host_stream_wait.py
 // compiles it with g++ and checks it against plain comparisons.
 #pragma once
 

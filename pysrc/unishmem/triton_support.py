@@ -17,7 +17,7 @@ the current device, knobs.runtime.debug and, for each PER_CALL value, its dtype 
 is a multiple of 16 (a tensor) or its type and value (anything else). That is sound because the fixed
 arguments are those of the first call, and Triton specialises a tensor on its dtype and 16-byte
 alignment only and an integer on its value: two calls of one variant have one key in Triton's cache
-(tests/test_direct_launch.py checks that against Triton's own key). Not seen by a direct launch: a
+(tests/test_kernel_launch.py checks that against Triton's own key). Not seen by a direct launch: a
 change of Triton's other compile knobs, of a global a kernel reads (unishmem's kernels read
 constants) or of UNISHMEM_DEBUG_WAITS once a variant has compiled: rt.free_workspaces() ends every plan.
 Under Triton's interpreter (the host backend) and while unishmem.testing records launches, every call

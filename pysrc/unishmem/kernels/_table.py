@@ -10,7 +10,7 @@ public function, and the timings that run it; its op's four functions are _ops.p
 - TIMINGS: what `unishmem bench --kernels` and scripts/gpu_kernel_times.py time, in this order (a timing
   may run several kernels, and a kernel have several timings, one per variant);
 - `unishmem bench --launch`: a warm call of every row.
-tests/test_kernel_table.py compares every one of them, the docs' index and the kernel-module lists of
+tests/test_kernels_table.py compares every one of them, the docs' index and the kernel-module lists of
 the scripts with the rows, and fails on a kernel found in a kernel module but missing here.
 """
 

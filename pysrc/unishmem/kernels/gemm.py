@@ -94,7 +94,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # loads, twice the 64x64x32 tile's 32 (which the first H200 runs found L2-bound at 47 TFLOPS); sm_90:
 # wgmma m64n128k16, 4 stages of A and B tiles in 128 KiB of shared memory, TMA loads (below); gfx942:
 # MFMA, 2 stages in 32 KiB of its 64 KiB LDS, 16-byte loads (the descriptors lower to them there). Both
-# read from compiles (tests/test_gemm_compile.py); a model, not measured on a GPU. Other architectures,
+# read from compiles (tests/test_kernels_gemm_compile.py); a model, not measured on a GPU. Other architectures,
 # and the host backend's interpreter (where a tile is one numpy call whatever its size), take the same
 # tile with the defaults of the target Triton compiles for.
 # Where every row stride and base is a multiple of 16 bytes (aligned tensors, K and N multiples of 8 in

@@ -164,7 +164,7 @@ def test_a_spin_on_load_remote_that_cannot_end_is_reported(rt):
             spin_on_a_peer[(1,)](flag, out)
     finally:
         del os.environ["UNISHMEM_STALL_WARN"], os.environ["UNISHMEM_WAIT_TIMEOUT"]
-    word = rf"the word at heap offset 0x[0-9a-f]+ of PE {right} \(kernel spin_on_a_peer at test_device_v3.py:\d+\)"
+    word = rf"the word at heap offset 0x[0-9a-f]+ of PE {right} \(kernel spin_on_a_peer at test_device_warp_and_team_sync.py:\d+\)"
     assert re.search(rf"gave up after 1 s spinning on load_remote of {word}, which has read 0", str(gave_up.value))
     stalls = [str(w.message) for w in seen if issubclass(w.category, unishmem.UnishmemWarning)]
     assert len(stalls) == 1 and re.match(rf"still spinning after \d s on load_remote of {word}", stalls[0]), stalls

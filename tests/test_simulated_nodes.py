@@ -8,9 +8,9 @@ import os
 import torch
 import triton.language as tl
 from spmd import raises, spmd
-from test_gemm import check_both_gemms
-from test_kernels import REFERENCE, data, members
-from test_moe import check_round_trip
+from test_kernels_collectives import REFERENCE, data, members
+from test_kernels_gemm import check_both_gemms
+from test_kernels_moe import check_round_trip
 
 import unishmem
 import unishmem.kernels as K
