@@ -27,7 +27,7 @@ from .timing import measure  # noqa: E402
 def cases(rt, size: int) -> dict:
     """timing name (the kernel table's TIMINGS) -> (unishmem call, torch.distributed call) on float32
     tensors of `size` bytes per PE."""
-    import unishmem.kernels as K
+    from ..kernels import collectives
 
     n, dev = rt.n_pes, rt.device
     elems = max(n, size // 4 // n * n)
@@ -37,18 +37,21 @@ def cases(rt, size: int) -> dict:
     reduced = torch.empty(elems, device=dev)
     exchanged = torch.empty(elems, device=dev)
     return {
-        "all_gather": (lambda: K.all_gather(x, out=gathered), lambda: dist.all_gather_into_tensor(gathered, x)),
-        "all_to_all": (lambda: K.all_to_all(x, out=exchanged), lambda: dist.all_to_all_single(exchanged, x)),
+        "all_gather": (
+            lambda: collectives.all_gather(x, out=gathered),
+            lambda: dist.all_gather_into_tensor(gathered, x),
+        ),
+        "all_to_all": (lambda: collectives.all_to_all(x, out=exchanged), lambda: dist.all_to_all_single(exchanged, x)),
         "reduce_scatter": (
-            lambda: K.reduce_scatter(x, out=scattered),
+            lambda: collectives.reduce_scatter(x, out=scattered),
             lambda: dist.reduce_scatter_tensor(scattered, x),
         ),
         "all_reduce.one_shot": (
-            lambda: K.all_reduce(x, algorithm="one_shot", out=reduced),
+            lambda: collectives.all_reduce(x, algorithm="one_shot", out=reduced),
             lambda: dist.all_reduce(reduced),
         ),
         "all_reduce.two_shot": (
-            lambda: K.all_reduce(x, algorithm="two_shot", out=reduced),
+            lambda: collectives.all_reduce(x, algorithm="two_shot", out=reduced),
             lambda: dist.all_reduce(reduced),
         ),
         **gemm_cases(rt, size),
@@ -59,7 +62,7 @@ def cases(rt, size: int) -> dict:
 def gemm_cases(rt, size: int):
     """ag_gemm beside all_gather + matmul, gemm_rs beside matmul + reduce_scatter: square d x d float32
     shards of `size` bytes."""
-    import unishmem.kernels as K
+    from ..kernels import gemm
 
     d = int((size // 4) ** 0.5)
     n, dev = rt.n_pes, rt.device
@@ -72,8 +75,8 @@ def gemm_cases(rt, size: int):
         return a_full @ b
 
     return {
-        "ag_gemm": (lambda: K.ag_gemm(a_shard, b), gathered_matmul),
-        "gemm_rs": (lambda: K.gemm_rs(a_rows, b), lambda: dist.reduce_scatter_tensor(partial_out, a_rows @ b)),
+        "ag_gemm": (lambda: gemm.ag_gemm(a_shard, b), gathered_matmul),
+        "gemm_rs": (lambda: gemm.gemm_rs(a_rows, b), lambda: dist.reduce_scatter_tensor(partial_out, a_rows @ b)),
     }
 
 
@@ -82,7 +85,7 @@ def moe_cases(rt, size: int):
     torch.distributed: an all_to_all_single of the per-PE counts, the token copies sorted by
     destination PE and sent with all_to_all_single, and sent back the same way and summed with
     their weights. T x 512 float32 tokens of `size` bytes, top-2 of 2 experts per PE."""
-    import unishmem.kernels as K
+    from ..kernels import moe
 
     n, dev, H, k = rt.n_pes, rt.device, 512, 2
     n_experts = 2 * n
@@ -93,8 +96,8 @@ def moe_cases(rt, size: int):
     topk_weights = torch.rand(T, k, generator=g).to(dev)
 
     def unishmem_moe():
-        expert_tokens, _, handle = K.dispatch(tokens, topk_ids, topk_weights, n_experts)
-        return K.combine(expert_tokens, handle)
+        expert_tokens, _, handle = moe.dispatch(tokens, topk_ids, topk_weights, n_experts)
+        return moe.combine(expert_tokens, handle)
 
     def torch_moe():
         dest = topk_ids.flatten() // (n_experts // n)
@@ -130,7 +133,11 @@ def main(spec_path: str, out_path: str) -> int:
             return float(t[0])
 
         def timed(op, barrier) -> float:
-            sync = (lambda: (op(), torch.cuda.synchronize())) if rt.device.type == "cuda" else op
+            def synced():
+                op()
+                torch.cuda.synchronize()
+
+            sync = synced if rt.device.type == "cuda" else op
             return measure(
                 sync, barrier, agree_max, budget_s=spec["budget_s"], reps=spec["reps"], max_iters=spec["max_iters"]
             )["seconds"]

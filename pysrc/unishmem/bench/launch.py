@@ -27,6 +27,7 @@ import contextlib
 import functools
 import json
 import time
+from collections.abc import Callable
 
 import torch
 import triton
@@ -69,7 +70,7 @@ def _launches_skipped(recorded: list):
         recorded[:] = [(kernel, args, kwargs)]
         yield False
 
-    triton_support.launch_recorder = skip
+    triton_support.launch_recorder = skip  # type: ignore[assignment]  # declared there as a bare None
     try:
         with _workspaces.capturing(graph=False):  # the first call makes its workspace
             yield
@@ -80,23 +81,23 @@ def _launches_skipped(recorded: list):
 def _calls() -> dict:
     """kernel name -> a warm call of it on 8 KiB of float32 (the first call, made here where it is needed,
     allocates its workspace)."""
-    import unishmem.kernels as K
+    from ..kernels import collectives, gemm, moe
 
     x, out = torch.ones(BYTES // 4), torch.empty(BYTES // 4)
     a, b = torch.ones(32, 64), torch.ones(64, 64)  # A's rows: 8 KiB
     T, H, k, experts = BYTES // 4 // (2 * 128), 128, 2, 2  # the token copies: 8 KiB
     tokens, weights = torch.ones(T, H), torch.ones(T, k)
     ids = torch.arange(T * k).reshape(T, k) % experts
-    rows, _, handle = K.dispatch(tokens, ids, weights, experts, max_tokens=T)
+    rows, _, handle = moe.dispatch(tokens, ids, weights, experts, max_tokens=T)
     return {
-        "all_gather": lambda: K.all_gather(x, out=out),
-        "all_to_all": lambda: K.all_to_all(x, out=out),
-        "reduce_scatter": lambda: K.reduce_scatter(x, out=out),
-        "all_reduce": lambda: K.all_reduce(x, out=out),
-        "ag_gemm": lambda: K.ag_gemm(a, b),
-        "gemm_rs": lambda: K.gemm_rs(a, b),
-        "dispatch": lambda: K.dispatch(tokens, ids, weights, experts, max_tokens=T),
-        "combine": lambda: K.combine(rows, handle),
+        "all_gather": lambda: collectives.all_gather(x, out=out),
+        "all_to_all": lambda: collectives.all_to_all(x, out=out),
+        "reduce_scatter": lambda: collectives.reduce_scatter(x, out=out),
+        "all_reduce": lambda: collectives.all_reduce(x, out=out),
+        "ag_gemm": lambda: gemm.ag_gemm(a, b),
+        "gemm_rs": lambda: gemm.gemm_rs(a, b),
+        "dispatch": lambda: moe.dispatch(tokens, ids, weights, experts, max_tokens=T),
+        "combine": lambda: moe.combine(rows, handle),
     }
 
 
@@ -187,6 +188,7 @@ def measure(calls: int = CALLS, runs: int = RUNS) -> dict:
     from ..triton_support import extern_libs
 
     target = GPUTarget(*TARGETS["sm_90"])
+    libs: Callable[[], dict[str, str]] | None
     libs = functools.partial(extern_libs, "cuda", 90)
     try:
         libs()
@@ -197,7 +199,10 @@ def measure(calls: int = CALLS, runs: int = RUNS) -> dict:
         plain = functools.partial(
             _triton_compat.launch_cache_key, _plain_copy, target, (x, out, x.numel()), {"BLOCK": 1024}
         )
-        whole_path = {"plain": plain, **({"libs": libs} if libs else {})}
+        whole_path: dict[str | tuple[str, str], Callable[[], object]] = {
+            "plain": plain,
+            **({"libs": libs} if libs else {}),
+        }
         recorded: list = []
         with _launches_skipped(recorded):
             calls_of = _calls()

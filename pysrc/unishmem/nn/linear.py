@@ -22,9 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import kernels
 from ..kernels._routing import team_of
+from ..kernels.collectives import all_reduce
 from ..kernels.gemm import DTYPES as GEMM_DTYPES
+from ..kernels.gemm import ag_gemm, gemm_rs
 
 
 class _Replicated(torch.autograd.Function):
@@ -35,13 +36,13 @@ class _Replicated(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return kernels.all_reduce(grad.contiguous(), team=ctx.team), None
+        return all_reduce(grad.contiguous(), team=ctx.team), None
 
 
 class _Summed(torch.autograd.Function):
     @staticmethod
     def forward(ctx, partial, team):
-        return kernels.all_reduce(partial.contiguous(), team=team)
+        return all_reduce(partial.contiguous(), team=team)
 
     @staticmethod
     def backward(ctx, grad):
@@ -138,7 +139,7 @@ class _ParallelLinear(nn.Module):
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"{cls.__name__}.from_linear: expected a torch.nn.Linear, got {type(linear).__name__}")
         with torch.random.fork_rng(devices=[]):  # the layer's own init draws, then is overwritten
-            layer = cls(
+            layer = cls(  # type: ignore[call-arg]  # cls is one of the two layers, whose __init__ gives split
                 linear.in_features,
                 linear.out_features,
                 bias=linear.bias is not None,
@@ -150,7 +151,7 @@ class _ParallelLinear(nn.Module):
         with torch.no_grad():
             weight, bias = layer.shard_of(linear.weight.detach(), None if linear.bias is None else linear.bias.detach())
             layer.weight.copy_(weight)
-            if bias is not None:
+            if layer.bias is not None:
                 layer.bias.copy_(bias)
         return layer
 
@@ -224,7 +225,7 @@ class ColumnParallelLinear(_ParallelLinear):
         problem = self._problem(x, must)
         a = _rejected(self.weight.device) if problem else x.reshape(-1, self.in_features)
         y = _collective(
-            lambda: kernels.ag_gemm(a, self.weight.t(), team=self._team),
+            lambda: ag_gemm(a, self.weight.t(), team=self._team),
             problem,
             self._name(),
             x,
@@ -270,7 +271,7 @@ class RowParallelLinear(_ParallelLinear):
         problem = self._problem(x, must)
         a = _rejected(self.weight.device) if problem else x.reshape(-1, features)
         y = _collective(
-            lambda: kernels.gemm_rs(a, self.weight.t(), team=self._team),
+            lambda: gemm_rs(a, self.weight.t(), team=self._team),
             problem,
             self._name(),
             x,

@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import kernels
 from ..kernels._routing import team_of
+from ..kernels.collectives import all_gather
+from ..kernels.moe import combine, dispatch
 from .linear import _collective, _rejected, _Replicated
 
 
@@ -157,7 +158,7 @@ class ExpertParallelMoE(nn.Module):
         else:
             flat = ids = weights = _rejected(self.router.weight.device)
         expert_tokens, counts, handle = _collective(
-            lambda: kernels.dispatch(flat, ids, weights, self.n_experts, max_tokens=self.max_tokens, team=self._team),
+            lambda: dispatch(flat, ids, weights, self.n_experts, max_tokens=self.max_tokens, team=self._team),
             problem,
             self._name(),
             x,
@@ -172,7 +173,7 @@ class ExpertParallelMoE(nn.Module):
             rows = torch.zeros_like(expert_tokens)
             for j, expert in enumerate(self.experts):  # padding rows (which == L) stay zero
                 rows = torch.where((which == j)[:, None], expert(expert_tokens), rows)
-        return kernels.combine(rows, handle, team=self._team).reshape(x.shape)
+        return combine(rows, handle, team=self._team).reshape(x.shape)
 
     def reference(self) -> MoE:
         """The single-process MoE with this layer's current weights (every PE's experts), on the
@@ -183,7 +184,7 @@ class ExpertParallelMoE(nn.Module):
             ref.router.load_state_dict(self.router.state_dict())
             for name, _ in self.experts[0].named_parameters():
                 mine = torch.stack([expert.get_parameter(name) for expert in self.experts])
-                every = kernels.all_gather(mine.contiguous(), team=self._team)  # expert order: PE by PE
+                every = all_gather(mine.contiguous(), team=self._team)  # expert order: PE by PE
                 for expert, value in zip(ref.experts, every):
                     expert.get_parameter(name).copy_(value)
         return ref
