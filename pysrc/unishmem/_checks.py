@@ -120,7 +120,8 @@ def reduce_codes(op, dtype: torch.dtype, what: str) -> tuple[int, int]:
 
 def address_of(t: torch.Tensor) -> int:
     """Where a tensor's first element lives; unlike data_ptr(), also right for empty tensors."""
-    return t.data_ptr() or t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+    # ignore: torch's stubs allow a SymInt, which only a traced tensor gives; data_ptr() needs an eager one
+    return t.data_ptr() or t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()  # type: ignore[return-value]
 
 
 ITEMSIZE = {d: torch.empty((), dtype=d).element_size() for d in DTYPE_CODES}

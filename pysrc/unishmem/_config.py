@@ -606,9 +606,9 @@ def _default_text(setting: Setting) -> str:
     value = setting.default
     if value is None:
         return setting.unset
-    if setting.kind is FLAG:
+    if setting.kind is FLAG and isinstance(value, int):  # a bool
         return str(int(value))
-    if setting.kind is BYTES:
+    if setting.kind is BYTES and isinstance(value, int):
         for shift, unit in ((30, "G"), (20, "M"), (10, "K")):
             if value % (1 << shift) == 0:
                 return f"{value >> shift}{unit}"

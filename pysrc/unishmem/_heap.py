@@ -26,7 +26,8 @@ class Allocation:
     def offset_of(self, t: torch.Tensor) -> int:
         """The heap offset of `t`, a tensor over this allocation's storage: also once its storage
         was moved off the heap (NOTE [freed memory]), when its data_ptr() is no heap address."""
-        return self.offset + t.storage_offset() * t.element_size()
+        # ignore: torch's stubs allow a SymInt, which only a traced tensor gives; this one is eager
+        return self.offset + t.storage_offset() * t.element_size()  # type: ignore[return-value]
 
 
 # NOTE [freed memory]: on a CPU runtime rt.free points the freed allocation's storage (NOTE
@@ -42,7 +43,7 @@ class Allocation:
 # reaches whatever allocation holds its bytes now (docs/getting-started.md, Freed memory).
 def move_off_heap(storage: torch.UntypedStorage) -> None:
     private = torch.frombuffer(mmap.mmap(-1, storage.nbytes()), dtype=torch.uint8).untyped_storage()
-    storage._swap_data_ptr_(private)
+    storage._swap_data_ptr_(private)  # type: ignore[attr-defined]  # private torch API, not in its stubs
 
 
 class SymmetricHeap:
@@ -92,9 +93,12 @@ class SymmetricHeap:
         offset = addr - self.base
         i = bisect.bisect_right(self._offsets, offset) - 1
         alloc = self._allocs[self._offsets[i]] if i >= 0 else None
-        end = None if alloc is None else alloc.offset + alloc.nbytes
         # an empty range may start one past the end (a zero-byte put that carries only its signal)
-        if alloc is None or offset > end or (offset == end and nbytes and alloc.nbytes):
+        if (
+            alloc is None
+            or offset > (end := alloc.offset + alloc.nbytes)
+            or (offset == end and nbytes and alloc.nbytes)
+        ):
             raise NotSymmetricError(f"{name} (heap offset {offset}) is in no live allocation (freed?)")
         if offset + nbytes > alloc.offset + alloc.nbytes:
             raise ValueError(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import sys
+from collections.abc import Callable
 
 import torch
 
@@ -38,6 +39,13 @@ _EPOCHS = itertools.count()  # NOTE [hot calls]: unique in the process
 class HotPath:
     """A runtime's hot path: the backend's fast calls, and on CPU runtimes its table of tensors
     that passed the checks (NOTE [hot calls], [view checks])."""
+
+    # the FASTCALL functions of HOT_METHODS, set from it in __init__ (named here for type checkers)
+    fast_put: Callable[..., None]
+    fast_get: Callable[..., None]
+    fast_put_signal: Callable[..., None]
+    fast_signal_op: Callable[..., None]
+    fast_signal_wait_until: Callable[..., int]
 
     def __init__(self, native, on_cpu: bool):
         self.module = sys.modules[type(native).__module__]

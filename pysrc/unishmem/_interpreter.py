@@ -92,6 +92,7 @@ def _serialise_rewrites() -> None:
         return found
 
     def locked_patch_lang(fn):
+        launch: _Launch | None
         if isinstance(fn, _Programs):  # the launch's own patch, undone when the launch ends
             launch, mine = fn.launch, langs(fn.fn)
         else:  # a helper's, never undone (Triton's way): once is enough for the rest of a launch
@@ -111,7 +112,7 @@ def _serialise_rewrites() -> None:
         with _REWRITE_LOCK:
             return rewrite(self)
 
-    locked_patch_lang._unishmem_locked = True
+    locked_patch_lang._unishmem_locked = True  # type: ignore[attr-defined]  # a marker: installed once
     interpreter._patch_lang = locked_patch_lang
     interpreter.InterpretedFunction.rewrite = locked_rewrite
 
@@ -129,7 +130,7 @@ def _interpret_nested_jit_functions() -> None:
             return compiled_call(self, *args, **kwargs)
         return _interpreted(self.fn)(*args, **kwargs)
 
-    call._unishmem_interprets = True
+    call._unishmem_interprets = True  # type: ignore[attr-defined]  # a marker: installed once
     JITFunction.__call__ = call
 
 
@@ -157,7 +158,7 @@ def _round_like_a_gpu() -> None:
             return _float32_to_bfloat16_bits(input)
         return convert(input, input_dtype, output_dtype, rounding_mode)
 
-    convert_float._unishmem_rounds = True
+    convert_float._unishmem_rounds = True  # type: ignore[attr-defined]  # a marker: installed once
     interpreter._convert_float = convert_float
 
     builder = interpreter.InterpreterBuilder
@@ -197,9 +198,8 @@ class _Launch:
         self.native = None
         self._collective_caller = None  # the program that called a once-per-grid collective
         self._lock = threading.Lock()
-        self.patched_langs = (
-            frozenset()
-        )  # ids of the triton.language modules patched for it (NOTE [concurrent interpreter])
+        # ids of the triton.language modules patched for it (NOTE [concurrent interpreter])
+        self.patched_langs: frozenset[int] = frozenset()
         self.seed = _config.get("UNISHMEM_RACE_SEED")  # NOTE [schedule fuzzing]
 
     def programs(self, fn):
@@ -236,6 +236,7 @@ class _Launch:
                 native.program_begin(f"program {idx}")
             try:
                 if races is not None:
+                    assert forked is not None  # the launch's clock, taken with races
                     races.program_begin(
                         forked, ordinal, f"program {idx[0] if idx[1:] == (0, 0) else idx}", self.kernel_name
                     )
@@ -290,7 +291,8 @@ class _Programs:
     """Stands in for the kernel in GridExecutor, which reads its signature, annotations and globals."""
 
     def __init__(self, fn, launch: _Launch):
-        self.fn, self.launch, self.seen = fn, launch, []
+        self.fn, self.launch = fn, launch
+        self.seen: list[tuple[int, int, int]] = []  # the grid indices GridExecutor has called
         self.__signature__ = inspect.signature(fn)
         self.__annotations__ = fn.__annotations__
         self.__globals__ = fn.__globals__

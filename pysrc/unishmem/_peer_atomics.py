@@ -14,6 +14,7 @@ one size share a binary, since add, exchange, compare-swap and the bitwise ops a
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 import triton
@@ -25,7 +26,7 @@ from .enums import ATOMIC_OPS
 _ADD, _XCHG, _CAS, _AND, _OR, _XOR = range(6)
 # op name -> (device atomic, the value it is given: "value", or a fixed one). A table on purpose, a row
 # per name of enums.ATOMIC_OPS: an op and its fetch_ twin lower alike (the old value goes unused).
-_LOWERING = {
+_LOWERING: dict[str, tuple[int, int | Literal["value"]]] = {
     "fetch": (_ADD, 0),
     "set": (_XCHG, "value"),
     "swap": (_XCHG, "value"),

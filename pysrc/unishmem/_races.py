@@ -56,6 +56,7 @@ import mmap
 import os
 import sys
 import threading
+from types import FrameType
 
 import numpy as np
 
@@ -304,14 +305,12 @@ class Checker:
             self._report(found, span, site, vc)
 
     def _record_read(self, span, vc, epoch) -> None:
-        placed = None
+        placed = np.zeros(self._write[span].shape, dtype=bool)  # the bytes whose read is kept
         for k in range(READS):
             reads = self._reads[k][span]
-            free = ~_unordered(reads, vc, False)  # empty, or ordered before this read
-            if placed is not None:
-                free &= ~placed
+            free = ~_unordered(reads, vc, False) & ~placed  # empty, or ordered before this read
             self._reads[k][span] = np.where(free, epoch, reads)
-            placed = free if placed is None else placed | free
+            placed |= free
         lost = ~placed
         if lost.any():  # every slot holds a read unordered with this one: forget the first
             self.forgotten_reads += int(lost.sum())
@@ -535,8 +534,8 @@ def _call_site(kernel: str | None) -> str:
     """The innermost frame outside Triton, threading and unishmem's own machinery (its kernels are
     code a race can be in): 'kernel NAME at file.py:LINE in fn' on a program, 'file.py:LINE in fn' else."""
     triton = sys.modules.get("triton")
-    skip = os.path.dirname(triton.__file__) + os.sep if triton is not None else None
-    frame = sys._getframe(2)
+    skip = os.path.dirname(triton.__file__) + os.sep if triton is not None and triton.__file__ else None
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         name = frame.f_code.co_filename
         own = name.startswith(_ROOT) and not name.startswith(_KERNELS)
@@ -725,7 +724,7 @@ def _install() -> None:
         return store(self, ptr, val, mask, None)  # Triton's atomic store, unrecorded: recorded above
 
     for fn in (masked_load, masked_store, atomic_rmw, atomic_cas, atomic_read, atomic_write):
-        fn._unishmem_races = True
+        fn._unishmem_races = True  # type: ignore[union-attr]  # a marker on the function: installed once
     builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
     builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
     builder.create_atomic_load, builder.create_atomic_store = atomic_read, atomic_write

@@ -401,7 +401,7 @@ class Runtime:
         races = _races.checker()
         key = races.amo(addr, dest.element_size(), pe) if races is not None else None
         out = self._core.atomic(ATOMIC_OPS[op], DTYPE_CODES[dest.dtype], addr, v, c, pe)
-        if key is not None:
+        if races is not None and key is not None:
             races.acquire(races.current(), key)
         return from_bits(out, dest.dtype)
 

@@ -52,7 +52,9 @@ def release(text: str) -> tuple[int, int] | None:
 
 
 def version() -> tuple[int, int]:
-    return release(triton.__version__)
+    v = release(triton.__version__)
+    assert v is not None  # importing this module refuses a Triton that names no release
+    return v
 
 
 def in_matrix() -> bool:
@@ -90,7 +92,8 @@ def check_readable(bitcode: Path) -> None:
     from .vendor_libs import bitcode_producer, llvm_release
 
     writer, reader = bitcode_producer(bitcode), llvm_producer()
-    if writer is None or reader is None or llvm_release(writer) <= llvm_release(reader):
+    wrote, reads = llvm_release(writer), llvm_release(reader)
+    if wrote is None or reads is None or wrote <= reads:
         return
     raise BackendUnavailable(
         f"{bitcode} was written by {writer}, and Triton {triton.__version__} is built with {reader}, which "
@@ -129,7 +132,7 @@ def patch_interpreter() -> None:
     def patch_lang_tensor(tensor, scope):
         original(tensor, IndexFixed(scope))
 
-    patch_lang_tensor._unishmem_index = True
+    patch_lang_tensor._unishmem_index = True  # type: ignore[attr-defined]  # a mark on the function, read above
     interpreter._patch_lang_tensor = patch_lang_tensor
 
 
@@ -188,7 +191,8 @@ def _lowering_only(last: str = "llir"):
             return f"unishmem-lowering-to-{last}", f"unishmem-lowering-to-{last}"
         if previous is not None:
             previous(*args)
-        stages, asm = args[1], {}  # args: (backend, stages, options, language, capability)
+        stages = args[1]  # args: (backend, stages, options, language, capability)
+        asm: dict[str, str] = {}
         names = list(stages)
         end = names.index(last)
         for name in names[: end + 1]:

@@ -345,6 +345,7 @@ def workspace(
     if ws is None or problem or desc not in ws.agreed or checks_every_call(core):
         _agree(core, team, what, list(desc), problem, label, variants)
     if ws is None:
+        assert spec is not None  # made above, or there was a problem, which _agree raised
         ws = core.workspaces._by_key[full_key] = new_workspace(core, team, what, spec)
     ws.agreed.add(desc)
     return ws
@@ -403,7 +404,7 @@ class WorkspaceStore:
                         memory = self._core.empty(world_bytes, torch.uint8)
                     except HeapExhaustedError:  # on every PE alike: the allocator is deterministic
                         why = f"the heap had no room for its UNISHMEM_TEAM_ARENA={world_bytes} bytes when it was split"
-                users = []
+                users: list = []  # the teams that carve from it
                 if memory is not None:
                     self._arenas.append((memory, users))
                 self._give(team, memory, users, why)

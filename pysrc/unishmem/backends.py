@@ -213,7 +213,9 @@ def device_kind() -> str:
 
 def _load_vendor_module(name: str) -> tuple[ModuleType, vendor_libs.Install]:
     """Find the library and load it, then import the extension."""
-    inst = get(name).load()
+    load = get(name).load
+    assert load is not None  # a vendor backend's entry says how to find its library
+    inst = load()
     return native_module(name), inst
 
 
@@ -247,6 +249,8 @@ def open_vendor(vendor: Backend, boot: Bootstrap, heap_size: int, device: Any) -
     from .errors import UnishmemWarning
 
     name, library, kind, heap_env = vendor.name, vendor.library, vendor.device_kind, vendor.heap_env
+    # a vendor backend's entry names its heap variable and how to find its device bitcode
+    assert heap_env is not None and vendor.device_arch is not None and vendor.bitcode is not None
     mod, inst = agree(boot, f"loading {library}", lambda: _load_vendor_module(name))
     dev = agree(boot, f"choosing a {kind} device", lambda: _gpu_device(name, boot, device))
     sizes = boot.allgather(heap_size)

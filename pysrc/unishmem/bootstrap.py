@@ -188,6 +188,7 @@ class RendezvousBootstrap(Bootstrap):
 
     def _remove_leftover(self):
         if self._leftover:
+            assert self._server is not None  # the file is rank 0's, which serves the rendezvous until close
             self._server.unlink_socket()
             _unlink(self._leftover)  # last: while it is there, a sweep finds the socket by it
             self._leftover = None
@@ -428,6 +429,7 @@ def _one_host(p: Placement, job: str, init: int, timeout: float) -> Bootstrap:
             raise
         return RendezvousBootstrap(p, init, client, server, leftover=path)
     deadline = time.monotonic() + timeout
+    last: Exception  # why the latest try failed
     while True:
         try:
             info = json.loads(_read_private(path))
@@ -564,14 +566,14 @@ def discover(group=None) -> Bootstrap:
             )
             return _one_host(p, job, init, timeout)
         return _multi_host(p, init, timeout, agent_store=torchrun)
-    p = _mpi_like_placement()
-    if p is None:
+    mpi = _mpi_like_placement()
+    if mpi is None:
         return SingleBootstrap(init)
     if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-        return _multi_host(p, init, timeout, agent_store=False)
-    if p.local_size != p.size:
+        return _multi_host(mpi, init, timeout, agent_store=False)
+    if mpi.local_size != mpi.size:
         _master()  # raises: say what is missing
-    return _one_host(p, f"{p.launcher}|{_launcher_ids()}", init, timeout)
+    return _one_host(mpi, f"{mpi.launcher}|{_launcher_ids()}", init, timeout)
 
 
 def hostname() -> str:

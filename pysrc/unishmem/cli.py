@@ -65,7 +65,7 @@ def _vendor_info() -> None:
     roc = vendor_libs.find_rocshmem()
     print("rocSHMEM:")
     print(f"  prefix   {roc.prefix} ({roc.origin})")
-    version = vendor_libs.rocshmem_header_version(roc.prefix)
+    version = vendor_libs.rocshmem_header_version(roc.prefix) if roc.prefix else None
     if version:
         print(f"  version  {version} (rocshmem_config.h); what it enables:")
         for line in vendor_libs.rocshmem_features(version):
@@ -99,7 +99,10 @@ def _satisfies(spec: str, version: tuple) -> bool:
     """Whether `version` meets a Requires-Python of comparison clauses (">=3.10,<3.13")."""
     compare = {">=": "__ge__", "<=": "__le__", ">": "__gt__", "<": "__lt__", "==": "__eq__", "!=": "__ne__"}
     for clause in spec.split(","):
-        op, bound = re.fullmatch(r"\s*(>=|<=|>|<|==|!=)\s*([\d.]+)\s*", clause).groups()
+        m = re.fullmatch(r"\s*(>=|<=|>|<|==|!=)\s*([\d.]+)\s*", clause)
+        if m is None:
+            raise ValueError(f"Requires-Python {spec!r}: {clause!r} is not a comparison with a release")
+        op, bound = m.groups()
         limit = tuple(int(x) for x in bound.split("."))
         if not getattr(tuple(version[: len(limit)]), compare[op])(limit):
             return False

@@ -87,6 +87,8 @@ def _load(ref: str):
         # its file name, unless a module of that name is already loaded here (a file named like one)
         name = path.stem if path.stem not in sys.modules else f"_unishmem_compile_{path.stem}"
         spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise SetupError(f"{ref} is not a Python file: give the path of a .py file or a dotted module name")
         module = importlib.util.module_from_spec(spec)
         sys.path.insert(0, str(path.parent))
         sys.modules[name] = module  # before it runs: dataclasses and pickling look it up there
@@ -115,7 +117,7 @@ def _kernels(module) -> dict:
     """name -> Kernel: the module's own @unishmem.jit kernels, then any other its COMPILE table names."""
     from .triton_support import Kernel
 
-    found = {}
+    found: dict[str, Kernel] = {}
     for value in vars(module).values():
         if isinstance(value, Kernel) and value.fn.__module__ == module.__name__:
             found.setdefault(value.fn.__name__, value)
@@ -296,10 +298,11 @@ def _discover():
 def _causes(e: BaseException) -> list[BaseException]:
     """A compile error and what it came from, outermost first: Triton wraps an error in one
     CompilationError per @triton.jit function it was inlined through."""
-    chain = []
-    while e is not None and all(e is not seen for seen in chain):
-        chain.append(e)
-        e = e.__cause__ or e.__context__
+    chain: list[BaseException] = []
+    cause: BaseException | None = e
+    while cause is not None and all(cause is not seen for seen in chain):
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
     return chain
 
 
@@ -496,13 +499,13 @@ def format_report(report: dict) -> str:
 def _describe(r: dict) -> str:
     from .backends import by_triton_backend
 
-    backend = TARGETS[r["target"]][0] if r["target"] else None
     if r["lacks"] is not None:
         return r["error"]  # the device library's message names the function and says why
     parts = []
     if r["binary_bytes"]:
         done = "linked" if r["linked"] else "compiled, not linked" if r["ok"] else "compiled"
-        parts.append(f"{done} ({by_triton_backend(backend).triton_binary} {r['binary_bytes']} B, {r['seconds']} s)")
+        binary = by_triton_backend(TARGETS[r["target"]][0]).triton_binary  # a binary has its target
+        parts.append(f"{done} ({binary} {r['binary_bytes']} B, {r['seconds']} s)")
     elif r["ok"] and not r["assembled"]:
         parts.append(f"lowered to LLVM IR, not assembled ({r['seconds']} s)")
     if r["unresolved"]:

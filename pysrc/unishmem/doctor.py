@@ -16,7 +16,7 @@ import importlib.util
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -118,7 +118,7 @@ def _torch_requires() -> set[str]:
         requires = importlib.metadata.requires("torch") or []
     except importlib.metadata.PackageNotFoundError:
         return set()
-    return {_normalized(re.match(r"[A-Za-z0-9._-]+", r).group(0)) for r in requires}
+    return {_normalized(m.group(0)) for r in requires if (m := re.match(r"[A-Za-z0-9._-]+", r))}
 
 
 def _normalized(name: str) -> str:
@@ -159,6 +159,7 @@ def _devices(report: Report, name: str) -> list[str]:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         seen = f"{count} {kind} device(s) visible to torch" if count else f"no GPU: torch sees no {kind} device"
         report.add(count > 0, seen, _NO_GPU)
+        assert backend.device_arch is not None  # a GPU backend's entry says its devices' archs
         return [str(backend.device_arch(torch.cuda.get_device_properties(i))) for i in range(count)]
     what = "the CPU" if backends.torch_build() is None else backends.device_kind()
     report.add(
@@ -307,7 +308,7 @@ def _host(report: Report) -> None:
     _triton(report, None)
 
 
-def diagnose(name: str, archs: list[str] = ()) -> Report:
+def diagnose(name: str, archs: Sequence[str] = ()) -> Report:
     """Every finding for one backend."""
     report = Report(name)
     if name == "host":

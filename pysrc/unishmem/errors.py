@@ -38,7 +38,10 @@ class WaitTimeout(UnishmemError, TimeoutError):
 
 
 class DeadlockError(UnishmemError):
-    """Every PE is waiting and none can make progress; the message says what each waits for."""
+    """Every PE is waiting and none can make progress; the message says what each waits for, and
+    `report` holds the per-PE reports it was written from (unishmem.hang)."""
+
+    report: list | None  # set by whoever raises it
 
 
 class RaceError(UnishmemError):

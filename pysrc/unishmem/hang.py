@@ -19,12 +19,18 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from .enums import CMP, DTYPES, WAIT, WAIT_DTYPES
 from .enums import SIGNAL as SIGNAL_OP
 
-CMP_TEXT = {CMP.EQ: "==", CMP.NE: "!=", CMP.GT: ">", CMP.GE: ">=", CMP.LT: "<", CMP.LE: "<="}
+if TYPE_CHECKING:
+    import torch
+
+CMP_TEXT: dict[int, str] = {CMP.EQ: "==", CMP.NE: "!=", CMP.GT: ">", CMP.GE: ">=", CMP.LT: "<", CMP.LE: "<="}
 SIGNAL_OPS = {int(op): op.name.lower() for op in SIGNAL_OP}  # a recorded signal's op, by its value
 WAIT_DTYPE_NAMES = {DTYPES[name]: name for name in WAIT_DTYPES}  # the dtype code of a waitable word -> name
 # what a wait is for (the host backend's WaitKind; the debug table's slot states)
@@ -41,12 +47,12 @@ class Word:
     pe: int
     offset: int | None
     cmp: int
-    value: int
+    value: int | None  # None: not recorded (a debug wait table without expected values)
     actual: int | None = None
     dtype: int = 11
 
     def holds(self) -> bool:
-        if self.actual is None:
+        if self.actual is None or self.value is None:
             return False
         a, b = self.actual, self.value
         return (a == b, a != b, a > b, a >= b, a < b, a <= b)[self.cmp]
@@ -109,7 +115,7 @@ def _skipped(filename: str) -> bool:
         filename.startswith(_OWN)
         or filename == threading.__file__
         or filename.startswith("<")
-        or (triton is not None and filename.startswith(os.path.dirname(triton.__file__) + os.sep))
+        or (triton is not None and filename.startswith(os.path.dirname(triton.__file__ or "") + os.sep))
     )
 
 
@@ -122,7 +128,7 @@ def wait_site() -> str:
     try:
         interpreter = sys.modules.get("unishmem._interpreter")  # loaded if a kernel is interpreted
         launch = interpreter.current_program()[0] if interpreter is not None else None
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:
             code = frame.f_code
             if not _skipped(code.co_filename):
@@ -466,13 +472,13 @@ class Watchdog:
         import threading
 
         self.core, self.timeout, self.dir = core, timeout, directory
-        self.launches: dict[int, tuple[str, float, object]] = {}  # id -> (kernel, start, done())
+        self.launches: dict[int, tuple[str, float, Callable[[], bool] | None]] = {}  # id -> (kernel, start, done())
         self.diagnostics = diagnostics  # its debug wait table, once a debug-waits kernel runs
         self._lock = threading.Lock()
         self._next = 0
         threading.Thread(target=self._watch, name="unishmem hang watchdog", daemon=True).start()
 
-    def launched(self, kernel: str, done) -> int:
+    def launched(self, kernel: str, done: Callable[[], bool] | None) -> int:
         import time
 
         with self._lock:
@@ -588,10 +594,10 @@ class Diagnostics:
 
         self._core, self._hang_dir = core, hang_dir
         # made by init (no launcher gave one: `unishmem run` removes its own), so gone with the job
-        self._own_hang_dir = hang_dir is not None and protocol("UNISHMEM_HANG_DIR") is None
+        self._own_hang_dir = hang_dir if protocol("UNISHMEM_HANG_DIR") is None else None
         self._watchdog: Watchdog | None = None
-        self.table = None  # the debug wait table, once a debug-waits kernel is launched
-        self.read_stream = None
+        self.table: torch.Tensor | None = None  # the debug wait table, once a debug-waits kernel is launched
+        self.read_stream: Any = None  # a torch.cuda.Stream on a CUDA device
 
     def watchdog(self) -> Watchdog | None:
         if self._hang_dir is not None and self._watchdog is None:
@@ -617,18 +623,18 @@ class Diagnostics:
     def remove_hang_dir(self) -> None:
         """Rank 0, as it leaves the job (every PE has finalized, or the report is out): the job's hang
         directory, where init made it."""
-        if self._own_hang_dir and self._core.my_pe == 0:
+        if self._own_hang_dir is not None and self._core.my_pe == 0:
             import shutil
 
-            shutil.rmtree(self._hang_dir, ignore_errors=True)
+            shutil.rmtree(self._own_hang_dir, ignore_errors=True)
 
     def remove_empty_hang_dir(self) -> None:
         """Another PE, as it leaves after a report: the job's hang directory where init made it and it
         is empty. A part written late (a loaded machine) can land while rank 0 removes the directory,
         which then stays, empty once that PE has taken its part back; while rank 0 is still there the
         directory holds its part, and this does nothing."""
-        if self._own_hang_dir:
+        if self._own_hang_dir is not None:
             try:
-                os.rmdir(self._hang_dir)
+                os.rmdir(self._own_hang_dir)
             except OSError:
                 pass

@@ -51,6 +51,7 @@ import tempfile
 import threading
 import time
 import warnings
+from typing import TypeGuard
 
 from .errors import PeerFailure, UnishmemError, UnishmemWarning
 
@@ -65,7 +66,7 @@ class RendezvousError(UnishmemError):
 # ---- addresses ---------------------------------------------------------------------------------
 
 
-def parse_address(text: str) -> tuple[str, object]:
+def parse_address(text: str) -> tuple[str, str | tuple[str, int]]:
     """'unix:/path' -> ('unix', path); 'tcp:host:port' -> ('tcp', (host, port))."""
     kind, _, rest = text.partition(":")
     if kind == "unix" and rest:
@@ -85,7 +86,7 @@ def resolve(host: str, port: int, what: str) -> tuple:
     return family, addr
 
 
-def private_dir() -> str:
+def private_dir() -> str:  # type: ignore[return]  # mypy: the loop over itertools.count() only ends in a return
     """This user's directory for rendezvous files and hang reports, in XDG_RUNTIME_DIR or else the
     temporary directory: the first of unishmem-<uid>, unishmem-<uid>-1, unishmem-<uid>-2, ... that is a
     real directory of this user's that nobody else can enter, made 0700 where the name is free. Anything
@@ -200,7 +201,7 @@ class _Sealed:
         return _parse(body)
 
 
-def _is_int(value) -> bool:
+def _is_int(value) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -217,15 +218,15 @@ class Server:
 
     def __init__(self, address: str, secret: bytes, size: int, timeout: float):
         self._secret, self.size, self.timeout = secret, size, timeout
-        kind, where = parse_address(address)
-        if kind == "unix":
+        _, where = parse_address(address)
+        if isinstance(where, str):  # unix:PATH
             self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             old = os.umask(0o177)  # the socket file is 0600 from the start
             try:
                 self._listener.bind(where)
             finally:
                 os.umask(old)
-            self._path = where
+            self._path: str | None = where
             self.address = address
         else:
             family, addr = resolve(*where, "the rendezvous host")
@@ -336,7 +337,7 @@ class Server:
             _send(conn, {"error": "auth", "message": "this connection does not know the job's secret"})
             return None
         rank, size, pid, init = (hello.get(k) for k in ("rank", "size", "pid", "init"))
-        if not all(_is_int(v) for v in (rank, size, pid, init)):
+        if not (_is_int(rank) and _is_int(size) and _is_int(pid) and _is_int(init)):
             _send(conn, {"error": "protocol", "message": f"malformed hello {hello}"})
             return None
         reply = {"proof": _proof(self._secret, "server", client_nonce)}
@@ -425,7 +426,7 @@ class Server:
 
 # ---- client ------------------------------------------------------------------------------------
 
-_ERRORS = {"peer_failure": PeerFailure, "value": ValueError}
+_ERRORS: dict[object, type[Exception]] = {"peer_failure": PeerFailure, "value": ValueError}  # by a reply's "error"
 
 
 class Client:
@@ -453,7 +454,7 @@ class Client:
     @staticmethod
     def _connect(address: str, timeout: float) -> socket.socket:
         kind, where = parse_address(address)
-        if kind == "unix":
+        if isinstance(where, str):  # unix:PATH
             family, addr = socket.AF_UNIX, where
         else:
             family, addr = resolve(*where, "the rendezvous host")

@@ -21,6 +21,7 @@ and a kernel call that would allocate its workspace (symmetric memory: a collect
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
@@ -155,6 +156,10 @@ def under_seeds(fn, seeds=range(1, 5)) -> list:
             try:
                 results.append(fn())
             except Exception as e:
-                e.add_note(f"under UNISHMEM_RACE_SEED={seed} (unishmem.testing.under_seeds)")
+                note = f"under UNISHMEM_RACE_SEED={seed} (unishmem.testing.under_seeds)"
+                if sys.version_info >= (3, 11):
+                    e.add_note(note)
+                else:  # add_note is 3.11's: PEP 678's notes by hand (typeshed has no __notes__ before 3.11)
+                    e.__notes__ = [*getattr(e, "__notes__", ()), note]  # type: ignore[attr-defined]
                 raise
     return results

@@ -26,8 +26,10 @@ takes the whole path: there a plan skips only unishmem's own work.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Callable
 
 # isort: off
 from . import _triton_compat  # first: Triton is there, and of a release unishmem supports
@@ -40,7 +42,7 @@ from .errors import UnishmemError
 _KERNEL_NAMES: set[str] = set()
 # unishmem.testing sets it while it records: called with each launch (kernel, args, grid, kwargs), it
 # returns the context the launch runs in, which gives whether to launch (False: record only)
-launch_recorder = None
+launch_recorder: Callable[..., contextlib.AbstractContextManager[bool]] | None = None
 
 _hook_added = False
 
@@ -70,6 +72,7 @@ def _resolved_libs(backend: str, arch, environment: tuple) -> tuple[tuple[str, s
     from .backends import by_triton_backend
 
     vendor = by_triton_backend(backend)
+    assert vendor.bitcode is not None and vendor.extern_lib_key is not None  # so has every backend with a target
     bitcode = vendor.bitcode(arch)  # BackendUnavailable is raised, not cached: the next call looks again
     _triton_compat.check_readable(bitcode)
     return (*((key, str(path)) for key, path in vendor.linked_first), (vendor.extern_lib_key, str(bitcode)))
@@ -82,6 +85,7 @@ def _device_target(backend_name: str, device) -> tuple[str, object]:
     from .backends import get
 
     backend = get(backend_name)  # a GPU backend's: the host backend's kernels are interpreted (interpreting())
+    assert backend.triton_backend is not None and backend.device_arch is not None  # (a GPU backend's)
     return backend.triton_backend, backend.device_arch(torch.cuda.get_device_properties(device))
 
 
@@ -114,7 +118,9 @@ def _set_module_global(backend: str, module: int, address: int) -> None:
     from ._wait_table import GLOBAL
     from .backends import get
 
-    library, get_global, copy = get(backend).module_global
+    globals_calls = get(backend).module_global
+    assert globals_calls is not None  # every backend whose modules are loaded has them
+    library, get_global, copy = globals_calls
     lib = ctypes.CDLL(library)
     dptr, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
     if getattr(lib, get_global)(ctypes.byref(dptr), ctypes.byref(size), ctypes.c_void_p(module), GLOBAL.encode()) != 0:
@@ -142,7 +148,7 @@ class Kernel:
         self.resident = resident
         self.debug_waits = debug_waits  # None: UNISHMEM_DEBUG_WAITS decides (NOTE [debug waits])
         self.fn = jit_function.fn
-        functools.update_wrapper(self, self.fn)
+        functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]  # a callable object, not a function
         _KERNEL_NAMES.add(self.fn.__name__)
 
     def __getitem__(self, grid):
@@ -204,7 +210,7 @@ class Kernel:
             resident = self.resident if self.resident is not None else _config.get("UNISHMEM_INTERPRET_RESIDENT")
             _interpreter.run(self.jit_function, args, grid, kwargs, resident, self.fn.__name__)
         finally:
-            if token is not None:
+            if watchdog is not None and token is not None:
                 watchdog.finished(token)
 
 
@@ -257,13 +263,13 @@ class BoundLaunch:
                 continue
             add(value.dtype)
             add(not address & 15)  # what Triton specialises a pointer on
-        variant = tuple(variant)
-        compiled = self.compiled.get(variant)
+        key = tuple(variant)
+        compiled = self.compiled.get(key)
         if compiled is None:
             args, kwargs = self.filled(values)
             compiled = self.kernel.run(*args, grid=self.grid, **kwargs)
             if compiled is not None:
-                self.compiled[variant] = compiled
+                self.compiled[key] = compiled
             return compiled
         stream = driver.get_current_stream(device)
         knobs = triton.knobs.runtime

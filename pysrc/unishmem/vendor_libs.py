@@ -67,7 +67,8 @@ def _header_version(include: Path) -> str | None:
     except OSError:
         return None
     parts = [re.search(rf"#define\s+NVSHMEM_VENDOR_{p}_VERSION\s+(\d+)", text) for p in ("MAJOR", "MINOR", "PATCH")]
-    return ".".join(m.group(1) for m in parts) if all(parts) else None
+    found = [m.group(1) for m in parts if m is not None]
+    return ".".join(found) if len(found) == len(parts) else None
 
 
 @functools.cache
@@ -141,8 +142,10 @@ def find_nvshmem() -> Install:
     if dist is not None:
         inst.origin = f"pip: {dist.metadata['Name']} {dist.version}"
     for bc in sorted(glob.glob(str(lib.parent / "libnvshmem_device_sm_*.bc"))):
-        arch = re.search(r"_(sm_\d+)\.bc$", bc).group(1)
-        inst.bitcode[arch] = Path(bc)
+        m = re.search(r"_(sm_\d+)\.bc$", bc)
+        if m is None:
+            continue  # not sm_<number>: no target bitcode_arch knows
+        inst.bitcode[m.group(1)] = Path(bc)
     if not inst.bitcode and (lib.parent / NVSHMEM_SINGLE_BITCODE).exists():
         inst.bitcode[ANY_ARCH] = lib.parent / NVSHMEM_SINGLE_BITCODE
     try:
@@ -162,7 +165,8 @@ def _owning_distribution(path: Path):
         if not name.startswith("nvidia-nvshmem"):
             continue
         for f in dist.files or ():
-            if f.name == path.name and Path(dist.locate_file(f)).resolve() == resolved:
+            # ignore: typeshed's SimplePath lacks __fspath__; an installed distribution's is a pathlib.Path
+            if f.name == path.name and Path(dist.locate_file(f)).resolve() == resolved:  # type: ignore[arg-type]
                 return dist
     return None
 
@@ -213,6 +217,7 @@ def nvshmem_bitcode(capability: tuple[int, int]) -> Path:
     """The NVSHMEM device bitcode for a device of this compute capability, checked against the host library
     (NOTE [bitcode release]); BackendUnavailable saying why if there is none."""
     inst = find_nvshmem().require()
+    assert inst.library is not None  # NVSHMEM found without problems: its host library is known
     arch = bitcode_arch(capability, inst.bitcode)
     if arch is None:
         raise BackendUnavailable(
@@ -295,7 +300,7 @@ def _abbreviated(bits: _Bits, ops: list) -> list[int]:
 
 def _define_abbrev(bits: _Bits) -> list:
     kinds = {1: "fixed", 2: "vbr", 3: "array", 4: "char6", 5: "blob"}
-    ops = []
+    ops: list[tuple[str, int | None]] = []
     for _ in range(bits.vbr(5)):
         if bits.fixed(1):
             ops.append(("literal", bits.vbr(8)))
@@ -347,8 +352,8 @@ def bitcode_producer(path: Path) -> str | None:
     return _producer(str(path), st.st_size, st.st_mtime)
 
 
-def llvm_release(producer: str) -> tuple[int, int] | None:
-    """'LLVM22.1.8' -> (22, 1); 'LLVM22.0.0git' -> (22, 0)."""
+def llvm_release(producer: str | None) -> tuple[int, int] | None:
+    """'LLVM22.1.8' -> (22, 1); 'LLVM22.0.0git' -> (22, 0); None for None or another producer."""
     m = re.match(r"LLVM(\d+)\.(\d+)", producer or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
 
@@ -373,7 +378,8 @@ def triton_distributions() -> list[TritonDistribution]:
     for name in sorted(set(importlib.metadata.packages_distributions().get("triton", ()))):
         dist = importlib.metadata.distribution(name)
         found.append(
-            TritonDistribution(dist.metadata["Name"], dist.version, Path(dist.locate_file("triton/__init__.py")))
+            # ignore: typeshed's SimplePath lacks __fspath__; an installed distribution's is a pathlib.Path
+            TritonDistribution(dist.metadata["Name"], dist.version, Path(dist.locate_file("triton/__init__.py")))  # type: ignore[arg-type]
         )
     return found
 
@@ -409,8 +415,10 @@ def find_rocshmem() -> Install:
     dirs = rocshmem_bitcode_dirs()
     for d in dirs:
         for bc in sorted(glob.glob(str(d / "librocshmem_device_*.bc"))):
-            arch = re.search(r"librocshmem_device_(.+)\.bc$", bc).group(1)
-            inst.bitcode.setdefault(arch, Path(bc))
+            m = re.search(r"librocshmem_device_(.+)\.bc$", bc)
+            if m is None:
+                continue  # librocshmem_device_.bc: no target's
+            inst.bitcode.setdefault(m.group(1), Path(bc))
     if not (rocm_path() / "include" / "rocshmem" / "rocshmem.hpp").exists():
         inst.problems.append(f"no rocSHMEM headers under {rocm_path()}/include/rocshmem")
     if not inst.bitcode:

@@ -17,14 +17,24 @@ from .plan import Plan, dst_elements, elements, write_figures
 from .timing import long_iters, long_run, measure, summary
 
 
+def _launched(name: str) -> str:
+    """The value `unishmem run` gave its variable `name`: the bench starts this job under it."""
+    value = _config.protocol(name)
+    if value is None:
+        raise RuntimeError(f"{name} is not set: run this under `unishmem run`, as `unishmem bench` does")
+    return value
+
+
 def _store(size: int):
     # A FileStore beside the launcher's rendezvous socket: in its private directory, and nothing listens.
-    _, socket_path = parse_address(_config.protocol("UNISHMEM_RENDEZVOUS"))
+    _, socket_path = parse_address(_launched("UNISHMEM_RENDEZVOUS"))
+    if not isinstance(socket_path, str):
+        raise RuntimeError("the launcher's rendezvous is not a Unix socket: it has no directory for the store")
     return dist.FileStore(os.path.join(os.path.dirname(socket_path), "gloo.store"), size)
 
 
 def _init() -> None:
-    rank, size = int(_config.protocol("UNISHMEM_RANK")), int(_config.protocol("UNISHMEM_WORLD_SIZE"))
+    rank, size = int(_launched("UNISHMEM_RANK")), int(_launched("UNISHMEM_WORLD_SIZE"))
     dist.init_process_group(
         "gloo", store=_store(size), rank=rank, world_size=size, timeout=datetime.timedelta(seconds=120)
     )

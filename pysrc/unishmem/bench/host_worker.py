@@ -116,7 +116,8 @@ class HostBench:
     # ---- point to point (2 PEs) --------------------------------------------------------------
 
     def put_get(self) -> dict:
-        rt, out = self.rt, {"memcpy": {}, "put": {}, "get": {}}
+        rt = self.rt
+        out: dict[str, dict[int, float]] = {"memcpy": {}, "put": {}, "get": {}}  # kind -> size -> seconds
         for size in self.plan.p2p_sizes:
             out["memcpy"][size] = self.memcpy(size, copiers=1)  # the reference, right before its figures
             sym = rt.empty(size, dtype=torch.uint8)
@@ -144,8 +145,8 @@ class HostBench:
             return dt
 
         reps = max(5, p.reps)  # latencies: more, shorter runs find the quiet moments of a shared machine
-        raw_s = self.cpp_loop(raw, p.pingpong_iters, reps)
-        raw_s = self.cpp_latency(raw, raw_s, p.pingpong_iters, every_pe=False)
+        raw_best = self.cpp_loop(raw, p.pingpong_iters, reps)
+        raw_s = self.cpp_latency(raw, raw_best, p.pingpong_iters, every_pe=False)
 
         sig, buf = rt.signals(1), rt.zeros(PAYLOAD, dtype=torch.uint8)
         src = torch.ones(PAYLOAD, dtype=torch.uint8)
@@ -158,8 +159,8 @@ class HostBench:
             start[0] += 2 * k
             return dt
 
-        cpp_s = self.cpp_loop(cpp, p.pingpong_iters, reps)
-        cpp_s = self.cpp_latency(cpp, cpp_s, p.pingpong_iters, every_pe=False)
+        cpp_best = self.cpp_loop(cpp, p.pingpong_iters, reps)
+        cpp_s = self.cpp_latency(cpp, cpp_best, p.pingpong_iters, every_pe=False)
 
         # The Python round trip three ways: tensors made once and reused; views made in the call, as
         # a user's loop writes it; and reused tensors with the views' slices made and dropped where
@@ -249,11 +250,11 @@ class HostBench:
 
     def barrier(self) -> dict:
         rt, native = self.rt, _active.core().native
-        python = self.measure(rt.barrier_all)
-        python = self.py_latency(lambda j: rt.barrier_all(), python, every_pe=True)
+        python_best = self.measure(rt.barrier_all)
+        python = self.py_latency(lambda j: rt.barrier_all(), python_best, every_pe=True)
         run = lambda k, samples=0: _host.bench_barrier(native, 0, k, samples)  # noqa: E731
-        cpp = self.cpp_loop(run, CPP_MAX_ITERS)
-        cpp = self.cpp_latency(run, cpp, self.plan.pingpong_iters, every_pe=True)
+        cpp_best = self.cpp_loop(run, CPP_MAX_ITERS)
+        cpp = self.cpp_latency(run, cpp_best, self.plan.pingpong_iters, every_pe=True)
         return {"python": python, "cpp": cpp}
 
     def collective(self, op: str, size: int) -> float:

@@ -130,7 +130,11 @@ def main(spec_path: str, out_path: str) -> int:
             return float(t[0])
 
         def timed(op, barrier) -> float:
-            sync = (lambda: (op(), torch.cuda.synchronize())) if rt.device.type == "cuda" else op
+            def synced():
+                op()
+                torch.cuda.synchronize()
+
+            sync = synced if rt.device.type == "cuda" else op
             return measure(
                 sync, barrier, agree_max, budget_s=spec["budget_s"], reps=spec["reps"], max_iters=spec["max_iters"]
             )["seconds"]

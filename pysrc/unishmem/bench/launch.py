@@ -27,6 +27,7 @@ import contextlib
 import functools
 import json
 import time
+from collections.abc import Callable
 
 import torch
 import triton
@@ -187,6 +188,7 @@ def measure(calls: int = CALLS, runs: int = RUNS) -> dict:
     from ..triton_support import extern_libs
 
     target = GPUTarget(*TARGETS["sm_90"])
+    libs: Callable[[], dict[str, str]] | None
     libs = functools.partial(extern_libs, "cuda", 90)
     try:
         libs()
@@ -197,7 +199,10 @@ def measure(calls: int = CALLS, runs: int = RUNS) -> dict:
         plain = functools.partial(
             _triton_compat.launch_cache_key, _plain_copy, target, (x, out, x.numel()), {"BLOCK": 1024}
         )
-        whole_path = {"plain": plain, **({"libs": libs} if libs else {})}
+        whole_path: dict[str | tuple[str, str], Callable[[], object]] = {
+            "plain": plain,
+            **({"libs": libs} if libs else {}),
+        }
         recorded: list = []
         with _launches_skipped(recorded):
             calls_of = _calls()

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import mpi4py
 import numpy as np
 from mpi4py import MPI
 
-if __package__:
+if __package__ or TYPE_CHECKING:  # mypy reads the siblings through the package
     from .plan import Plan, dst_elements, elements, write_figures
     from .timing import best_of, iterations, long_iters, long_round_trips, long_run, measure, summary
 else:
@@ -49,8 +50,8 @@ def main(plan_path: str, out_path: str) -> int:
         out["send"] = {}
         for size in plan.p2p_sizes:  # one-way streaming bandwidth, the counterpart of put
             buf = np.ones(size, dtype=np.uint8)
-            op = (lambda: comm.Send(buf, peer, 7)) if me == 0 else (lambda: comm.Recv(buf, peer, 7))
-            out["send"][size] = timed(op)
+            one_way = (lambda: comm.Send(buf, peer, 7)) if me == 0 else (lambda: comm.Recv(buf, peer, 7))
+            out["send"][size] = timed(one_way)
         msg = np.zeros(PAYLOAD, dtype=np.uint8)
 
         def pingpong(k: int) -> float:

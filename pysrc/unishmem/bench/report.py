@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .plan import BOUND_FORMULA, COLLECTIVES, TARGETED, TRAFFIC, KiB, MiB, copy_bytes, memcpy_ref, ref_key, traffic
 
 TARGET_FROM = 64 * KiB  # collective targets apply from this size up
@@ -49,7 +51,7 @@ def _get(results: dict, n: int, *path):
 def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
     """host/mpi/gloo: {n_pes: that job's JSON}. Every row holds its figure, its references and,
     where the project sets one, the target and whether this run met it."""
-    report = {
+    report: dict[str, Any] = {
         "meta": meta,
         "formulas": {"bound": BOUND_FORMULA, **{op: f[2] for op, f in TRAFFIC.items()}},
         "put": [],
@@ -67,7 +69,7 @@ def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
         for size, seconds in sorted(_by_size(two.get(kind)).items()):
             ref = memcpy[size]
             ratio = ref / seconds  # bandwidth ratio
-            row = {
+            row: dict[str, Any] = {
                 "bytes": size,
                 "seconds": seconds,
                 "GBps": size / seconds / 1e9,
@@ -171,8 +173,8 @@ def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
             share = max(1.0, n / host[n]["cores"]) if n in host else 1.0
             for size, seconds in sorted(figures.items()):
                 c = copy_bytes(op, size, n)
-                ref = memcpy_ref(op, size, n)
-                per_byte = copies[ref_key(ref)] / ref[0]
+                copy_ref = memcpy_ref(op, size, n)
+                per_byte = copies[ref_key(copy_ref)] / copy_ref[0]
                 bound = c * per_byte * share  # (R + W) / (2 B) * n / cores, with R + W = 2c, 1/B = per_byte
                 r, w = traffic(op, size, n)
                 ref_mpi = _by_size(_get(mpi, n, "collectives", op)).get(size)
@@ -187,8 +189,8 @@ def build(plan, host: dict, mpi: dict, gloo: dict, meta: dict) -> dict:
                         "read_bytes": r,
                         "write_bytes": w,
                         "memcpy_GBps": 1 / per_byte / 1e9,
-                        "memcpy_bytes": ref[0],
-                        "memcpy_piece": ref[1],
+                        "memcpy_bytes": copy_ref[0],
+                        "memcpy_piece": copy_ref[1],
                         "cores": host[n]["cores"],
                         "open_mpi_seconds": ref_mpi,
                         "gloo_seconds": ref_gloo,
@@ -415,15 +417,15 @@ def text(report: dict) -> str:
             "<= 2x bound, >= 2x faster than Open MPI, >= 3x faster than gloo"
         )
         for op in COLLECTIVES:
-            rows = [r for r in report["collectives"] if r["op"] == op]
-            if not rows:
+            op_rows = [r for r in report["collectives"] if r["op"] == op]
+            if not op_rows:
                 continue
             out.append("")
             out.append(
                 f"{op} ({DESCRIPTIONS[op]}): {report['formulas'][op]}; Open MPI {MPI_NAMES[op]}, gloo {GLOO_NAMES[op]}"
             )
             table = []
-            for r in rows:
+            for r in op_rows:
                 met = r.get("met") or {}
                 ref = r["reference"]
                 table.append(

@@ -40,6 +40,7 @@ ends every plan) makes the next call plan anew.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -177,7 +178,7 @@ def overlap(a, b) -> bool:
 class Plan:
     ws: Workspace
     shape: tuple  # out's
-    launch: object  # launch(x, src, stage, out)
+    launch: Callable[..., None]  # launch(x, src, stage, out)
 
 
 def planned(core, key):

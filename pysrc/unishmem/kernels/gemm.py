@@ -508,7 +508,7 @@ COMPILE = {
 def _blocks(dims: dict, given: dict, tile: dict) -> tuple[dict, Exception | None]:
     """Block sizes: the given ones, else the smallest power of two >= 16 covering the dimension, at
     most the architecture's tile (NOTE [GEMM tiles])."""
-    out = {}
+    out: dict[str, int] = {}
     for name, dim in dims.items():
         value = given.get(name)
         if value is None:
@@ -585,8 +585,8 @@ def ag_gemm(
     (grad a_shard = gemm_rs(grad, b^T), grad b = all_gather(a_shard)^T @ grad) and traceable by
     torch.compile (torch.ops.unishmem.ag_gemm)."""
     if needs_op(a_shard, b):
-        blocks = [block_m or 0, block_n or 0, block_k or 0]
-        return torch.ops.unishmem.ag_gemm(a_shard, b, overlap, blocks, op_team_arg(team, group))
+        op_blocks = [block_m or 0, block_n or 0, block_k or 0]
+        return torch.ops.unishmem.ag_gemm(a_shard, b, overlap, op_blocks, op_team_arg(team, group))
     core = _active.core()
     # NOTE [call plans] (the fused launch): b, like out, is passed at every call
     key = _plan_key("ag_gemm", a_shard, b, (block_m, block_n, block_k), overlap, team, group)
@@ -695,8 +695,8 @@ def gemm_rs(
     torch.distributed ProcessGroup naming the team instead. Differentiable (grad a =
     ag_gemm(grad, b_shard^T), grad b_shard = a^T @ all_gather(grad)); traceable by torch.compile."""
     if needs_op(a, b_shard):
-        blocks = [block_m or 0, block_n or 0, block_k or 0]
-        return torch.ops.unishmem.gemm_rs(a, b_shard, overlap, blocks, op_team_arg(team, group))
+        op_blocks = [block_m or 0, block_n or 0, block_k or 0]
+        return torch.ops.unishmem.gemm_rs(a, b_shard, overlap, op_blocks, op_team_arg(team, group))
     core = _active.core()
     key = _plan_key("gemm_rs", a, b_shard, (block_m, block_n, block_k), overlap, team, group)
     plan = planned(core, key)  # NOTE [call plans]: a and b_shard passed at every call

@@ -92,7 +92,7 @@ in the same launch (NOTE [copy-in]).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import triton
@@ -118,6 +118,9 @@ from ._frame import (
     run_plan,
 )
 from ._routing import needs_op, op_team_arg
+
+if TYPE_CHECKING:
+    from .._team import Team
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # routing weights' dtypes
 
@@ -486,7 +489,7 @@ class MoEHandle:
     """What combine needs from one dispatch call of this PE (see the module's docstring)."""
 
     ws: Workspace
-    team: object  # the dispatch call's Team: combine runs on it
+    team: Team  # the dispatch call's: combine runs on it
     call: int  # the dispatch call's number on the host: every PE must combine the same call (checked)
     route: torch.Tensor  # pos, ids and C, written by the kernel (NOTE [route])
     weights: torch.Tensor  # [T, K] a copy of topk_weights as passed to dispatch (with their autograd history)

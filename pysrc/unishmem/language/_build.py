@@ -117,6 +117,7 @@ def _elem_type(params, args: dict) -> tl.dtype | None:
 
 
 def _type_name(fn: DeviceFn, vendor: str, elem) -> str:
+    assert fn.types is not None, f"{fn.name}: its symbol has {{T}}, and its row names no type table"
     names = TYPE_TABLES[fn.types][vendor]
     if elem not in names:
         raise NotAvailableError(
@@ -378,7 +379,7 @@ def _make(name: str, params, doc: str, compiled, interpreted, optional=()):
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc or f"{name}({', '.join(names)})"
-    fn.signature = inspect.Signature(
+    fn.signature = inspect.Signature(  # type: ignore[attr-defined]  # Triton reads a builtin's signature there
         [
             inspect.Parameter(
                 n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None if n in optional else inspect.Parameter.empty
@@ -575,7 +576,7 @@ class _TokenedDescriptor(tl.core.tensor_descriptor):
 
     def __init__(self, desc: tl.core.tensor_descriptor, token):
         super().__init__(desc.handle, list(desc.shape), list(desc.strides), desc.block_type)
-        self.type = _TokenedDescriptorType(self.type)
+        self.type: _TokenedDescriptorType = _TokenedDescriptorType(self.type)
         self.token = token
 
     def _flatten_ir(self, handles) -> None:

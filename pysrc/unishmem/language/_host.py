@@ -278,7 +278,7 @@ def atomic(core, name: str, dest: Ptr, pe: int, value: int = 0, cond: int = 0):
     races = _races.checker()
     key = races.amo(addr, dest.itemsize, pe) if races is not None else None
     out = core.native.atomic(op, code, addr, _bits(value), _bits(cond), pe)
-    if key is not None:
+    if races is not None and key is not None:
         races.acquire(races.current(), key)
     return from_bits(out, dest.dtype)
 

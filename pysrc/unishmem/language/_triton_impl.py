@@ -61,7 +61,7 @@ def _redop(op, _semantic=None):
     return tl.constexpr(op)
 
 
-_redop.signature = inspect.signature(_redop)
+_redop.signature = inspect.signature(_redop)  # type: ignore[attr-defined]  # Triton reads a builtin's signature there
 setattr(_redop, BUILTIN, True)
 
 

@@ -138,7 +138,7 @@ class _ParallelLinear(nn.Module):
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"{cls.__name__}.from_linear: expected a torch.nn.Linear, got {type(linear).__name__}")
         with torch.random.fork_rng(devices=[]):  # the layer's own init draws, then is overwritten
-            layer = cls(
+            layer = cls(  # type: ignore[call-arg]  # cls is one of the two layers, whose __init__ gives split
                 linear.in_features,
                 linear.out_features,
                 bias=linear.bias is not None,
@@ -150,7 +150,7 @@ class _ParallelLinear(nn.Module):
         with torch.no_grad():
             weight, bias = layer.shard_of(linear.weight.detach(), None if linear.bias is None else linear.bias.detach())
             layer.weight.copy_(weight)
-            if bias is not None:
+            if layer.bias is not None:
                 layer.bias.copy_(bias)
         return layer
 
