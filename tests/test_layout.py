@@ -151,6 +151,14 @@ def test_the_design_pages_layers_are_the_codes():
     assert text[start:end] == _layers(), "docs/design.md's layers drifted: run `python tests/test_layout.py`"
 
 
+def test_the_design_pages_layout_names_every_module():
+    """docs/design.md's source layout names every module of the package (a new one is placed there)."""
+    text = DESIGN.read_text()
+    layout = text[text.index("## Source layout") : text.index("## How the Python modules depend")]
+    modules = [p for p in sorted(PKG.rglob("*.py*")) if p.suffix in (".py", ".pyi")]
+    assert [str(p.relative_to(PKG)) for p in modules if p.name not in layout] == []
+
+
 def test_no_kernel_module_imports_another_kernel_modules_private_names():
     """The kernels' frame (docs/kernels.md, "Writing a kernel"): what the kernels share lives in the
     kernels' shared private modules (_frame.py, _calls.py, _routing.py, _ops.py: a leading underscore in
