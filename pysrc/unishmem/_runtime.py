@@ -1,5 +1,5 @@
-"""Runtime: the user's object, the public host API (../docs/api.md) over a private Core (_core.py,
-NOTE [private core]). Every argument check is made here or in the core, once, for every backend; the
+"""Runtime: the user's object, the public host API over a private Core (_core.py, NOTE [private
+core]). Every argument check is made here or in the core, once, for every backend; the
 native backends below trust what they are given."""
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ def _completed() -> None:
 class Runtime:
     """The process's handle on the symmetric heap and its peers. Made by unishmem.init().
 
-    Its public attributes are the API (../shared/docs/API.md) and read-only facts; what it is made of
-    is its Core's (NOTE [private core]), which it keeps private: the hot methods below reach the parts
-    they use through private attributes set once here (an attribute each, not a chain: NOTE [hot
-    paths]). Nothing outside this module reads or assigns a Runtime's private attributes, nor reaches
-    a name that is not its API (tests/test_layout.py checks)."""
+    Its public attributes are the API and read-only facts; what it is made of is its Core's (NOTE
+    [private core]), which it keeps private: the hot methods below reach the parts they use through
+    private attributes set once here (an attribute each, not a chain: NOTE [hot paths]). Nothing
+    outside this module reads or assigns a Runtime's private attributes, nor reaches a name that is not
+    its API (tests/test_layout.py lists the names and checks both)."""
 
     def __init__(self, core: Core):
         self._core = core
