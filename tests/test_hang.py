@@ -238,3 +238,15 @@ def test_a_device_read_that_blocks_leaves_the_report_without_values():
     assert hang._within(0.2, lambda: time.sleep(30)) is None
     assert time.monotonic() - started < 5
     assert hang._within(5, lambda: [1, 2]) == [1, 2]
+
+
+def test_a_word_without_its_expected_value_holds_no_verdict():
+    """A debug wait table that recorded no expected value: the word's comparison cannot hold (it once
+    compared the word read against None and raised)."""
+    from unishmem.enums import CMP
+    from unishmem.hang import Word
+
+    for cmp in CMP:
+        assert not Word(pe=0, offset=0, cmp=int(cmp), value=None, actual=5).holds()
+    assert Word(pe=0, offset=0, cmp=int(CMP.GE), value=5, actual=5).holds()
+    assert not Word(pe=0, offset=0, cmp=int(CMP.LT), value=5, actual=5).holds()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import math
 import operator
+from collections.abc import Sequence
 
 import torch
 
@@ -141,7 +142,10 @@ def shape_of(shape) -> tuple[int, ...]:
     return dims
 
 
-def allocation_of(shape, dtype) -> tuple[tuple[int, ...], int]:
+Shape = int | Sequence[int]  # a tensor shape as torch takes it
+
+
+def allocation_of(shape: Shape, dtype) -> tuple[tuple[int, ...], int]:
     """(shape, bytes) of an allocation, checked."""
     shape = shape_of(shape)
     if dtype not in DTYPE_CODES:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from . import _config, _races
 from ._checks import (
+    Shape,
     address_of,
     allocation_of,
     as_index,
@@ -37,8 +38,6 @@ from .hang import Diagnostics
 if TYPE_CHECKING:
     from .backends import Opened
     from .bootstrap import Bootstrap
-
-Shape = int | Sequence[int]  # a tensor shape as torch takes it
 
 _SET = int(SIGNAL.SET)
 _U64 = 2**64
@@ -248,6 +247,10 @@ class Core:
         self.native.sync(0, self.stream_of(None))
         return t
 
+    def zeros(self, shape: Shape, dtype: torch.dtype) -> torch.Tensor:
+        """Collective: a zeroed symmetric tensor."""
+        return self.filled(shape, 0, dtype, check_value=False)
+
     def signals(self, n: int) -> torch.Tensor:
         """Collective: n zeroed uint64 signal words."""
         self.check_active()
@@ -258,7 +261,7 @@ class Core:
                 raise ValueError(f"signals(n): n={count} must be >= 1")
             return count
 
-        return self.filled((self.reject_on_error(0, check),), 0, torch.uint64, check_value=False)
+        return self.zeros((self.reject_on_error(0, check),), torch.uint64)
 
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype, nbytes: int) -> torch.Tensor:
         offset = _barrier(lambda: self.native.malloc(nbytes, DTYPE_CODES[dtype])) - self.heap_base

@@ -4,22 +4,19 @@ native backends below trust what they are given."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from . import _config, _races
-from ._checks import check_pe, cmp_code, from_bits, to_bits
+from ._checks import Shape, check_pe, cmp_code, from_bits, to_bits
 from ._dtypes import ATOMIC_DTYPES, DTYPE_CODES, WAIT_DTYPES
 from .enums import ATOMIC_OPS, CMP, SIGNAL
 
 if TYPE_CHECKING:
     from ._core import Core
     from ._team import Team
-
-Shape = int | Sequence[int]  # a tensor shape as torch takes it
 
 # NOTE [hot paths]: put, get, the signal calls and the collectives are called in tight loops
 # (`unishmem bench` times them), so their checks (_checks.py) avoid building enums and storage
@@ -71,7 +68,7 @@ class Runtime:
 
     @property
     def backend(self) -> str:
-        """ "host", "nvshmem" or "rocshmem"."""
+        """The backend: "host", "nvshmem" or "rocshmem"."""
         return self._core.backend
 
     @property
@@ -150,7 +147,7 @@ class Runtime:
 
     def zeros(self, shape: Shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Collective: a zeroed tensor in the symmetric heap."""
-        return self._core.filled(shape, 0, dtype, check_value=False)
+        return self._core.zeros(shape, dtype)
 
     def full(self, shape: Shape, value: bool | int | float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Collective: a tensor of `value` in the symmetric heap."""

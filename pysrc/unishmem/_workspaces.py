@@ -205,7 +205,7 @@ def new_workspace(core, team, what: str, buffers: dict, **extra) -> Workspace:
     tensors = (
         arena.take(core, team, what, buffers)
         if arena is not None
-        else {name: core.filled(shape, 0, dtype, check_value=False) for name, (shape, dtype) in buffers.items()}
+        else {name: core.zeros(shape, dtype) for name, (shape, dtype) in buffers.items()}
     )
     members = torch.tensor(_members(core, team), dtype=torch.int32, device=core.device)
     return Workspace(tensors, members, team.my_pe, arena, extra=extra, nbytes=buffer_bytes(buffers))
@@ -445,7 +445,7 @@ class WorkspaceStore:
         if not self._arenas:
             return
         core = self._core
-        used = core.filled(len(self._arenas), 0, torch.int64, check_value=False)
+        used = core.zeros(len(self._arenas), torch.int64)
         used.copy_(torch.tensor([any(not team.destroyed for team in users) for _, users in self._arenas]))
         core.reduce(used, used, "max", None, None)
         keep = used.tolist()
