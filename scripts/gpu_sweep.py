@@ -12,7 +12,8 @@ Configurations (configs()): each collective pulling (UNISHMEM_PULL=1) and pushin
 all_to_all by the copy engine (UNISHMEM_COPY_ENGINE=1), all_reduce's one-shot and two-shot each way; the
 grid's cap (UNISHMEM_MAX_PROGRAMS: the GPU's SMs, or fewer), the warps (UNISHMEM_COMM_WARPS) and, pushing,
 the bytes a program sends a peer at a time (UNISHMEM_COMM_BLOCK_BYTES); ag_gemm and gemm_rs fused and not
-(overlap=True, False: NOTE [fuse or not]). A configuration's knobs are environment settings, read when a
+(overlap=True, False: NOTE [fuse or not]), and ag_gemm fused with A gathered by the copy engine ("fused,
+copy": NOTE [ag_gemm copy engine]). A configuration's knobs are environment settings, read when a
 call is first planned: each row frees the workspaces and their plans first.
 
 Timing, per (configuration, size), on every PE; float16 and bfloat16:
@@ -69,8 +70,9 @@ VARIANTS = {
         "one_shot, push": ("all_reduce.one_shot", PUSH),
         "two_shot, push": ("all_reduce.two_shot", PUSH),
     },
-    # NOTE [fuse or not] in unishmem/kernels/gemm.py: overlap=True and False (the settings pick nothing)
-    "ag_gemm": {"fused": ("ag_gemm", {}), "unfused": ("ag_gemm", {})},
+    # NOTE [fuse or not] in unishmem/kernels/gemm.py: overlap=True and False (the settings pick nothing but
+    # ag_gemm's gather by the copy engine, NOTE [ag_gemm copy engine])
+    "ag_gemm": {"fused": ("ag_gemm", {}), "fused, copy": ("ag_gemm", COPY), "unfused": ("ag_gemm", {})},
     "gemm_rs": {"fused": ("gemm_rs", {}), "unfused": ("gemm_rs", {})},
 }
 GEMMS = ("ag_gemm", "gemm_rs")
@@ -88,7 +90,8 @@ CHOICES = ("UNISHMEM_PULL", "UNISHMEM_COPY_ENGINE", *SETTING_OF.values())  # wha
 def configs(kernels, cpu: bool) -> list[tuple[str, str, dict]]:
     """(kernel, variant, knobs) to time. Pulling: every SM at 4 and 8 warps, and fewer programs; pushing:
     16, 64 and 256 KiB a program and peer, and fewer programs at 64 KiB; the copy engine (its handshakes
-    are one program) and the unfused GEMMs as they are; the fused GEMMs in each of GEMM_TILES. None: the
+    are one program) and the unfused GEMMs as they are; the fused GEMMs in each of GEMM_TILES, and ag_gemm
+    fused by the copy engine in the first (the architecture's). None: the
     setting's default."""
     few = CPU_FEW_PROGRAMS if cpu else FEW_PROGRAMS
     knobs = {
@@ -101,6 +104,9 @@ def configs(kernels, cpu: bool) -> list[tuple[str, str, dict]]:
         for variant, (_, settings) in VARIANTS[kernel].items():
             if variant == "fused":
                 found += [(kernel, variant, {"tile": tile}) for tile in GEMM_TILES]
+                continue
+            if variant == "fused, copy":  # the architecture's tile alone
+                found.append((kernel, variant, {"tile": GEMM_TILES[0]}))
                 continue
             kind = "as it is" if settings is COPY or kernel in GEMMS else "push" if settings is PUSH else "pull"
             for values in knobs[kind]:
@@ -241,7 +247,7 @@ class Sweep(times.InStep):
         n = rt.n_pes
         # make_case's size is the whole buffer: all_gather's output and ag_gemm's gathered A, the others' input
         whole = size * n if kernel in ("all_gather", "ag_gemm") else size
-        case = times.make_case(timing, whole, rt, dtype, overlap=variant == "fused")
+        case = times.make_case(timing, whole, rt, dtype, overlap=variant.startswith("fused"))
         try:
             case.refresh(1)
             self.together()
@@ -390,7 +396,7 @@ def table(path: str, source: str = TUNED) -> str:
         f.write(
             text[:begin]
             + '# (architecture, n_pes, kernel, size class) -> {"variant": ..., "programs": ..., "block_bytes": ..., "warps": ...}\n'
-            + '# (a fused GEMM\'s: {"variant": "fused", "tile": "BMxBNxBK"})\n'
+            + '# (a fused GEMM\'s: {"variant": "fused" or "fused, copy", "tile": "BMxBNxBK"})\n'
             + body
             + text[end:]
         )

@@ -103,12 +103,18 @@ def test_the_sweep_times_every_configuration_checks_it_and_resumes(tmp_path):
     # all_gather on a GPU: pulling 3 ways, the copy engine once (one program), pushing 4 ways
     variants = [v for _, v, _ in sweep.configs(["all_gather"], cpu=False)]
     assert sorted(variants) == ["copy"] + ["pull"] * 3 + ["push"] * 4, variants
-    # the GEMMs fused in each tile (NOTE [GEMM tiles]), the first the architectures' own, and unfused once
+    # the GEMMs fused in each tile (NOTE [GEMM tiles]), the first the architectures' own, ag_gemm fused by
+    # the copy engine in that one (NOTE [ag_gemm copy engine]), and unfused once
     gemms = sweep.configs(["ag_gemm", "gemm_rs"], cpu=False)
+    fused = [("fused", t) for t in sweep.GEMM_TILES]
     assert [(v, k.get("tile")) for _, v, k in gemms] == [
-        *(("fused", t) for t in sweep.GEMM_TILES),
+        *fused,
+        ("fused, copy", "128x128x64"),
         ("unfused", None),
-    ] * 2
+        *fused,
+        ("unfused", None),
+    ]
+    assert sweep.VARIANTS["ag_gemm"]["fused, copy"][1] == {"UNISHMEM_PULL": "1", "UNISHMEM_COPY_ENGINE": "1"}
     assert sweep.GEMM_TILES[0] == "128x128x64" and sweep.SETTING_OF["tile"] == "UNISHMEM_GEMM_TILE"
     # the knobs a row sets are the kernels' own
     from unishmem.kernels.collectives import KNOB_SETTINGS

@@ -193,7 +193,7 @@ def test_gathers_and_reductions_pull_and_push_alike(rt):
         for pull, copy, kernels in (
             ("1", "0", ["_pull_gather", "_pull_reduce", "_pull_two_shot"]),
             ("0", "0", ["_all_gather", "_reduce", "_reduce"]),
-            ("1", "1", ["_handshake", "_handshake", "_pull_reduce", "_pull_two_shot"]),  # NOTE [copy engine]
+            ("1", "1", ["handshake", "handshake", "_pull_reduce", "_pull_two_shot"]),  # NOTE [copy engine]
         ):
             os.environ["UNISHMEM_PULL"], os.environ["UNISHMEM_COPY_ENGINE"] = pull, copy
             for dtype in (torch.float32, torch.float16):
@@ -289,7 +289,7 @@ def test_the_copy_engine_gathers_on_teams_into_out_in_place_and_replayed(rt):
         K.all_gather(x)  # warm: the workspace is made outside the capture
         with unishmem.testing.capture() as graph:
             out = K.all_gather(x)
-        assert [launch.fn.__name__ for launch, *_ in graph.launches] == ["_handshake", "_handshake"]
+        assert [launch.fn.__name__ for launch, *_ in graph.launches] == ["handshake", "handshake"]
         assert graph.ops == ["copy_"] * (n + 1), graph.ops  # x into src, then one copy per member
         for seed in range(1, 6):
             x.copy_(data(me, x.shape, x.dtype, seed))

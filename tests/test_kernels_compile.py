@@ -20,7 +20,7 @@ KERNELS = {
         "_reduce",
         "_pull_reduce",
         "_pull_two_shot",
-        "_handshake",
+        "handshake",
     ),
     "unishmem.kernels.moe": ("_dispatch", "_combine"),
 }

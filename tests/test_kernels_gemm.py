@@ -103,8 +103,8 @@ def test_mismatches_raise_on_every_pe_and_the_job_goes_on(rt):
     raises(
         lambda: K.ag_gemm(torch.ones(5 if me == 1 else 4, 8), b),
         "ag_gemm: the PEs of world disagree: member 0 passes torch.float32 of (a_shard rows, K, N, block_m, "
-        "overlap) [4, 8, 16, 16, 1], member 1 torch.float32 of (a_shard rows, K, N, block_m, overlap) "
-        "[5, 8, 16, 16, 1]",
+        "overlap) [4, 8, 16, 16, 1] (pull), member 1 torch.float32 of (a_shard rows, K, N, block_m, overlap) "
+        "[5, 8, 16, 16, 1] (pull)",
     )
     raises(
         lambda: K.ag_gemm(torch.ones(4, 8), torch.ones(8, 17 if me == 1 else 16)),
@@ -147,6 +147,7 @@ def test_each_gemm_fuses_where_measured_faster_else_by_the_rule(rt):
     # collective then torch.matmul; a measured default (the table's row) decides where there is one;
     # overlap=True or False forces either; the results are the same and both forms differentiate
     import unishmem.testing
+    from unishmem import _config
     from unishmem.kernels import _tuned
 
     n, me = rt.n_pes, rt.my_pe
@@ -182,6 +183,12 @@ def test_each_gemm_fuses_where_measured_faster_else_by_the_rule(rt):
         assert torch.equal(c, torch.cat([ints(pe, (4, 8), torch.float32) for pe in range(n)]) @ w.detach())
         c.sum().backward()
         assert torch.equal(a.grad, torch.ones(4, 16) @ w.detach().t() * n)  # gemm_rs(ones, w^T), every PE alike
+        # fused, with A gathered by the copy engine (NOTE [ag_gemm copy engine]), unless a setting says otherwise
+        _tuned.TABLE[("cpu", n, "ag_gemm", 8192)] = {"variant": "fused, copy", "tile": None}
+        assert kernels(lambda: K.ag_gemm(small, b)) == ["handshake", "_ag_gemm", "handshake"]
+        assert torch.equal(K.ag_gemm(small, b), torch.cat([ints(pe, (4, 8), torch.float32) for pe in range(n)]) @ b)
+        with _config.setting("UNISHMEM_COPY_ENGINE", "0"):
+            assert kernels(lambda: K.ag_gemm(small, b)) == ["_ag_gemm"]
     finally:
         _tuned.TABLE.clear()
         _tuned.TABLE.update(saved)
@@ -361,4 +368,75 @@ def test_warm_gemms_replay_from_a_capture_pulling_and_pushing_through_descriptor
                     graph.replay()
                     xs = torch.stack([ints(pe, x.shape, x.dtype, seed) for pe in range(n)])
                     assert torch.equal(out, reference(xs)), (name, pull, seed)
+    rt.free_workspaces()
+
+
+@spmd
+def test_ag_gemm_by_the_copy_engine_in_place_copied_in_strided_and_replayed(rt):
+    # NOTE [ag_gemm copy engine]: with UNISHMEM_COPY_ENGINE=1 (every member reachable: one host) the launch
+    # only multiplies, between two handshakes, and torch copies bring each peer's shard and set its word;
+    # a symmetric a_shard is read in place by the peers, a plain one staged by torch, a strided one copied
+    # first; three calls (the one A and its words reused); float32, float16, bfloat16; autograd; captured
+    # and replayed after the inputs change, one PE late to a replay
+    import time
+
+    import unishmem.testing
+    from unishmem import _config
+
+    n, me = rt.n_pes, rt.my_pe
+    m, k, N = 40, 24, 45
+    with _config.setting("UNISHMEM_COPY_ENGINE", "1"):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            shard = rt.empty((m, k), dtype=dtype)
+            for call in range(3):
+                s = 200 + 10 * call
+                b = ints(99, (k, N), dtype, s)
+                shards = [ints(pe, (m, k), dtype, s + 1) for pe in range(n)]
+                ref = (torch.cat(shards).float() @ b.float()).to(dtype)  # exact: integers
+                strided = shards[me].t().contiguous().t()
+                for x in (shards[me], shard.copy_(shards[me]), strided):
+                    c = K.ag_gemm(x, b, True, block_m=16, block_n=16, block_k=16)
+                    assert torch.equal(c, ref), (dtype, call)
+            rt.barrier_all()  # no peer still reads it
+            rt.free(shard)
+        a = ints(me, (6, 16), torch.float32, 3).requires_grad_()
+        w = ints(99, (16, 8), torch.float32, 3).requires_grad_()
+        K.ag_gemm(a, w, True).square().sum().backward()
+        a_all = torch.cat([ints(pe, (6, 16), torch.float32, 3) for pe in range(n)]).requires_grad_()
+        w_ref = w.detach().clone().requires_grad_()
+        (a_all @ w_ref).square().sum().mul(n).backward()  # every PE's loss, summed through gemm_rs
+        assert torch.equal(a.grad, a_all.grad[me * 6 : (me + 1) * 6])
+        assert torch.equal(w.grad, w_ref.grad / n)
+        # what a warm call runs: two handshakes around the launch, which gathers nothing itself
+        x = ints(me, (4 * n, 8), torch.float32)
+        b = ints(98, (8, 12), torch.float32)
+        K.ag_gemm(x, b, True)  # warm: the workspace is made outside the capture
+        with unishmem.testing.capture() as graph:
+            out = K.ag_gemm(x, b, True)
+        names = [(launch.fn.__name__, kwargs.get("GATHER")) for launch, _, _, kwargs in graph.launches]
+        assert names == [("handshake", None), ("_ag_gemm", "copy"), ("handshake", None)], names
+        assert graph.ops == ["copy_"] * (1 + 2 * (n - 1)), graph.ops  # x into src; each peer's rows and word
+        for seed in range(1, 6):
+            x.copy_(ints(me, x.shape, x.dtype, seed))
+            if seed == 3 and me == n - 1:
+                time.sleep(0.2)
+            graph.replay()
+            assert torch.equal(out, torch.cat([ints(pe, x.shape, x.dtype, seed) for pe in range(n)]) @ b), seed
+    rt.free_workspaces()
+
+
+@spmd(sizes=(2,))
+def test_a_pe_alone_with_the_copy_engine_raises_on_every_pe_and_the_job_goes_on(rt):
+    # every member must gather alike (GATHERS): a setting on one PE only is a mismatch every PE names
+    from unishmem import _config
+
+    me = rt.my_pe
+    a, b = torch.ones(4, 8), torch.ones(8, 16)
+    with _config.setting("UNISHMEM_COPY_ENGINE", "1" if me == 1 else "0"):
+        raises(
+            lambda: K.ag_gemm(a, b, True),
+            "member 0 passes torch.float32 of (a_shard rows, K, N, block_m, overlap) [4, 8, 16, 16, 1] (pull), "
+            "member 1 torch.float32 of (a_shard rows, K, N, block_m, overlap) [4, 8, 16, 16, 1] (copy)",
+        )
+    assert torch.equal(K.ag_gemm(a, b, True), torch.full((8, 16), 8.0))
     rt.free_workspaces()

@@ -18,7 +18,8 @@ from unishmem.triton_support import extern_libs  # noqa: E402
 
 pytestmark = pytest.mark.compile
 
-KERNELS = ("_ag_gemm", "_ag_gemm#pull", "_gemm", "_gemm_rs")  # _ag_gemm: its push (to other nodes)
+# _ag_gemm: its push (to other nodes); #pull and #copy: its other GATHERS
+KERNELS = ("_ag_gemm", "_ag_gemm#pull", "_ag_gemm#copy", "_gemm", "_gemm_rs")
 ALIGNED = ("N", "K")  # with every pointer: what a launch on aligned tensors with N, K % 16 == 0 specialises
 
 
@@ -31,8 +32,8 @@ def _compile(name: str, backend: str, arch) -> dict:
     base, _, form = name.partition("#")
     kernel = getattr(gemm, base)
     spec = gemm.COMPILE[kernel]
-    if isinstance(spec, list):  # ag_gemm: its pull (NOTE [ag_gemm pull]) first, then its push
-        spec = spec[0 if form == "pull" else 1]
+    if isinstance(spec, list):  # ag_gemm: a specification per form, in GATHERS' order
+        spec = spec[gemm.GATHERS.index(form or "push")]
     names = list(kernel.jit_function.arg_names)
     aligned = [a for a in names if spec["signature"].get(a, "").startswith("*") or a in ALIGNED]
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
@@ -67,7 +68,7 @@ def builds(request):
     except BackendUnavailable as e:
         pytest.skip(f"NVSHMEM bitcode not installed (pip install nvidia-nvshmem-cu13): {e}")
     # the two slow ones (NVSHMEM linked in) first, one per worker
-    jobs = [("_ag_gemm", "cuda", 90), ("_ag_gemm#pull", "cuda", 90), ("_gemm_rs", "cuda", 90), ("_gemm", "cuda", 90)]
+    jobs = [(k, "cuda", 90) for k in ("_ag_gemm", "_ag_gemm#pull", "_gemm_rs", "_ag_gemm#copy", "_gemm")]
     jobs += [(k, "hip", "gfx942") for k in KERNELS]
     links = list(extern_libs("cuda", 90).values())
     cache = CompileCache(request.config, __file__)  # gemm.py is in the package's sources
@@ -195,3 +196,17 @@ def test_ag_gemm_pull_copies_each_chunk_after_its_members_word_and_tiles_wait_fo
     llir, push = builds[("_ag_gemm#pull", "cuda", 90)]["llir"], builds[("_ag_gemm", "cuda", 90)]["llir"]
     assert llir.count("ld.global.v4.b32") >= push.count("ld.global.v4.b32") + 4, re.findall(r"ld\.global\.\w+", llir)
     assert not re.search(r"(ld|st)\.global\.b16", llir), re.findall(r"(?:ld|st)\.global\.\w+", llir)
+
+
+def test_ag_gemm_by_the_copy_engine_only_waits_for_each_shards_word_and_multiplies(builds):
+    # NOTE [ag_gemm copy engine]: no put, no peer pointer, no fence, no count or end of call (the handshakes
+    # around the launch keep the call counter); a remote tile's A descriptor is made from rows that depend
+    # on its shard's word; the tiles are the other forms' (wgmma and TMA: the test above)
+    ttgir = _lines(builds[("_ag_gemm#copy", "cuda", 90)]["ttgir"])
+    symbols = [re.search(r'symbol = "(\w+)"', line).group(1) for line in ttgir if 'symbol = "' in line]
+    assert symbols == ["nvshmem_signal_wait_until"], symbols
+    assert not [line for line in ttgir if "tt.atomic_rmw" in line or "tt.atomic_cas" in line]
+    wait = next(i for i, line in enumerate(ttgir) if 'symbol = "nvshmem_signal_wait_until"' in line)
+    token = [i for i, line in enumerate(ttgir) if 'tt.elementwise_inline_asm ""' in line and '"=l,0,l"' in line]
+    a_desc = [i for i, line in enumerate(ttgir) if line.startswith("ttng.tensormap_create %a_desc")]
+    assert len(token) == 1 and len(a_desc) == 1 and wait < token[0] < a_desc[0], (wait, token, a_desc)

@@ -88,7 +88,16 @@ def test_every_kernel_runs_on_the_node_team(rt):
         with unishmem.testing.capture(dry=True) as graph:
             K.all_gather(x, team=node)
             K.all_gather(x)
-        assert [launch.fn.__name__ for launch, *_ in graph.launches] == ["_handshake", "_handshake", "_all_gather"]
+        assert [launch.fn.__name__ for launch, *_ in graph.launches] == ["handshake", "handshake", "_all_gather"]
+        check_both_gemms(rt, node, 80)  # ag_gemm fused by the copy engine on the node (NOTE [ag_gemm copy engine])
+        a, b = data(rt.my_pe, (4, 8), torch.float32, seed=23), data(9, (8, 16), torch.float32, seed=23)
+        everyone = torch.cat([data(pe, (4, 8), torch.float32, seed=23) for pe in range(4)])
+        assert torch.equal(K.ag_gemm(a, b, True), everyone @ b)  # pushing across the nodes
+        with unishmem.testing.capture(dry=True) as graph:
+            K.ag_gemm(a, b, True, team=node)
+            K.ag_gemm(a, b, True)
+        gathers = [(launch.fn.__name__, kwargs.get("GATHER")) for launch, _, _, kwargs in graph.launches]
+        assert gathers == [("handshake", None), ("_ag_gemm", "copy"), ("handshake", None), ("_ag_gemm", "push")]
     finally:
         del os.environ["UNISHMEM_COPY_ENGINE"]
     # the arena outlives free_workspaces, and a team split from the node carves its own from it

@@ -284,8 +284,9 @@ SETTINGS = {
             False,
             "`unishmem.kernels` all_gather and all_to_all, where they pull, copy each member's data with a "
             "device copy of its load/store view (the GPU's copy engines; no SM moves it) between two small "
-            "handshake kernels; the measured defaults choose it where the sweep found it faster; the same on "
-            "every PE",
+            "handshake kernels, and the fused ag_gemm has its A gathered that way on a second stream while "
+            "its launch multiplies; the measured defaults choose it where the sweep found it faster; the "
+            "same on every PE",
             see="[Kernels](kernels.md)",
         ),
         Setting(

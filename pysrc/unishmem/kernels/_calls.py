@@ -26,6 +26,7 @@ program of the call to have reached it (dispatch stages its rows with it, NOTE [
 import triton
 import triton.language as tl
 
+from .. import jit
 from .. import language as shl
 
 STATE_WORDS = 5  # epoch, programs finished, programs done copying in, the epoch copied in, the epoch routed
@@ -110,3 +111,18 @@ def copied_in(x, dest, numel, state, epoch):
     (NOTE [copy-in]), as a pointer that depends on that wait (so that nothing reads dest before it)."""
     _copy_share(x, dest, numel)
     return shl.consume_token(dest, all_past(state, epoch))
+
+
+@jit
+def handshake(ready, done, state, members, my_index, n, DONE: tl.constexpr):
+    """One program: SET this PE's ready word (DONE: done word) on every member to the call's epoch and
+    wait until every member's is; with DONE, the call ends. Around device copies that read the members'
+    data in place (NOTE [copy engine] in collectives.py, NOTE [ag_gemm copy engine] in gemm.py): ready
+    says a PE's source is whole, done that it has finished reading the others'."""
+    epoch = begin_call(state)
+    words = done if DONE else ready
+    for j in range(n):
+        shl.signal_op(words + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
+    shl.wait_until_all(words, n, shl.CMP_GE, epoch)
+    if DONE:
+        end_call(state, epoch)

@@ -39,6 +39,7 @@ ends every plan) makes the next call plan anew.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -215,6 +216,55 @@ def run_plan(core, plan: Plan, x, out, what: str, *more):
             raise problem
     plan.launch(*inputs(core, plan.ws, x, out), out, *more)
     return out
+
+
+class PeerViews:
+    """Members' views (rt.peer) of elements first .. first + numel of a source buffer, for device copies
+    that read it in place (NOTE [copy engine] in collectives.py): made once per source address and kept
+    (x read in place comes at a few addresses in turn, so at most 8 are kept), as a CUDA graph keeps the
+    copies it captured with them."""
+
+    def __init__(self, core, pes: list[int], first: int, numel: int):
+        self.core, self.pes, self.first, self.numel = core, pes, first, numel
+        self.made: dict[int, list[torch.Tensor]] = {}  # source address -> a view per PE of pes, in order
+
+    def of(self, src: torch.Tensor) -> list[torch.Tensor]:
+        views = self.made.get(src.data_ptr())
+        if views is None:
+            if len(self.made) >= 8:
+                self.made.clear()
+            span = slice(self.first, self.first + self.numel)
+            views = self.made[src.data_ptr()] = [self.core.peer(src, pe).view(-1)[span] for pe in self.pes]
+        return views
+
+
+class SideStream:
+    """A second stream of a GPU, for device copies that overlap a kernel on torch's current stream (NOTE
+    [ag_gemm copy engine] in gemm.py): work enqueued under `fork()` starts after what the current stream
+    holds, and `join()` makes the current stream's later work wait for it; captured in a CUDA graph, these
+    are its fork and join. The host backend has no streams: there the work runs in the order issued."""
+
+    def __init__(self, device: torch.device):
+        self.stream = _side_stream(device) if device.type == "cuda" else None
+
+    @contextlib.contextmanager
+    def fork(self):
+        if self.stream is None:
+            yield
+            return
+        self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
+        with torch.cuda.stream(self.stream):
+            yield
+
+    def join(self) -> None:
+        if self.stream is not None:
+            torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
+
+
+@functools.cache
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """One side stream per GPU, made on first use."""
+    return torch.cuda.Stream(device)
 
 
 _REACHABLE: dict[int, bool] = {}  # team id (never reused) -> every member reachable by load/store

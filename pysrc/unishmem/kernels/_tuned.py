@@ -6,7 +6,8 @@ NOTE [measured defaults]: where a call leaves a choice to unishmem, the row of T
 time; `--table` writes TABLE from its merged JSON, docs/benchmarks/gpu-<date>.json). Its `variant`
 is all_reduce's algorithm under algorithm="auto" and its pull or push under pull=None, every other
 collective's pull, push or copy engine, and ag_gemm's and gemm_rs's "fused" or "unfused" under
-overlap=None (NOTE [fuse or not] in gemm.py); its `programs` (the grid's cap), `block_bytes` (a
+overlap=None (NOTE [fuse or not] in gemm.py), or ag_gemm's "fused, copy": fused, with A gathered by the
+copy engine (NOTE [ag_gemm copy engine]); its `programs` (the grid's cap), `block_bytes` (a
 push's bytes per program and peer) and `warps` apply to calls that run that variant, and a fused
 GEMM's `tile` (NOTE [GEMM tiles]) to fused calls. A setting that is set (UNISHMEM_PULL,
 UNISHMEM_COPY_ENGINE, UNISHMEM_MAX_PROGRAMS, UNISHMEM_COMM_BLOCK_BYTES, UNISHMEM_COMM_WARPS,
@@ -41,6 +42,7 @@ FUSED_MAX_BYTES = 1 << 20
 
 # BEGIN TABLE: written by `python scripts/gpu_sweep.py --table docs/benchmarks/gpu-<date>.json`
 # (architecture, n_pes, kernel, size class) -> {"variant": ..., "programs": ..., "block_bytes": ..., "warps": ...}
+# (a fused GEMM's: {"variant": "fused" or "fused, copy", "tile": "BMxBNxBK"})
 TABLE: dict[tuple[str, int, str, int], dict] = {}
 # END TABLE
 

@@ -79,9 +79,10 @@ from .._workspaces import Workspace, size_class, workspace
 from ..enums import REDUCE_OPS
 from ..triton_support import PER_CALL
 from . import _tuned
-from ._calls import STATE_WORDS, begin_call, copied_in, copy_block, copy_in, end_call, last_to_count
+from ._calls import STATE_WORDS, begin_call, copied_in, copy_block, copy_in, end_call, handshake, last_to_count
 from ._frame import (
     MAX_PIECES,
+    PeerViews,
     capped_grid,
     cdiv,
     check_out,
@@ -554,19 +555,6 @@ def _pull_gather(
     end_call(state, epoch)
 
 
-@jit
-def _handshake(ready, done, state, members, my_index, n, DONE: tl.constexpr):
-    """One program: SET this PE's ready word (DONE: done word) on every member to the call's epoch and
-    wait until every member's is; with DONE, the call ends (NOTE [copy engine])."""
-    epoch = begin_call(state)
-    words = done if DONE else ready
-    for j in range(n):
-        shl.signal_op(words + my_index, epoch, shl.SIGNAL_SET, tl.load(members + j))
-    shl.wait_until_all(words, n, shl.CMP_GE, epoch)
-    if DONE:
-        end_call(state, epoch)
-
-
 def _class(numel: int, itemsize: int) -> int:
     """The elements of a workspace slot for a message of numel elements (NOTE [workspaces]): a power of
     two, at least MIN_CLASS_BYTES and 16 elements (so that every slot starts 16-byte aligned)."""
@@ -856,22 +844,17 @@ def _copy_engine_launch(core, ws: Workspace, team, numel: int, to_all: bool):
     engine]): the ready handshake, a device copy from each member's view of src, the done handshake."""
     b = ws.buffers
     args = (b["ready"], b["done"], b["state"], ws.members, ws.my_index, team.n_pes)
-    ready, done = (_handshake.bind((1,), *args, DONE=flag) for flag in (False, True))
+    ready, done = (handshake.bind((1,), *args, DONE=flag) for flag in (False, True))
     pes = [team.translate_pe(i, core.team_world) for i in range(team.n_pes)]
     first = team.my_pe * numel if to_all else 0  # where this PE's part of a member's src starts
-    views: dict[int, list] = {}  # src's address -> each member's view of its elements, made once
+    views = PeerViews(core, pes, first, numel)
 
     def launch(x, src, stage, out):
         if stage:
             src.view(-1)[: x.numel()].copy_(x.view(-1))
-        parts = views.get(src.data_ptr())
-        if parts is None:
-            if len(views) >= 8:  # (x in place: a few addresses in turn, not a growing set)
-                views.clear()
-            parts = views[src.data_ptr()] = [core.peer(src, pe).view(-1)[first : first + numel] for pe in pes]
         ready()
         flat = out.view(-1)
-        for j, part in enumerate(parts):
+        for j, part in enumerate(views.of(src)):
             flat[j * numel : (j + 1) * numel].copy_(part)
         done()
 
@@ -1056,7 +1039,7 @@ COMPILE = {
         "constexprs": {"OP": 0, "WIDEN": False, "BLOCK": BLOCK, "ITEMSIZE": 4, "ALIGNED": True},
         "aligned": _aligned(_TWO_SHOT_SIG)[:-1],
     },
-    _handshake: [
+    handshake: [
         {"signature": _HANDSHAKE_SIG, "constexprs": {"DONE": done}, "aligned": _aligned(_HANDSHAKE_SIG)[:-1]}
         for done in (False, True)
     ],

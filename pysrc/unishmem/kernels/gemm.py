@@ -8,7 +8,9 @@ ag_gemm (A sharded by rows, B replicated): c = all_gather(a_shard) @ b on every 
   round the grid, the local shard's first (read from a_shard, no wait), then the shard of member
   my-1, my-2, ... (the order in which they send to us); a tile of a remote shard waits for that chunk's
   signal, and its A loads depend on the wait through consume_token, so that Triton's pipeliner cannot
-  issue them earlier. Every program issues its pushes before it waits.
+  issue them earlier. Every program issues its pushes before it waits. Where every member is reachable
+  by load/store, this PE's programs pull the chunks instead (NOTE [ag_gemm pull]), or with
+  UNISHMEM_COPY_ENGINE=1 the copy engine copies the shards beside the launch (NOTE [ag_gemm copy engine]).
   overlap=False: all_gather (unishmem.kernels) of A, then torch.matmul (cuBLAS on a GPU).
   overlap=None (default): whichever of the two is faster at the call's size (NOTE [fuse or not]).
 
@@ -29,6 +31,26 @@ descriptors fit) and release a local flag for the chunk, which the chunk's tiles
 for a pushed chunk's signal. Each member's last chunk copied tells the member it is done with its
 source; program 0 waits for every peer's word before the call ends (x may change after it). Per call:
 no put and no remote signal per chunk, two signals per pair of PEs.
+
+NOTE [ag_gemm copy engine]: with UNISHMEM_COPY_ENGINE=1 (or where the measured default is "fused, copy")
+and every member reachable by load/store, no program moves A: the copy engine does, beside the launch.
+On torch's current stream, a_shard is staged into src where it must be (a torch copy), then the ready
+handshake (one program: every member's src is whole, and this PE's ready word holds the call's epoch).
+A side stream forks from there: for each peer in the tiles' order (my-1, my-2, ...) one device copy of
+its whole shard from its view of src (rt.peer) into a, then an 8-byte device copy of that epoch into the
+shard's word sig[shard]. Meanwhile the launch computes the local shard's tiles, which wait for nothing,
+then each peer's, whose programs wait for the shard's word (as they wait for a pushed chunk's signal).
+The current stream joins the side stream and runs the done handshake, which ends the call: no peer reads
+a src after that. The SMs only multiply; the price is two one-program launches and 2(n - 1) copies
+a call, and a peer's tiles wait for its whole shard, not a chunk. One A and one word per shard, no
+parity: the next call's copies follow its ready handshake, which follows this call's launch on the
+stream. Captured in a CUDA graph, the copies replay with the views they were made with and the fork and
+join are the graph's; the word's value comes from the device, so a replay numbers its call. Not run on
+a GPU (none here). What it relies on: a torch copy from a peer's view is a copy-engine transfer that
+needs no SM (PyTorch's symmetric-memory all-gather by the copy engine is such copies, pytorch/pytorch
+#169329); the same is assumed of the word's 8-byte copy, which PyTorch's fused all-gather matmul does
+with a stream write-value instead (were it a kernel waiting for an SM that the spinning tiles hold, the
+launch would hang); and a copy on a stream starts once the one before it has finished.
 
 NOTE [gemm_rs pull]: a tile is written once, into the staging buffer (slot (owner, tile), in the call's
 parity), and read once, by its owner. The programs that stage the tiles of one row of an owner's block
@@ -70,9 +92,11 @@ from .. import language as shl
 from .._workspaces import size_class, workspace
 from ..triton_support import PER_CALL
 from . import _tuned
-from ._calls import COPY_BLOCK, STATE_WORDS, begin_call, copied_in, copy_block, end_call, last_to_count_of
+from ._calls import COPY_BLOCK, STATE_WORDS, begin_call, copied_in, copy_block, end_call, handshake, last_to_count_of
 from ._frame import (
+    PeerViews,
     Plan,
+    SideStream,
     capped_grid,
     cdiv,
     check_tensor,
@@ -89,6 +113,10 @@ from ._routing import needs_op, op_team_arg
 from .collectives import all_gather, reduce_scatter
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# How the fused ag_gemm gathers the peers' shards of A (its GATHER): each PE's programs push its chunks to
+# the others, this PE's programs pull the peers' chunks (NOTE [ag_gemm pull]), or the copy engine copies
+# each peer's shard beside the launch (NOTE [ag_gemm copy engine]). Every member takes the same.
+GATHERS = ("pull", "push", "copy")
 # NOTE [GEMM tiles]: the largest tile per architecture (each dimension smaller for a smaller matrix), its
 # warps and its K loop's pipeline stages. 128x128x64 at 8 warps does 64 FLOP per byte of A and B it
 # loads, twice the 64x64x32 tile's 32 (which the first H200 runs found L2-bound at 47 TFLOPS); sm_90:
@@ -117,10 +145,11 @@ def tile_of(device) -> dict:
 
 def _tile_for(device, row: dict) -> dict:
     """The fused call's tile: UNISHMEM_GEMM_TILE where set, else its measured default's `tile` (a row of
-    variant "fused", NOTE [measured defaults]), else the architecture's; warps and stages the architecture's."""
+    variant "fused" or "fused, copy", NOTE [measured defaults]), else the architecture's; warps and stages the
+    architecture's."""
     tile = dict(tile_of(device))
     given = _config.get("UNISHMEM_GEMM_TILE")
-    if given is None and row.get("variant") == "fused" and row.get("tile"):
+    if given is None and row.get("variant", "").startswith("fused") and row.get("tile"):
         given = _config.SETTINGS["UNISHMEM_GEMM_TILE"].kind.parse("the measured tile", row["tile"])
     if given is not None:
         tile.update(zip(("block_m", "block_n", "block_k"), given))
@@ -224,23 +253,27 @@ def _ag_gemm(
     BLOCK_K: tl.constexpr,
     ITEMSIZE: tl.constexpr,
     DESCRIPTORS: tl.constexpr,
-    PULL: tl.constexpr,
+    GATHER: tl.constexpr,
 ):
     """x: this PE's shard [m, K]; src: x (stage=0) or the workspace's copy of it (stage=1, NOTE
     [copy-in]), what the pushes send from; a: [2, n * cap, K] symmetric (cap >= m: the size class),
     the peers' shards in rows shard * m... of the call's parity; sig: [2, n * cdiv(cap, BLOCK_M)], a
-    word per (shard, chunk); c: [n * m, N]. Tasks go round the grid (NOTE [persistent grid]): first
-    the pushes (PULL: the copies of the peers' chunks, NOTE [ag_gemm pull], with ready, done and count a
-    word per member), then the tiles."""
+    word per (shard, chunk); c: [n * m, N]. GATHER: how the peers' shards come (GATHERS). Tasks go round
+    the grid (NOTE [persistent grid]): first the pushes ("pull": the copies of the peers' chunks, NOTE
+    [ag_gemm pull], with ready, done and count a word per member), then the tiles. "copy": a is [1, n *
+    cap, K] and sig [n]: the copy engine brings each peer's shard whole into a and sets its word
+    sig[shard] (NOTE [ag_gemm copy engine]); the launch only waits for the words and multiplies, and the
+    done handshake after it ends the call."""
     p = tl.program_id(0)
     grid = tl.num_programs(0)
     epoch = begin_call(state)
     chunks = tl.cdiv(m, BLOCK_M)
-    a += epoch % 2 * n * cap * K
-    sig += epoch % 2 * n * tl.cdiv(cap, BLOCK_M)
-    if stage:
-        src = copied_in(x, src, m * K, state, epoch)
-    if PULL:  # NOTE [ag_gemm pull]
+    if GATHER != "copy":  # (the copy engine's form: no parity, and a_shard staged by torch)
+        a += epoch % 2 * n * cap * K
+        sig += epoch % 2 * n * tl.cdiv(cap, BLOCK_M)
+        if stage:
+            src = copied_in(x, src, m * K, state, epoch)
+    if GATHER == "pull":  # NOTE [ag_gemm pull]
         if p == 0:  # src is whole (copied in by every program, or x in place): the peers may read it
             shl.fence()
             for j in range(1, n):
@@ -262,7 +295,7 @@ def _ag_gemm(
             tl.atomic_xchg(sig + s * chunks + chunk, epoch.to(tl.uint64), sem="release", scope="gpu")
             if last_to_count_of(count + s, chunks):  # this PE has read all of s's shard
                 shl.signal_op(done + my_index, epoch, shl.SIGNAL_SET, tl.load(members + s))
-    else:
+    elif GATHER == "push":
         for t in range(p, chunks * (n - 1), grid):  # chunk t % chunks of the shard to member my_index + 1 + t // chunks
             chunk = t % chunks
             shl.putmem_signal_nbi_block(
@@ -282,7 +315,8 @@ def _ag_gemm(
         pn = t % tiles_n
         first = shard * m + chunk * BLOCK_M
         if shard != my_index:
-            token = shl.signal_wait_until(sig + shard * chunks + chunk, shl.CMP_GE, epoch)
+            word = sig + shard if GATHER == "copy" else sig + shard * chunks + chunk
+            token = shl.signal_wait_until(word, shl.CMP_GE, epoch)
             # the A rows' offset depends on the wait (NOTE: consume_token on the scalar offset keeps the
             # alignment Triton knows of K, so the tile loads stay vectorised where K allows)
             a_rows = a + shl.consume_token(first, token) * K
@@ -291,11 +325,12 @@ def _ag_gemm(
         rows = m - chunk * BLOCK_M
         acc = _tile(a_rows, rows, b, pn, N, K, BLOCK_M, BLOCK_N, BLOCK_K, DESCRIPTORS)
         _store_tile(c + first * N, acc, rows, pn, N, BLOCK_M, BLOCK_N)
-    if PULL:
+    if GATHER == "pull":
         if p == 0:  # src may change once the call ends: every peer must have read it
             for j in range(1, n):
                 shl.signal_wait_until(done + (my_index + j) % n, shl.CMP_GE, epoch)
-    end_call(state, epoch)
+    if GATHER != "copy":
+        end_call(state, epoch)
 
 
 @jit
@@ -484,8 +519,8 @@ _AG_GEMM_ARGS = {
     "members": "*i32",
 }
 COMPILE = {
-    # every member reachable by load/store (NOTE [ag_gemm pull]), then the push to members elsewhere
-    _ag_gemm: [_spec(_AG_GEMM_ARGS, _INTS, {**_BLOCKS, "ITEMSIZE": 2, "PULL": pull}) for pull in (True, False)],
+    # in GATHERS' order: the pull (NOTE [ag_gemm pull]), the push to members elsewhere, the copy engine's form
+    _ag_gemm: [_spec(_AG_GEMM_ARGS, _INTS, {**_BLOCKS, "ITEMSIZE": 2, "GATHER": gather}) for gather in GATHERS],
     _gemm: _spec({"a": "*fp16", "b": "*fp16", "c": "*fp16"}, ("M", "N", "K"), {**_BLOCKS, "GROUP_M": GROUP_M}),
     _gemm_rs: _spec(
         {
@@ -561,7 +596,7 @@ def _plan_key(what: str, a, b, blocks: tuple, overlap, team, group):
 def _fuses(row: dict, nbytes: int) -> bool:
     """Whether a call given overlap=None fuses (NOTE [fuse or not]): its measured default `row`, else the rule
     for nbytes of input per PE."""
-    return row["variant"] == "fused" if row else nbytes < _tuned.FUSED_MAX_BYTES
+    return row["variant"].startswith("fused") if row else nbytes < _tuned.FUSED_MAX_BYTES
 
 
 def _overlap_problem(overlap, what: str):
@@ -609,31 +644,18 @@ def ag_gemm(
     problem = problem or bad
     bm = blocks.get("block_m", 16)
     cap = size_class(m, MIN_CLASS_ROWS)
-    pull = bool(_config.get("UNISHMEM_PULL")) and reachable(core, team)  # NOTE [ag_gemm pull]
+    gather = _gather_of(core, team, row) if overlap else "pull"
     ws = workspace(
         core,
         team,
         "ag_gemm",
         a_shard if problem is None else _dummy(),
-        lambda: (
-            {
-                "a": ((2, n * cap, K), a_shard.dtype),
-                "src": ((cap, K), a_shard.dtype),
-                "sig": ((2, n * cdiv(cap, bm)), torch.uint64),
-                **(
-                    {"ready": ((n,), torch.uint64), "done": ((n,), torch.uint64), "count": ((n,), torch.int32)}
-                    if pull
-                    else {}
-                ),
-                "state": ((STATE_WORDS,), torch.int64),
-            }
-            if overlap
-            else {}
-        ),
+        lambda: _ag_gemm_buffers(gather, n, cap, cdiv(cap, bm), K, a_shard.dtype) if overlap else {},
         problem,
-        key=(bm, K, cap, overlap is True, pull),
+        key=(gather, bm, K, cap, overlap is True),
         shape=(m, K, N, bm, int(overlap is True)),
         label="(a_shard rows, K, N, block_m, overlap)",
+        variants=GATHERS,
     )
     b = b.contiguous()
     bn, bk = blocks["block_n"], blocks["block_k"]
@@ -654,7 +676,9 @@ def ag_gemm(
         PER_CALL,  # b
         PER_CALL,  # c
         buf["sig"],
-        *((buf["ready"], buf["done"], buf["count"]) if pull else (buf["sig"], buf["sig"], buf["state"])),  # (unused)
+        buf.get("ready", buf["sig"]),  # (unused where the pushes gather)
+        buf.get("done", buf["sig"]),
+        buf.get("count", buf["state"]),  # (used by the pull alone)
         buf["state"],
         ws.members,
         ws.my_index,
@@ -668,15 +692,79 @@ def ag_gemm(
         BLOCK_K=bk,
         ITEMSIZE=item,
         DESCRIPTORS=descriptors,
-        PULL=pull,
+        GATHER=gather,
         num_warps=tile["num_warps"],
         num_stages=tile["num_stages"],
     )
+    if gather == "copy":
+        launch = _copy_engine_gather(core, ws, team, bound, m, K)
+    else:
 
-    def launch(a_shard, src, stage, c, b):
-        bound(a_shard, src, stage, b, c)
+        def launch(a_shard, src, stage, c, b):
+            bound(a_shard, src, stage, b, c)
 
     return plan_and_launch(core, key, ws, (n * m, N), launch, a_shard, None, b)
+
+
+def _gather_of(core, team, row: dict) -> str:
+    """How the fused ag_gemm gathers A on team (GATHERS): "push" unless every member is reachable by
+    load/store and UNISHMEM_PULL is not 0; else, unless UNISHMEM_PULL or UNISHMEM_COPY_ENGINE is set, "copy"
+    where its measured default `row` is "fused, copy" (NOTE [measured defaults]); else "copy" with
+    UNISHMEM_COPY_ENGINE=1 (NOTE [ag_gemm copy engine]), "pull" without (NOTE [ag_gemm pull])."""
+    if not (_config.get("UNISHMEM_PULL") and reachable(core, team)):
+        return "push"
+    if row and not (_config.given("UNISHMEM_PULL") or _config.given("UNISHMEM_COPY_ENGINE")):
+        return "copy" if row["variant"] == "fused, copy" else "pull"
+    return "copy" if _config.get("UNISHMEM_COPY_ENGINE") else "pull"
+
+
+def _ag_gemm_buffers(gather: str, n: int, cap: int, chunks: int, K: int, dtype) -> dict:
+    """The fused ag_gemm's workspace for shards of at most cap rows (chunks of them): the gathered A and a
+    word per (shard, chunk) in two parities, where the copy engine's form keeps one A and a word per shard
+    (NOTE [ag_gemm copy engine]); the staging copy of a_shard; a ready and a done word per member where
+    this PE reads the members' shards (and the pull's count of chunks read per member); the call counter."""
+    copy = gather == "copy"
+    buffers = {
+        "a": ((1 if copy else 2, n * cap, K), dtype),
+        "src": ((cap, K), dtype),
+        "sig": (((n,) if copy else (2, n * chunks)), torch.uint64),
+        "state": ((STATE_WORDS,), torch.int64),
+    }
+    if gather != "push":
+        buffers.update(ready=((n,), torch.uint64), done=((n,), torch.uint64))
+    if gather == "pull":
+        buffers["count"] = ((n,), torch.int32)
+    return buffers
+
+
+def _copy_engine_gather(core, ws, team, bound, m: int, K: int):
+    """launch(a_shard, src, stage, c, b) of the fused ag_gemm whose A the copy engine gathers (NOTE [ag_gemm
+    copy engine]): a_shard staged where it must be (a torch copy), the ready handshake, then on the side
+    stream each peer's shard copied from its view of src and its word set to the epoch, while the launch
+    (`bound`) multiplies on the current stream; the done handshake once both are through."""
+    buf, n, me = ws.buffers, team.n_pes, ws.my_index
+    handshakes = (buf["ready"], buf["done"], buf["state"], ws.members, me, n)
+    ready, done = (handshake.bind((1,), *handshakes, DONE=flag) for flag in (False, True))
+    order = [(me - j) % n for j in range(1, n)]  # the tiles' order: member my-1, my-2, ...
+    views = PeerViews(core, [team.translate_pe(i, core.team_world) for i in order], 0, m * K)
+    gathered = [buf["a"][0, i * m : (i + 1) * m].view(-1) for i in order]
+    words = [buf["sig"][i : i + 1] for i in order]
+    epoch = buf["ready"][me : me + 1]  # this PE's own ready word, SET to the call's epoch by the handshake
+    side = SideStream(core.device)
+
+    def launch(a_shard, src, stage, c, b):
+        if stage:
+            src[:m].copy_(a_shard)
+        ready()
+        with side.fork():
+            for rows, peer_rows, word in zip(gathered, views.of(src), words):
+                rows.copy_(peer_rows)
+                word.copy_(epoch)  # an 8-byte device copy after the shard's, on the same stream
+        bound(a_shard, src, 0, b, c)
+        side.join()
+        done()
+
+    return launch
 
 
 def gemm_rs(
