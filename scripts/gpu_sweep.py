@@ -12,8 +12,8 @@ Configurations (configs()): each collective pulling (UNISHMEM_PULL=1) and pushin
 all_to_all by the copy engine (UNISHMEM_COPY_ENGINE=1), all_reduce's one-shot and two-shot each way; the
 grid's cap (UNISHMEM_MAX_PROGRAMS: the GPU's SMs, or fewer), the warps (UNISHMEM_COMM_WARPS) and, pushing,
 the bytes a program sends a peer at a time (UNISHMEM_COMM_BLOCK_BYTES); ag_gemm and gemm_rs fused and not
-(overlap=True, False: NOTE [fuse or not]), and ag_gemm fused with A gathered by the copy engine ("fused,
-copy": NOTE [ag_gemm copy engine]). A configuration's knobs are environment settings, read when a
+(overlap=True, False: NOTE [fuse or not]), ag_gemm fused with A gathered by the copy engine ("fused,
+copy": NOTE [ag_gemm copy engine]) and ag_gemm chunked (NOTE [ag_gemm chunked]). A configuration's knobs are environment settings, read when a
 call is first planned: each row frees the workspaces and their plans first.
 
 Timing, per (configuration, size), on every PE; float16 and bfloat16:
@@ -71,8 +71,14 @@ VARIANTS = {
         "two_shot, push": ("all_reduce.two_shot", PUSH),
     },
     # NOTE [fuse or not] in unishmem/kernels/gemm.py: overlap=True and False (the settings pick nothing but
-    # ag_gemm's gather by the copy engine, NOTE [ag_gemm copy engine])
-    "ag_gemm": {"fused": ("ag_gemm", {}), "fused, copy": ("ag_gemm", COPY), "unfused": ("ag_gemm", {})},
+    # ag_gemm's gather by the copy engine, NOTE [ag_gemm copy engine]); ag_gemm chunked (NOTE [ag_gemm
+    # chunked]) under overlap=None, picked by a measured default put in for the row
+    "ag_gemm": {
+        "fused": ("ag_gemm", {}),
+        "fused, copy": ("ag_gemm", COPY),
+        "chunked": ("ag_gemm", COPY),
+        "unfused": ("ag_gemm", {}),
+    },
     "gemm_rs": {"fused": ("gemm_rs", {}), "unfused": ("gemm_rs", {})},
 }
 GEMMS = ("ag_gemm", "gemm_rs")
@@ -247,7 +253,14 @@ class Sweep(times.InStep):
         n = rt.n_pes
         # make_case's size is the whole buffer: all_gather's output and ag_gemm's gathered A, the others' input
         whole = size * n if kernel in ("all_gather", "ag_gemm") else size
-        case = times.make_case(timing, whole, rt, dtype, overlap=variant.startswith("fused"))
+        overlap = True if variant.startswith("fused") else False
+        if variant == "chunked":  # what picks it: a measured default of this size (NOTE [fuse or not])
+            from unishmem.kernels import _tuned
+
+            where = (_tuned.architecture(rt.device), n, kernel, _tuned.size_class(size))
+            _tuned.TABLE[where] = {"variant": variant}
+            overlap = None
+        case = times.make_case(timing, whole, rt, dtype, overlap=overlap)
         try:
             case.refresh(1)
             self.together()
@@ -280,6 +293,8 @@ class Sweep(times.InStep):
                 r["check"] = "; ".join(sorted(set(checks)))
             self.together()
         finally:
+            if overlap is None:
+                _tuned.TABLE.pop(where)
             for t in case.symmetric:
                 rt.free(t)
             rt.free_workspaces()

@@ -440,3 +440,72 @@ def test_a_pe_alone_with_the_copy_engine_raises_on_every_pe_and_the_job_goes_on(
         )
     assert torch.equal(K.ag_gemm(a, b, True), torch.full((8, 16), 8.0))
     rt.free_workspaces()
+
+
+@spmd
+def test_ag_gemm_chunked_overlaps_torch_matmul_with_the_copy_engine(rt):
+    # NOTE [ag_gemm chunked]: overlap=None from FUSED_MAX_BYTES on with UNISHMEM_COPY_ENGINE=1, or where the
+    # measured default says "chunked": two handshakes, a device copy per peer's shard and a torch.matmul per
+    # shard into its rows; in place, copied in and strided, three calls, float32/16/bf16, autograd, a
+    # replayed capture; without the setting the large call runs unfused, and overlap=True or False still force
+    import unishmem.testing
+    from unishmem import _config
+    from unishmem.kernels import _tuned
+
+    n, me = rt.n_pes, rt.my_pe
+
+    def forms(call):
+        with unishmem.testing.capture(dry=True) as graph:
+            call()
+        return [launch.fn.__name__ for launch, *_ in graph.launches], graph.ops
+
+    big_rows = _tuned.FUSED_MAX_BYTES // 4 // 64  # FUSED_MAX_BYTES of float32 per PE
+    big = ints(me, (big_rows, 64), torch.float32)
+    w = ints(98, (64, 8), torch.float32)
+    big_ref = torch.cat([ints(pe, (big_rows, 64), torch.float32) for pe in range(n)]) @ w
+    with _config.setting("UNISHMEM_COPY_ENGINE", "1"):
+        launches, ops = forms(lambda: K.ag_gemm(big, w))
+        assert launches == ["handshake", "handshake"] and ops.count("mm") == n, (launches, ops)
+        assert torch.equal(K.ag_gemm(big, w), big_ref)
+        assert forms(lambda: K.ag_gemm(big, w, True))[0] == ["handshake", "_ag_gemm", "handshake"]
+    rt.free_workspaces()
+    with _config.setting("UNISHMEM_COPY_ENGINE", "0"):
+        assert forms(lambda: K.ag_gemm(big, w))[0] == ["_pull_gather"]  # then torch.matmul
+    saved = dict(_tuned.TABLE)
+    try:
+        _tuned.TABLE[("cpu", n, "ag_gemm", 8192)] = {"variant": "chunked"}  # (a_shard of a few KiB)
+        m, k, N = 40, 24, 45
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            shard = rt.empty((m, k), dtype=dtype)
+            for call in range(3):
+                s = 300 + 10 * call
+                b = ints(99, (k, N), dtype, s)
+                shards = [ints(pe, (m, k), dtype, s + 1) for pe in range(n)]
+                ref = (torch.cat(shards).float() @ b.float()).to(dtype)  # exact: integers
+                for x in (shards[me], shard.copy_(shards[me]), shards[me].t().contiguous().t()):
+                    assert torch.equal(K.ag_gemm(x, b), ref), (dtype, call)
+            rt.barrier_all()  # no peer still reads it
+            rt.free(shard)
+        a = ints(me, (6, 16), torch.float32, 3).requires_grad_()
+        w = ints(99, (16, 8), torch.float32, 3).requires_grad_()
+        K.ag_gemm(a, w).square().sum().backward()
+        a_all = torch.cat([ints(pe, (6, 16), torch.float32, 3) for pe in range(n)]).requires_grad_()
+        w_ref = w.detach().clone().requires_grad_()
+        (a_all @ w_ref).square().sum().mul(n).backward()  # every PE's loss, summed through gemm_rs
+        assert torch.equal(a.grad, a_all.grad[me * 6 : (me + 1) * 6])
+        assert torch.equal(w.grad, w_ref.grad / n)
+        x = ints(me, (4 * n, 8), torch.float32)
+        b = ints(98, (8, 12), torch.float32)
+        K.ag_gemm(x, b)  # warm: the workspace is made outside the capture
+        with unishmem.testing.capture() as graph:
+            out = K.ag_gemm(x, b)
+        assert [launch.fn.__name__ for launch, *_ in graph.launches] == ["handshake", "handshake"]
+        assert graph.ops == ["copy_"] * n + ["mm"] * n, graph.ops  # x into src; each peer's rows; a matmul each
+        for seed in range(1, 6):
+            x.copy_(ints(me, x.shape, x.dtype, seed))
+            graph.replay()
+            assert torch.equal(out, torch.cat([ints(pe, x.shape, x.dtype, seed) for pe in range(n)]) @ b), seed
+    finally:
+        _tuned.TABLE.clear()
+        _tuned.TABLE.update(saved)
+        rt.free_workspaces()

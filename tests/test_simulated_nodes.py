@@ -16,6 +16,7 @@ import unishmem
 import unishmem.kernels as K
 import unishmem.language as shl
 from unishmem import _active
+from unishmem.kernels import _tuned
 
 SPMD_ENV = {"TRITON_INTERPRET": "1", "UNISHMEM_DEADLOCK_TIMEOUT": "5", "UNISHMEM_HOST_NODE_SIZE": "2"}
 
@@ -98,6 +99,12 @@ def test_every_kernel_runs_on_the_node_team(rt):
             K.ag_gemm(a, b, True)
         gathers = [(launch.fn.__name__, kwargs.get("GATHER")) for launch, _, _, kwargs in graph.launches]
         assert gathers == [("handshake", None), ("_ag_gemm", "copy"), ("handshake", None), ("_ag_gemm", "push")]
+        # from FUSED_MAX_BYTES on, chunked on the node (NOTE [ag_gemm chunked]), unfused across the nodes
+        big = torch.zeros(_tuned.FUSED_MAX_BYTES // 4 // 8, 8)
+        with unishmem.testing.capture(dry=True) as graph:
+            K.ag_gemm(big, b[:, :8], team=node)
+            K.ag_gemm(big, b[:, :8])
+        assert [launch.fn.__name__ for launch, *_ in graph.launches] == ["handshake", "handshake", "_all_gather"]
     finally:
         del os.environ["UNISHMEM_COPY_ENGINE"]
     # the arena outlives free_workspaces, and a team split from the node carves its own from it

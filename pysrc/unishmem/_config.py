@@ -284,9 +284,10 @@ SETTINGS = {
             False,
             "`unishmem.kernels` all_gather and all_to_all, where they pull, copy each member's data with a "
             "device copy of its load/store view (the GPU's copy engines; no SM moves it) between two small "
-            "handshake kernels, and the fused ag_gemm has its A gathered that way on a second stream while "
-            "its launch multiplies; the measured defaults choose it where the sweep found it faster; the "
-            "same on every PE",
+            "handshake kernels; the fused ag_gemm has its A gathered that way on a second stream while "
+            "its launch multiplies, and ag_gemm(overlap=None) from 1 MiB of a_shard runs torch.matmul "
+            "shard by shard as the copy engine brings them; the measured defaults choose it where the sweep "
+            "found it faster; the same on every PE",
             see="[Kernels](kernels.md)",
         ),
         Setting(

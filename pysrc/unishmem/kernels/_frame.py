@@ -239,13 +239,16 @@ class PeerViews:
 
 
 class SideStream:
-    """A second stream of a GPU, for device copies that overlap a kernel on torch's current stream (NOTE
-    [ag_gemm copy engine] in gemm.py): work enqueued under `fork()` starts after what the current stream
-    holds, and `join()` makes the current stream's later work wait for it; captured in a CUDA graph, these
-    are its fork and join. The host backend has no streams: there the work runs in the order issued."""
+    """A second stream of a GPU, for device copies that overlap work on torch's current stream (NOTE
+    [ag_gemm copy engine], NOTE [ag_gemm chunked] in gemm.py): work enqueued under `fork()` starts after
+    what the current stream holds; `mark(i)` records event i of `marks` there, which `wait_for(i)` makes
+    the current stream's later work wait for; `join()` makes it wait for all of it. Captured in a CUDA
+    graph, these are the graph's edges. The host backend has no streams: there the work runs in the order
+    issued."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, marks: int = 0):
         self.stream = _side_stream(device) if device.type == "cuda" else None
+        self.marks = [torch.cuda.Event() for _ in range(marks)] if self.stream is not None else []
 
     @contextlib.contextmanager
     def fork(self):
@@ -255,6 +258,14 @@ class SideStream:
         self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
         with torch.cuda.stream(self.stream):
             yield
+
+    def mark(self, i: int) -> None:
+        if self.stream is not None:
+            self.marks[i].record(self.stream)
+
+    def wait_for(self, i: int) -> None:
+        if self.stream is not None:
+            torch.cuda.current_stream(self.stream.device).wait_event(self.marks[i])
 
     def join(self) -> None:
         if self.stream is not None:

@@ -12,7 +12,8 @@ ag_gemm (A sharded by rows, B replicated): c = all_gather(a_shard) @ b on every 
   by load/store, this PE's programs pull the chunks instead (NOTE [ag_gemm pull]), or with
   UNISHMEM_COPY_ENGINE=1 the copy engine copies the shards beside the launch (NOTE [ag_gemm copy engine]).
   overlap=False: all_gather (unishmem.kernels) of A, then torch.matmul (cuBLAS on a GPU).
-  overlap=None (default): whichever of the two is faster at the call's size (NOTE [fuse or not]).
+  overlap=None (default): whichever of the two is faster at the call's size (NOTE [fuse or not]), or
+  torch.matmul shard by shard as the copy engine gathers A (NOTE [ag_gemm chunked]).
 
 gemm_rs (K split over PEs): a [M, K_local] and b_shard [K_local, N] on each PE give a partial C of
   [M, N]; PE p gets rows block p of the sum of every PE's partial C, [M / n, N]. The tiles go round a
@@ -67,9 +68,25 @@ NOTE [fuse or not]: the fused kernels pay for their overlap with a Triton tile s
 (the first GPU runs: 1.75-2.8x torch.matmul, docs/benchmarks.md), so from some size on the
 sequential path (the collective, then torch.matmul) is faster. overlap=None takes the measured
 default for the kernel and the call's per-PE input bytes (NOTE [measured defaults] in _tuned.py:
-variant "fused" or "unfused"), else fuses below _tuned.FUSED_MAX_BYTES. Both forms give the same
-result (to rounding: torch.matmul's float32 is not TF32), are differentiable and replay from a
-graph; overlap=True or False forces one.
+variant "fused", "fused, copy", "chunked" (ag_gemm) or "unfused"), else fuses below
+_tuned.FUSED_MAX_BYTES, and from there ag_gemm runs chunked with UNISHMEM_COPY_ENGINE=1 (NOTE [ag_gemm
+chunked]: cuBLAS and the copy engine overlapped), the sequential path without. Every form gives the
+same result (to rounding: torch.matmul's float32 is not TF32), is differentiable and replays from a
+graph; overlap=True or False forces the fused or the sequential path.
+
+NOTE [ag_gemm chunked]: the overlap PyTorch's asynchronous tensor parallelism makes, with cuBLAS doing
+the arithmetic: where every member is reachable by load/store, a_shard is staged where it must be (a
+torch copy), then the ready handshake; on a side stream, for each peer in the fused kernel's order
+(my-1, my-2, ...), one device copy of its shard from its view of src into the workspace's A, and an
+event; on the current stream torch.matmul of a_shard into its rows of c, then for each peer a wait
+for its event and torch.matmul of its shard into its rows; the join, and the done handshake, which
+ends the call (no peer reads a src after it). n matmuls of M/n rows where the sequential path makes
+one of M, and 2 handshakes and n - 1 copies where it launches all_gather: the copy engine moves A
+while the SMs multiply, and nothing waits on the GPU for anything but events, so a copy that took an
+SM could delay the matmuls but not hang them. One A, no parity (the next call's copies follow its
+ready handshake, after this call's matmuls on the stream). Captured in a CUDA graph the events and
+the fork and join are the graph's edges. Not run on a GPU: whether the shards' matmuls together
+match one matmul of M rows (cuBLAS at M/n rows) is for the sweep ("chunked") to say.
 
 Tiles need not divide M, N or K (masked loads and stores, or a descriptor's zero padding). float16,
 bfloat16 and float32; tl.dot accumulates in float32 (float32 operands use tl.dot's default precision:
@@ -117,6 +134,9 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # the others, this PE's programs pull the peers' chunks (NOTE [ag_gemm pull]), or the copy engine copies
 # each peer's shard beside the launch (NOTE [ag_gemm copy engine]). Every member takes the same.
 GATHERS = ("pull", "push", "copy")
+# What an ag_gemm call runs, its workspace's variants: fused (named by its gather), chunked (NOTE [ag_gemm
+# chunked]) or unfused (all_gather, then torch.matmul); every member runs the same (NOTE [fuse or not])
+AG_GEMM_FORMS = (*GATHERS, "chunked", "unfused")
 # NOTE [GEMM tiles]: the largest tile per architecture (each dimension smaller for a smaller matrix), its
 # warps and its K loop's pipeline stages. 128x128x64 at 8 warps does 64 FLOP per byte of A and B it
 # loads, twice the 64x64x32 tile's 32 (which the first H200 runs found L2-bound at 47 TFLOPS); sm_90:
@@ -594,8 +614,8 @@ def _plan_key(what: str, a, b, blocks: tuple, overlap, team, group):
 
 
 def _fuses(row: dict, nbytes: int) -> bool:
-    """Whether a call given overlap=None fuses (NOTE [fuse or not]): its measured default `row`, else the rule
-    for nbytes of input per PE."""
+    """Whether a gemm_rs call given overlap=None fuses (NOTE [fuse or not]): its measured default `row`, else
+    the rule for nbytes of input per PE."""
     return row["variant"].startswith("fused") if row else nbytes < _tuned.FUSED_MAX_BYTES
 
 
@@ -614,7 +634,8 @@ def ag_gemm(
     b: [K, N], the same on every PE; returns c: [M, N] in a_shard's dtype (float16, bfloat16 or float32).
     overlap: True gathers A chunk by chunk inside the GEMM launch, each GEMM tile waiting only for
     its own rows; False gathers all of A first (unishmem.kernels.all_gather), then torch.matmul;
-    None (default) takes the faster at this size (NOTE [fuse or not]). block_m, block_n, block_k:
+    None (default) takes the faster at this size (NOTE [fuse or not]), which with UNISHMEM_COPY_ENGINE=1
+    may be torch.matmul shard by shard as the copy engine brings them (NOTE [ag_gemm chunked]). block_m, block_n, block_k:
     the fused kernel's tile sizes (powers of two >= 16); every PE must pass the same. Runs on torch's current stream; safe to capture in a CUDA graph once a call of the same
     shapes has run. group: a torch.distributed ProcessGroup naming the team instead. Differentiable
     (grad a_shard = gemm_rs(grad, b^T), grad b = all_gather(a_shard)^T @ grad) and traceable by
@@ -633,8 +654,8 @@ def ag_gemm(
     problem = _operands(core, a_shard, b, "ag_gemm", "a_shard", "b") or _overlap_problem(overlap, "ag_gemm")
     nbytes = a_shard.numel() * a_shard.element_size() if problem is None else 0
     row = _tuned.row_of(core.device, n, "ag_gemm", nbytes)
-    if overlap is None:
-        overlap = problem is None and _fuses(row, nbytes)
+    form = _ag_gemm_form(core, team, row, overlap, nbytes)
+    fused = form in GATHERS
     m, K = a_shard.shape if problem is None else (0, 0)
     N = b.shape[1] if problem is None else 0
     tile = _tile_for(core.device, row)
@@ -644,23 +665,24 @@ def ag_gemm(
     problem = problem or bad
     bm = blocks.get("block_m", 16)
     cap = size_class(m, MIN_CLASS_ROWS)
-    gather = _gather_of(core, team, row) if overlap else "pull"
     ws = workspace(
         core,
         team,
         "ag_gemm",
         a_shard if problem is None else _dummy(),
-        lambda: _ag_gemm_buffers(gather, n, cap, cdiv(cap, bm), K, a_shard.dtype) if overlap else {},
+        lambda: _ag_gemm_buffers(form, n, cap, cdiv(cap, bm), K, a_shard.dtype),
         problem,
-        key=(gather, bm, K, cap, overlap is True),
-        shape=(m, K, N, bm, int(overlap is True)),
+        key=(form, bm, K, cap),
+        shape=(m, K, N, bm, int(fused)),
         label="(a_shard rows, K, N, block_m, overlap)",
-        variants=GATHERS,
+        variants=AG_GEMM_FORMS,
     )
     b = b.contiguous()
     bn, bk = blocks["block_n"], blocks["block_k"]
-    if not overlap:
+    if form == "unfused":
         return torch.matmul(all_gather(a_shard.contiguous(), team=team), b)
+    if form == "chunked":
+        return plan_and_launch(core, key, ws, (n * m, N), _chunked(core, ws, team, m, K), a_shard, None, b)
     buf = ws.buffers
     chunks = cdiv(m, bm)
     item = a_shard.element_size()
@@ -692,11 +714,11 @@ def ag_gemm(
         BLOCK_K=bk,
         ITEMSIZE=item,
         DESCRIPTORS=descriptors,
-        GATHER=gather,
+        GATHER=form,
         num_warps=tile["num_warps"],
         num_stages=tile["num_stages"],
     )
-    if gather == "copy":
+    if form == "copy":
         launch = _copy_engine_gather(core, ws, team, bound, m, K)
     else:
 
@@ -704,6 +726,24 @@ def ag_gemm(
             bound(a_shard, src, stage, b, c)
 
     return plan_and_launch(core, key, ws, (n * m, N), launch, a_shard, None, b)
+
+
+def _ag_gemm_form(core, team, row: dict, overlap, nbytes: int) -> str:
+    """What an ag_gemm call on team runs (AG_GEMM_FORMS): overlap=True fuses, gathering A as _gather_of says,
+    and False does not; None (NOTE [fuse or not]) takes its measured default `row`, else fuses below
+    FUSED_MAX_BYTES of a_shard, and from there runs chunked with UNISHMEM_COPY_ENGINE=1, unfused without.
+    Chunked needs every member reachable by load/store (and UNISHMEM_PULL not 0); elsewhere unfused."""
+    if overlap is None:
+        if row:
+            variant = row["variant"]
+        elif nbytes < _tuned.FUSED_MAX_BYTES:
+            variant = "fused"
+        else:
+            variant = "chunked" if _config.get("UNISHMEM_COPY_ENGINE") else "unfused"
+        if variant == "chunked":
+            return "chunked" if _config.get("UNISHMEM_PULL") and reachable(core, team) else "unfused"
+        overlap = variant.startswith("fused")
+    return _gather_of(core, team, row) if overlap is True else "unfused"
 
 
 def _gather_of(core, team, row: dict) -> str:
@@ -718,21 +758,25 @@ def _gather_of(core, team, row: dict) -> str:
     return "copy" if _config.get("UNISHMEM_COPY_ENGINE") else "pull"
 
 
-def _ag_gemm_buffers(gather: str, n: int, cap: int, chunks: int, K: int, dtype) -> dict:
-    """The fused ag_gemm's workspace for shards of at most cap rows (chunks of them): the gathered A and a
-    word per (shard, chunk) in two parities, where the copy engine's form keeps one A and a word per shard
-    (NOTE [ag_gemm copy engine]); the staging copy of a_shard; a ready and a done word per member where
-    this PE reads the members' shards (and the pull's count of chunks read per member); the call counter."""
-    copy = gather == "copy"
+def _ag_gemm_buffers(form: str, n: int, cap: int, chunks: int, K: int, dtype) -> dict:
+    """The workspace of an ag_gemm form (AG_GEMM_FORMS) for shards of at most cap rows (chunks of them): the
+    gathered A and a word per (shard, chunk) in two parities, where the copy engine keeps one A (and the
+    fused form a word per shard: NOTE [ag_gemm copy engine]); the staging copy of a_shard; a ready and a
+    done word per member where this PE reads the members' shards (and the pull's count of chunks read per
+    member); the call counter. Unfused: none (all_gather has its own)."""
+    if form == "unfused":
+        return {}
+    one_a = form in ("copy", "chunked")
     buffers = {
-        "a": ((1 if copy else 2, n * cap, K), dtype),
+        "a": ((1 if one_a else 2, n * cap, K), dtype),
         "src": ((cap, K), dtype),
-        "sig": (((n,) if copy else (2, n * chunks)), torch.uint64),
         "state": ((STATE_WORDS,), torch.int64),
     }
-    if gather != "push":
+    if form != "chunked":
+        buffers["sig"] = ((n,) if form == "copy" else (2, n * chunks)), torch.uint64
+    if form != "push":
         buffers.update(ready=((n,), torch.uint64), done=((n,), torch.uint64))
-    if gather == "pull":
+    if form == "pull":
         buffers["count"] = ((n,), torch.int32)
     return buffers
 
@@ -761,6 +805,36 @@ def _copy_engine_gather(core, ws, team, bound, m: int, K: int):
                 rows.copy_(peer_rows)
                 word.copy_(epoch)  # an 8-byte device copy after the shard's, on the same stream
         bound(a_shard, src, 0, b, c)
+        side.join()
+        done()
+
+    return launch
+
+
+def _chunked(core, ws, team, m: int, K: int):
+    """launch(a_shard, src, stage, c, b) of ag_gemm chunked (NOTE [ag_gemm chunked]): a_shard staged where it
+    must be, the ready handshake, each peer's shard copied on the side stream and marked, torch.matmul of
+    each shard into its rows of c once its copy is through (the local one first), the done handshake."""
+    buf, n, me = ws.buffers, team.n_pes, ws.my_index
+    handshakes = (buf["ready"], buf["done"], buf["state"], ws.members, me, n)
+    ready, done = (handshake.bind((1,), *handshakes, DONE=flag) for flag in (False, True))
+    order = [(me - j) % n for j in range(1, n)]  # as the fused kernel's tiles: member my-1, my-2, ...
+    views = PeerViews(core, [team.translate_pe(i, core.team_world) for i in order], 0, m * K)
+    gathered = [buf["a"][0, i * m : (i + 1) * m] for i in order]
+    side = SideStream(core.device, marks=n - 1)
+
+    def launch(a_shard, src, stage, c, b):
+        if stage:
+            src[:m].copy_(a_shard)
+        ready()
+        with side.fork():
+            for j, (rows, peer_rows) in enumerate(zip(gathered, views.of(src))):
+                rows.view(-1).copy_(peer_rows)
+                side.mark(j)
+        torch.matmul(a_shard, b, out=c[me * m : (me + 1) * m])
+        for j, (shard, rows) in enumerate(zip(order, gathered)):
+            side.wait_for(j)
+            torch.matmul(rows, b, out=c[shard * m : (shard + 1) * m])
         side.join()
         done()
 
