@@ -13,7 +13,7 @@ all_to_all by the copy engine (UNISHMEM_COPY_ENGINE=1), all_reduce's one-shot an
 grid's cap (UNISHMEM_MAX_PROGRAMS: the GPU's SMs, or fewer), the warps (UNISHMEM_COMM_WARPS) and, pushing,
 the bytes a program sends a peer at a time (UNISHMEM_COMM_BLOCK_BYTES); ag_gemm and gemm_rs fused and not
 (overlap=True, False: NOTE [fuse or not]), ag_gemm fused with A gathered by the copy engine ("fused,
-copy": NOTE [ag_gemm copy engine]) and ag_gemm chunked (NOTE [ag_gemm chunked]). A configuration's knobs are environment settings, read when a
+copy": NOTE [ag_gemm copy engine]), and both chunked (NOTE [ag_gemm chunked], [gemm_rs chunked]). A configuration's knobs are environment settings, read when a
 call is first planned: each row frees the workspaces and their plans first.
 
 Timing, per (configuration, size), on every PE; float16 and bfloat16:
@@ -71,15 +71,15 @@ VARIANTS = {
         "two_shot, push": ("all_reduce.two_shot", PUSH),
     },
     # NOTE [fuse or not] in unishmem/kernels/gemm.py: overlap=True and False (the settings pick nothing but
-    # ag_gemm's gather by the copy engine, NOTE [ag_gemm copy engine]); ag_gemm chunked (NOTE [ag_gemm
-    # chunked]) under overlap=None, picked by a measured default put in for the row
+    # ag_gemm's gather by the copy engine, NOTE [ag_gemm copy engine]); chunked (NOTE [ag_gemm chunked],
+    # [gemm_rs chunked]) under overlap=None, picked by a measured default put in for the row
     "ag_gemm": {
         "fused": ("ag_gemm", {}),
         "fused, copy": ("ag_gemm", COPY),
         "chunked": ("ag_gemm", COPY),
         "unfused": ("ag_gemm", {}),
     },
-    "gemm_rs": {"fused": ("gemm_rs", {}), "unfused": ("gemm_rs", {})},
+    "gemm_rs": {"fused": ("gemm_rs", {}), "chunked": ("gemm_rs", COPY), "unfused": ("gemm_rs", {})},
 }
 GEMMS = ("ag_gemm", "gemm_rs")
 KNOBS = {  # (unishmem.kernels.collectives.KNOB_SETTINGS, pinned by tests/test_gpu_check.py)

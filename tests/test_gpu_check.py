@@ -104,8 +104,8 @@ def test_the_sweep_times_every_configuration_checks_it_and_resumes(tmp_path):
     variants = [v for _, v, _ in sweep.configs(["all_gather"], cpu=False)]
     assert sorted(variants) == ["copy"] + ["pull"] * 3 + ["push"] * 4, variants
     # the GEMMs fused in each tile (NOTE [GEMM tiles]), the first the architectures' own, ag_gemm fused by
-    # the copy engine in that one (NOTE [ag_gemm copy engine]) and chunked (NOTE [ag_gemm chunked]), and
-    # unfused once
+    # the copy engine in that one (NOTE [ag_gemm copy engine]), both chunked (NOTE [ag_gemm chunked],
+    # [gemm_rs chunked]) and unfused once
     gemms = sweep.configs(["ag_gemm", "gemm_rs"], cpu=False)
     fused = [("fused", t) for t in sweep.GEMM_TILES]
     assert [(v, k.get("tile")) for _, v, k in gemms] == [
@@ -114,10 +114,11 @@ def test_the_sweep_times_every_configuration_checks_it_and_resumes(tmp_path):
         ("chunked", None),
         ("unfused", None),
         *fused,
+        ("chunked", None),
         ("unfused", None),
     ]
-    for variant in ("fused, copy", "chunked"):
-        assert sweep.VARIANTS["ag_gemm"][variant][1] == {"UNISHMEM_PULL": "1", "UNISHMEM_COPY_ENGINE": "1"}
+    for kernel, variant in (("ag_gemm", "fused, copy"), ("ag_gemm", "chunked"), ("gemm_rs", "chunked")):
+        assert sweep.VARIANTS[kernel][variant][1] == {"UNISHMEM_PULL": "1", "UNISHMEM_COPY_ENGINE": "1"}
     assert sweep.GEMM_TILES[0] == "128x128x64" and sweep.SETTING_OF["tile"] == "UNISHMEM_GEMM_TILE"
     # the knobs a row sets are the kernels' own
     from unishmem.kernels.collectives import KNOB_SETTINGS

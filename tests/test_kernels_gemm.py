@@ -114,7 +114,7 @@ def test_mismatches_raise_on_every_pe_and_the_job_goes_on(rt):
     raises(
         lambda: K.gemm_rs(torch.ones(2 * n, 8), torch.ones(8, 20 if me == 1 else 16)),
         "gemm_rs: the PEs of world disagree: member 0 passes torch.float32 of (M, N, block_m, block_n, overlap) "
-        f"[{2 * n}, 16, 16, 16, 1], member 1",
+        f"[{2 * n}, 16, 16, 16, 1] (pull), member 1",
     )
     # one PE's own mistake: it says what, the others who
     bad_k = torch.ones(9 if me == 1 else 8, 16)
@@ -505,6 +505,71 @@ def test_ag_gemm_chunked_overlaps_torch_matmul_with_the_copy_engine(rt):
             x.copy_(ints(me, x.shape, x.dtype, seed))
             graph.replay()
             assert torch.equal(out, torch.cat([ints(pe, x.shape, x.dtype, seed) for pe in range(n)]) @ b), seed
+    finally:
+        _tuned.TABLE.clear()
+        _tuned.TABLE.update(saved)
+        rt.free_workspaces()
+
+
+@spmd
+def test_gemm_rs_chunked_pushes_each_owners_block_by_the_copy_engine(rt):
+    # NOTE [gemm_rs chunked]: chosen as ag_gemm's chunked form is (NOTE [fuse or not]): two handshakes, a
+    # torch.matmul per owner's block, a device copy of each other owner's to it, one sum of the received
+    # blocks; K_p differing between PEs, three calls, float32/16/bf16, autograd, a replayed capture; without
+    # the setting the large call runs unfused, and a PE alone with the setting is a mismatch every PE names
+    import unishmem.testing
+    from unishmem import _config
+    from unishmem.kernels import _tuned
+
+    n, me = rt.n_pes, rt.my_pe
+
+    def forms(call):
+        with unishmem.testing.capture(dry=True) as graph:
+            call()
+        return [launch.fn.__name__ for launch, *_ in graph.launches], graph.ops
+
+    big = torch.zeros(_tuned.FUSED_MAX_BYTES // 4 // 64 // n * n, 64)  # FUSED_MAX_BYTES of float32 per PE
+    w = torch.zeros(64, 8)
+    with _config.setting("UNISHMEM_COPY_ENGINE", "1"):
+        K.gemm_rs(big, w)  # (its workspace made outside the capture)
+        launches, ops = forms(lambda: K.gemm_rs(big, w))
+        assert launches == ["handshake", "handshake"], launches
+        assert ops == ["mm", "copy_"] * (n - 1) + ["mm", "sum"], ops
+    rt.free_workspaces()
+    with _config.setting("UNISHMEM_COPY_ENGINE", "0"):
+        assert forms(lambda: K.gemm_rs(big, w))[0] == ["_pull_reduce"]  # after torch.matmul
+    if n > 1:
+        with _config.setting("UNISHMEM_COPY_ENGINE", "1" if me == 1 else "0"):
+            raises(lambda: K.gemm_rs(big, w), f"[{len(big)}, 8, 128, 16, 0] (unfused), member 1 torch.float32")
+    saved = dict(_tuned.TABLE)
+    try:
+        _tuned.TABLE[("cpu", n, "gemm_rs", 8192)] = {"variant": "chunked"}  # (a of a few KiB)
+        m, N = 40, 45
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for call in range(3):
+                s = 400 + 10 * call
+                a = [ints(pe, (n * m, 20 + pe), dtype, s) for pe in range(n)]
+                bs = [ints(pe, (20 + pe, N), dtype, s + 1) for pe in range(n)]
+                full = sum(x.float() @ y.float() for x, y in zip(a, bs))  # exact: integers
+                assert torch.equal(K.gemm_rs(a[me], bs[me]), full[me * m : (me + 1) * m].to(dtype)), (dtype, call)
+        a = ints(me, (2 * n, 16), torch.float32, 5).requires_grad_()
+        b = ints(me, (16, 8), torch.float32, 6).requires_grad_()
+        K.gemm_rs(a, b).square().sum().backward()
+        a_ref, b_ref = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+        others = [ints(pe, (2 * n, 16), torch.float32, 5) @ ints(pe, (16, 8), torch.float32, 6) for pe in range(n)]
+        others[me] = 0
+        (a_ref @ b_ref + sum(others)).square().sum().backward()  # every PE's loss: the whole sum's squares
+        assert torch.equal(a.grad, a_ref.grad) and torch.equal(b.grad, b_ref.grad)
+        x, y = ints(me, (4 * n, 8), torch.float32), ints(me, (8, 12), torch.float32, 1)
+        K.gemm_rs(x, y)  # warm: the workspace is made outside the capture
+        with unishmem.testing.capture() as graph:
+            out = K.gemm_rs(x, y)
+        assert [launch.fn.__name__ for launch, *_ in graph.launches] == ["handshake", "handshake"]
+        for seed in range(1, 6):
+            x.copy_(ints(me, x.shape, x.dtype, seed))
+            graph.replay()
+            full = sum(ints(pe, x.shape, x.dtype, seed) @ ints(pe, (8, 12), torch.float32, 1) for pe in range(n))
+            assert torch.equal(out, full.chunk(n)[me]), seed
     finally:
         _tuned.TABLE.clear()
         _tuned.TABLE.update(saved)

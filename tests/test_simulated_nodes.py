@@ -99,12 +99,17 @@ def test_every_kernel_runs_on_the_node_team(rt):
             K.ag_gemm(a, b, True)
         gathers = [(launch.fn.__name__, kwargs.get("GATHER")) for launch, _, _, kwargs in graph.launches]
         assert gathers == [("handshake", None), ("_ag_gemm", "copy"), ("handshake", None), ("_ag_gemm", "push")]
-        # from FUSED_MAX_BYTES on, chunked on the node (NOTE [ag_gemm chunked]), unfused across the nodes
+        # from FUSED_MAX_BYTES on, chunked on the node (NOTE [ag_gemm chunked], [gemm_rs chunked]), unfused
+        # across the nodes
         big = torch.zeros(_tuned.FUSED_MAX_BYTES // 4 // 8, 8)
-        with unishmem.testing.capture(dry=True) as graph:
-            K.ag_gemm(big, b[:, :8], team=node)
-            K.ag_gemm(big, b[:, :8])
-        assert [launch.fn.__name__ for launch, *_ in graph.launches] == ["handshake", "handshake", "_all_gather"]
+        names = []
+        for gemm in (K.ag_gemm, K.gemm_rs):
+            rt.free_workspaces()  # (the node's arena holds one large workspace at a time)
+            with unishmem.testing.capture(dry=True) as graph:
+                gemm(big, b[:, :8], team=node)
+                gemm(big, b[:, :8])
+            names += [launch.fn.__name__ for launch, *_ in graph.launches]
+        assert names == ["handshake", "handshake", "_all_gather", "handshake", "handshake", "_reduce"], names
     finally:
         del os.environ["UNISHMEM_COPY_ENGINE"]
     # the arena outlives free_workspaces, and a team split from the node carves its own from it

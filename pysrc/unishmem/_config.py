@@ -285,9 +285,9 @@ SETTINGS = {
             "`unishmem.kernels` all_gather and all_to_all, where they pull, copy each member's data with a "
             "device copy of its load/store view (the GPU's copy engines; no SM moves it) between two small "
             "handshake kernels; the fused ag_gemm has its A gathered that way on a second stream while "
-            "its launch multiplies, and ag_gemm(overlap=None) from 1 MiB of a_shard runs torch.matmul "
-            "shard by shard as the copy engine brings them; the measured defaults choose it where the sweep "
-            "found it faster; the same on every PE",
+            "its launch multiplies, and ag_gemm and gemm_rs given overlap=None from 1 MiB of input run "
+            "torch.matmul block by block as the copy engine moves the blocks (chunked); the measured "
+            "defaults choose it where the sweep found it faster; the same on every PE",
             see="[Kernels](kernels.md)",
         ),
         Setting(

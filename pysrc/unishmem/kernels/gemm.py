@@ -22,7 +22,8 @@ gemm_rs (K split over PEs): a [M, K_local] and b_shard [K_local, N] on each PE g
   program stages before it waits. Where every member is reachable by load/store (and UNISHMEM_PULL is
   not 0) the owner reads the peers' staged tiles in place, told by one signal per row of tiles (NOTE
   [gemm_rs pull]); elsewhere each staged tile is pushed whole to its owner with putmem_signal.
-  overlap=False: torch.matmul, then reduce_scatter (unishmem.kernels); None (default): as for ag_gemm.
+  overlap=False: torch.matmul, then reduce_scatter (unishmem.kernels); None (default): as for ag_gemm
+  (chunked: NOTE [gemm_rs chunked]).
 
 NOTE [ag_gemm pull]: where every member is reachable by load/store, a PE gathers A itself: its program
 0 tells every peer that its source is whole (x in place, or the copy-in done: a fence, then a signal per
@@ -53,6 +54,19 @@ needs no SM (PyTorch's symmetric-memory all-gather by the copy engine is such co
 with a stream write-value instead (were it a kernel waiting for an SM that the spinning tiles hold, the
 launch would hang); and a copy on a stream starts once the one before it has finished.
 
+NOTE [gemm_rs chunked]: gemm_rs's counterpart of NOTE [ag_gemm chunked] (chosen alike): the ready
+handshake (every owner has summed its last call's blocks), then for each other owner in turn (my+1,
+my+2, ...: no two PEs push to one owner at once) torch.matmul of its rows of a into a local partial
+block, which a device copy on the side stream, forked after that matmul, pushes into the owner's
+receive slot for this PE (rt.peer of the symmetric receive buffer) while the next matmul runs; this
+PE's own block last, straight into its own slot; the join, the done handshake (every member's pushes
+have landed: each member sets its done word after its join), and one torch.sum of the n slots into c.
+n matmuls of M/n rows and n - 1 copies where the sequential path makes one matmul and a
+reduce_scatter; nothing spins on the GPU. The sum runs after the done handshake, which ends the call:
+the next call's pushes into these slots wait for its ready handshake, which this PE joins only after
+the sum, on the stream. Not run on a GPU; that a copy has landed when its stream has passed it, before
+the done handshake's signal, is the same assumption as NOTE [copy engine]'s.
+
 NOTE [gemm_rs pull]: a tile is written once, into the staging buffer (slot (owner, tile), in the call's
 parity), and read once, by its owner. The programs that stage the tiles of one row of an owner's block
 each count themselves in a local word for (owner, row) (a block barrier, then an acq_rel atomic); the
@@ -68,9 +82,9 @@ NOTE [fuse or not]: the fused kernels pay for their overlap with a Triton tile s
 (the first GPU runs: 1.75-2.8x torch.matmul, docs/benchmarks.md), so from some size on the
 sequential path (the collective, then torch.matmul) is faster. overlap=None takes the measured
 default for the kernel and the call's per-PE input bytes (NOTE [measured defaults] in _tuned.py:
-variant "fused", "fused, copy", "chunked" (ag_gemm) or "unfused"), else fuses below
-_tuned.FUSED_MAX_BYTES, and from there ag_gemm runs chunked with UNISHMEM_COPY_ENGINE=1 (NOTE [ag_gemm
-chunked]: cuBLAS and the copy engine overlapped), the sequential path without. Every form gives the
+variant "fused", "fused, copy" (ag_gemm), "chunked" or "unfused"), else fuses below
+_tuned.FUSED_MAX_BYTES, and from there runs chunked with UNISHMEM_COPY_ENGINE=1 (NOTE [ag_gemm chunked],
+NOTE [gemm_rs chunked]: cuBLAS and the copy engine overlapped), the sequential path without. Every form gives the
 same result (to rounding: torch.matmul's float32 is not TF32), is differentiable and replays from a
 graph; overlap=True or False forces the fused or the sequential path.
 
@@ -137,6 +151,9 @@ GATHERS = ("pull", "push", "copy")
 # What an ag_gemm call runs, its workspace's variants: fused (named by its gather), chunked (NOTE [ag_gemm
 # chunked]) or unfused (all_gather, then torch.matmul); every member runs the same (NOTE [fuse or not])
 AG_GEMM_FORMS = (*GATHERS, "chunked", "unfused")
+# gemm_rs's: fused, the owners pulling the peers' tiles (NOTE [gemm_rs pull]) or the peers pushing them,
+# chunked (NOTE [gemm_rs chunked]) or unfused (torch.matmul, then reduce_scatter)
+GEMM_RS_FORMS = ("pull", "push", "chunked", "unfused")
 # NOTE [GEMM tiles]: the largest tile per architecture (each dimension smaller for a smaller matrix), its
 # warps and its K loop's pipeline stages. 128x128x64 at 8 warps does 64 FLOP per byte of A and B it
 # loads, twice the 64x64x32 tile's 32 (which the first H200 runs found L2-bound at 47 TFLOPS); sm_90:
@@ -410,6 +427,59 @@ def gemm_part(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor
     return c
 
 
+def _gemm_rs_buffers(form: str, n: int, cap: int, N: int, bm: int, bn: int, room: int, dtype) -> dict:
+    """The workspace of a gemm_rs form (GEMM_RS_FORMS) for owner blocks of at most cap rows: fused, the
+    staged tiles (room a owner) in two parities, the pushes' receive buffer or the pull's counts per row of
+    tiles, a signal per tile; chunked (NOTE [gemm_rs chunked]), the partial blocks for the other owners,
+    the receive buffer (a block per member), a ready and a done word per member; the call counter.
+    Unfused: none (reduce_scatter has its own)."""
+    if form == "unfused":
+        return {}
+    if form == "chunked":
+        return {
+            "stage": ((n, cap, N), dtype),
+            "recv": ((n, cap, N), dtype),
+            "ready": ((n,), torch.uint64),
+            "done": ((n,), torch.uint64),
+            "state": ((STATE_WORDS,), torch.int64),
+        }
+    tiles = n * room * bm * bn
+    received = {"count": ((n * cdiv(cap, bm),), torch.int32)} if form == "pull" else {"recv": ((2, tiles), dtype)}
+    return {
+        "stage": ((2, tiles), dtype),
+        **received,
+        "sig": ((2, room * n), torch.uint64),
+        "state": ((STATE_WORDS,), torch.int64),
+    }
+
+
+def _chunked_rs(core, ws, team, m: int):
+    """launch(a, b_shard, c) of gemm_rs chunked (NOTE [gemm_rs chunked]): the ready handshake, each other
+    owner's partial block by torch.matmul and pushed to its owner by a device copy on the side stream,
+    this PE's own into its receive slot, the done handshake, and the sum of the received blocks into c."""
+    buf, n, me = ws.buffers, team.n_pes, ws.my_index
+    handshakes = (buf["ready"], buf["done"], buf["state"], ws.members, me, n)
+    ready, done = (handshake.bind((1,), *handshakes, DONE=flag) for flag in (False, True))
+    owners = [(me + j) % n for j in range(1, n)]  # owner my+1 first: each owner hears from its peers in turn
+    partials = [buf["stage"][i, :m] for i in owners]
+    slots = [core.peer(buf["recv"], team.translate_pe(i, core.team_world))[me, :m] for i in owners]
+    received = buf["recv"][:, :m]
+    side = SideStream(core.device)
+
+    def launch(a, b_shard, c):
+        ready()  # every owner's receive buffer is free: it has summed its last call's
+        for owner, partial, slot in zip(owners, partials, slots):
+            torch.matmul(a[owner * m : (owner + 1) * m], b_shard, out=partial)
+            with side.fork():
+                slot.copy_(partial)
+        torch.matmul(a[me * m : (me + 1) * m], b_shard, out=received[me])
+        side.join()
+        done()  # every member's pushes to every owner have landed
+        torch.sum(received, dim=0, out=c)
+
+    return launch
+
+
 # From sig on, its parameters (and its launch's arguments) are _ag_gemm's on purpose: a Triton kernel
 # binds and specialises its parameters one by one, so each kernel spells out its own.
 @jit
@@ -613,12 +683,6 @@ def _plan_key(what: str, a, b, blocks: tuple, overlap, team, group):
     return (what, a.dtype, a.shape, a.device, b.dtype, b.shape, b.device, aligned, blocks, overlap, team)
 
 
-def _fuses(row: dict, nbytes: int) -> bool:
-    """Whether a gemm_rs call given overlap=None fuses (NOTE [fuse or not]): its measured default `row`, else
-    the rule for nbytes of input per PE."""
-    return row["variant"].startswith("fused") if row else nbytes < _tuned.FUSED_MAX_BYTES
-
-
 def _overlap_problem(overlap, what: str):
     if overlap not in (None, True, False):
         return TypeError(f"{what}: overlap must be None, True or False, got {overlap!r}")
@@ -654,7 +718,7 @@ def ag_gemm(
     problem = _operands(core, a_shard, b, "ag_gemm", "a_shard", "b") or _overlap_problem(overlap, "ag_gemm")
     nbytes = a_shard.numel() * a_shard.element_size() if problem is None else 0
     row = _tuned.row_of(core.device, n, "ag_gemm", nbytes)
-    form = _ag_gemm_form(core, team, row, overlap, nbytes)
+    form = _form_of(core, team, row, overlap, nbytes, lambda: _gather_of(core, team, row))
     fused = form in GATHERS
     m, K = a_shard.shape if problem is None else (0, 0)
     N = b.shape[1] if problem is None else 0
@@ -728,11 +792,11 @@ def ag_gemm(
     return plan_and_launch(core, key, ws, (n * m, N), launch, a_shard, None, b)
 
 
-def _ag_gemm_form(core, team, row: dict, overlap, nbytes: int) -> str:
-    """What an ag_gemm call on team runs (AG_GEMM_FORMS): overlap=True fuses, gathering A as _gather_of says,
-    and False does not; None (NOTE [fuse or not]) takes its measured default `row`, else fuses below
-    FUSED_MAX_BYTES of a_shard, and from there runs chunked with UNISHMEM_COPY_ENGINE=1, unfused without.
-    Chunked needs every member reachable by load/store (and UNISHMEM_PULL not 0); elsewhere unfused."""
+def _form_of(core, team, row: dict, overlap, nbytes: int, fused) -> str:
+    """What a GEMM call on team runs (AG_GEMM_FORMS, GEMM_RS_FORMS): overlap=True the fused form `fused()`
+    names, False "unfused"; None (NOTE [fuse or not]) its measured default `row`, else fused below
+    FUSED_MAX_BYTES of input per PE, and from there "chunked" with UNISHMEM_COPY_ENGINE=1, "unfused"
+    without. Chunked needs every member reachable by load/store; elsewhere unfused."""
     if overlap is None:
         if row:
             variant = row["variant"]
@@ -741,9 +805,15 @@ def _ag_gemm_form(core, team, row: dict, overlap, nbytes: int) -> str:
         else:
             variant = "chunked" if _config.get("UNISHMEM_COPY_ENGINE") else "unfused"
         if variant == "chunked":
-            return "chunked" if _config.get("UNISHMEM_PULL") and reachable(core, team) else "unfused"
+            return "chunked" if _loads_reach(core, team) else "unfused"
         overlap = variant.startswith("fused")
-    return _gather_of(core, team, row) if overlap is True else "unfused"
+    return fused() if overlap is True else "unfused"
+
+
+def _loads_reach(core, team) -> bool:
+    """Whether a GEMM reads its peers' data in place on team: every member reachable by load/store, and
+    UNISHMEM_PULL not 0."""
+    return bool(_config.get("UNISHMEM_PULL")) and reachable(core, team)
 
 
 def _gather_of(core, team, row: dict) -> str:
@@ -751,7 +821,7 @@ def _gather_of(core, team, row: dict) -> str:
     load/store and UNISHMEM_PULL is not 0; else, unless UNISHMEM_PULL or UNISHMEM_COPY_ENGINE is set, "copy"
     where its measured default `row` is "fused, copy" (NOTE [measured defaults]); else "copy" with
     UNISHMEM_COPY_ENGINE=1 (NOTE [ag_gemm copy engine]), "pull" without (NOTE [ag_gemm pull])."""
-    if not (_config.get("UNISHMEM_PULL") and reachable(core, team)):
+    if not _loads_reach(core, team):
         return "push"
     if row and not (_config.given("UNISHMEM_PULL") or _config.given("UNISHMEM_COPY_ENGINE")):
         return "copy" if row["variant"] == "fused, copy" else "pull"
@@ -851,7 +921,9 @@ def gemm_rs(
     K_p may differ between PEs, M and N may not, and M must split into n equal blocks. Returns
     c_shard: [M / n, N] in a's dtype (float16, bfloat16 or float32). Partial tiles travel in that dtype and
     are summed in float32 by their owner. overlap: True, one fused launch; False, torch.matmul then
-    reduce_scatter; None (default), the faster at this size (NOTE [fuse or not]). block_m, block_n,
+    reduce_scatter; None (default), the faster at this size (NOTE [fuse or not]), which with
+    UNISHMEM_COPY_ENGINE=1 may be torch.matmul block by block, each pushed to its owner by the copy engine
+    (NOTE [gemm_rs chunked]). block_m, block_n,
     block_k: as for ag_gemm. Runs on torch's
     current stream; safe to capture in a CUDA graph once a call of the same shapes has run. group: a
     torch.distributed ProcessGroup naming the team instead. Differentiable (grad a =
@@ -871,8 +943,8 @@ def gemm_rs(
     problem = _operands(core, a, b_shard, "gemm_rs", "a", "b_shard") or _overlap_problem(overlap, "gemm_rs")
     nbytes = a.numel() * a.element_size() if problem is None else 0
     row = _tuned.row_of(core.device, n, "gemm_rs", nbytes)
-    if overlap is None:
-        overlap = problem is None and _fuses(row, nbytes)
+    form = _form_of(core, team, row, overlap, nbytes, lambda: "pull" if _loads_reach(core, team) else "push")
+    pull = form == "pull"
     M, K = a.shape if problem is None else (0, 0)
     N = b_shard.shape[1] if problem is None else 0
     if problem is None and M % n:
@@ -886,34 +958,26 @@ def gemm_rs(
     bm, bn = blocks.get("block_m", 16), blocks.get("block_n", 16)
     cap = size_class(m, MIN_CLASS_ROWS)
     room = cdiv(cap, bm) * cdiv(N, bn)  # tiles per owner in the class
-    pull = bool(_config.get("UNISHMEM_PULL")) and reachable(core, team)  # NOTE [gemm_rs pull]
     ws = workspace(
         core,
         team,
         "gemm_rs",
         a if problem is None else _dummy(),
-        lambda: (
-            {
-                "stage": ((2, n * room * bm * bn), a.dtype),
-                **(
-                    {"count": ((n * cdiv(cap, bm),), torch.int32)}
-                    if pull
-                    else {"recv": ((2, n * room * bm * bn), a.dtype)}
-                ),
-                "sig": ((2, room * n), torch.uint64),
-                "state": ((STATE_WORDS,), torch.int64),
-            }
-            if overlap
-            else {}
-        ),
+        lambda: _gemm_rs_buffers(form, n, cap, N, bm, bn, room, a.dtype),
         problem,
-        key=(bm, bn, N, cap, overlap is True, pull),
-        shape=(M, N, bm, bn, int(overlap is True)),
+        key=(form, bm, bn, N, cap),
+        shape=(M, N, bm, bn, int(form in ("pull", "push"))),
         label="(M, N, block_m, block_n, overlap)",
+        variants=GEMM_RS_FORMS,
     )
-    if not overlap:
+    if form == "unfused":
         return reduce_scatter(torch.matmul(a, b_shard), team=team)
     c = torch.empty((m, N), dtype=a.dtype, device=core.device)
+    if form == "chunked":
+        launch = _chunked_rs(core, ws, team, m)
+        record(core, key, Plan(ws, (m, N), launch))
+        launch(a.contiguous(), b_shard.contiguous(), c)
+        return c
     buf = ws.buffers
     descriptors = _descriptors_fit(a.element_size(), (a, K), (b_shard, N))
     if descriptors:
