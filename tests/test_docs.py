@@ -1,5 +1,5 @@
-"""The README's links into the repository resolve (mkdocs --strict checks the links inside docs/), and the
-tests' index names every test file."""
+"""The README's links into the repository resolve (mkdocs --strict checks the links inside docs/), the
+tests' index names every test file, and the docs' model tables are their scripts' output."""
 
 import pathlib
 import re
@@ -52,3 +52,19 @@ def test_ported_kernels_guide_names_only_device_functions_that_exist():
     constants = {n for n in dir(shl) if n.isupper() and isinstance(getattr(shl, n), tl.constexpr)}
     unknown = sorted(names - set(shl.FUNCTIONS) - constants)
     assert not unknown, f"docs/porting.md names shl.{', shl.'.join(unknown)}, not in unishmem.language"
+
+
+def test_the_8_gpu_gemm_table_is_the_models_output():
+    # docs/kernels.md's "GEMMs on 8 H100": each unishmem row as scripts/gemm_model.py computes it from the
+    # formulas and assumptions written beside it (a model, which this keeps in step with its text)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gemm_model", ROOT / "scripts" / "gemm_model.py")
+    model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(model)
+    text = (ROOT / "docs" / "kernels.md").read_text()
+    table = text[text.index("**GEMMs on 8 H100**") : text.index("**MoE on 8 H100**")]
+    rows = model.rows()
+    assert len(rows) == 7 and all(row.count("|") == 6 for row in rows), rows
+    missing = [row for row in rows if row not in table.splitlines()]
+    assert not missing, missing
