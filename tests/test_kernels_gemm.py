@@ -99,18 +99,18 @@ def test_gemm_rs_odd_sizes_uneven_k_repeated(rt):
 def test_mismatches_raise_on_every_pe_and_the_job_goes_on(rt):
     me, n = rt.my_pe, rt.n_pes
     b = torch.ones(8, 16)
-    # another shard height, another N, another form on PE 1: every PE names what each passed
+    # another shard height, another form on PE 1: every PE names what each passed
     raises(
         lambda: K.ag_gemm(torch.ones(5 if me == 1 else 4, 8), b),
-        "ag_gemm: the PEs of world disagree: member 0 passes torch.float32 of (a_shard rows, K, N, block_m, "
-        "overlap) [4, 8, 16, 16, 1] (pull), member 1 torch.float32 of (a_shard rows, K, N, block_m, overlap) "
-        "[5, 8, 16, 16, 1] (pull)",
+        "ag_gemm: the PEs of world disagree: member 0 passes torch.float32 of (a_shard rows, K, block_m, "
+        "overlap) [4, 8, 16, 1] (pull), member 1 torch.float32 of (a_shard rows, K, block_m, overlap) "
+        "[5, 8, 16, 1] (pull)",
     )
-    raises(
-        lambda: K.ag_gemm(torch.ones(4, 8), torch.ones(8, 17 if me == 1 else 16)),
-        "member 1 torch.float32 of (a_shard rows, K, N, block_m, overlap) [4, 8, 17, 16, 1]",
-    )
-    raises(lambda: K.ag_gemm(torch.ones(4, 8), b, overlap=me != 1), "[4, 8, 16, 16, 0]")
+    # b is this PE's own, so N may differ between PEs (gemm_rs's gradient passes b_shard^T, whose K_p may)
+    for overlap in (True, False):
+        c = K.ag_gemm(torch.ones(4, 8), torch.ones(8, 16 + me), overlap)
+        assert torch.equal(c, torch.full((4 * n, 16 + me), 8.0)), overlap
+    raises(lambda: K.ag_gemm(torch.ones(4, 8), b, overlap=me != 1), "[4, 8, 16, 0] (unfused)")
     raises(
         lambda: K.gemm_rs(torch.ones(2 * n, 8), torch.ones(8, 20 if me == 1 else 16)),
         "gemm_rs: the PEs of world disagree: member 0 passes torch.float32 of (M, N, block_m, block_n, overlap) "
@@ -435,8 +435,8 @@ def test_a_pe_alone_with_the_copy_engine_raises_on_every_pe_and_the_job_goes_on(
     with _config.setting("UNISHMEM_COPY_ENGINE", "1" if me == 1 else "0"):
         raises(
             lambda: K.ag_gemm(a, b, True),
-            "member 0 passes torch.float32 of (a_shard rows, K, N, block_m, overlap) [4, 8, 16, 16, 1] (pull), "
-            "member 1 torch.float32 of (a_shard rows, K, N, block_m, overlap) [4, 8, 16, 16, 1] (copy)",
+            "member 0 passes torch.float32 of (a_shard rows, K, block_m, overlap) [4, 8, 16, 1] (pull), "
+            "member 1 torch.float32 of (a_shard rows, K, block_m, overlap) [4, 8, 16, 1] (copy)",
         )
     assert torch.equal(K.ag_gemm(a, b, True), torch.full((8, 16), 8.0))
     rt.free_workspaces()
@@ -552,11 +552,14 @@ def test_gemm_rs_chunked_pushes_each_owners_block_by_the_copy_engine(rt):
                 bs = [ints(pe, (20 + pe, N), dtype, s + 1) for pe in range(n)]
                 full = sum(x.float() @ y.float() for x, y in zip(a, bs))  # exact: integers
                 assert torch.equal(K.gemm_rs(a[me], bs[me]), full[me * m : (me + 1) * m].to(dtype)), (dtype, call)
-        a = ints(me, (2 * n, 16), torch.float32, 5).requires_grad_()
-        b = ints(me, (16, 8), torch.float32, 6).requires_grad_()
+        # (K_p differs between PEs: the gradient's ag_gemm has b_shard^T of another N on each)
+        a = ints(me, (2 * n, 16 + me), torch.float32, 5).requires_grad_()
+        b = ints(me, (16 + me, 8), torch.float32, 6).requires_grad_()
         K.gemm_rs(a, b).square().sum().backward()
         a_ref, b_ref = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
-        others = [ints(pe, (2 * n, 16), torch.float32, 5) @ ints(pe, (16, 8), torch.float32, 6) for pe in range(n)]
+        others = [
+            ints(pe, (2 * n, 16 + pe), torch.float32, 5) @ ints(pe, (16 + pe, 8), torch.float32, 6) for pe in range(n)
+        ]
         others[me] = 0
         (a_ref @ b_ref + sum(others)).square().sum().backward()  # every PE's loss: the whole sum's squares
         assert torch.equal(a.grad, a_ref.grad) and torch.equal(b.grad, b_ref.grad)

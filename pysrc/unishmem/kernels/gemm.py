@@ -695,7 +695,8 @@ def ag_gemm(
     """all_gather(a_shard) @ b on every PE.
 
     a_shard: [M / n, K], this PE's rows of A (PE p holds rows p * M / n ...; every PE the same shape);
-    b: [K, N], the same on every PE; returns c: [M, N] in a_shard's dtype (float16, bfloat16 or float32).
+    b: [K, N], this PE's (N may differ between PEs: gemm_rs's gradient passes b_shard^T, whose K_p may);
+    returns c: [M, N] in a_shard's dtype (float16, bfloat16 or float32).
     overlap: True gathers A chunk by chunk inside the GEMM launch, each GEMM tile waiting only for
     its own rows; False gathers all of A first (unishmem.kernels.all_gather), then torch.matmul;
     None (default) takes the faster at this size (NOTE [fuse or not]), which with UNISHMEM_COPY_ENGINE=1
@@ -737,8 +738,8 @@ def ag_gemm(
         lambda: _ag_gemm_buffers(form, n, cap, cdiv(cap, bm), K, a_shard.dtype),
         problem,
         key=(form, bm, K, cap),
-        shape=(m, K, N, bm, int(fused)),
-        label="(a_shard rows, K, N, block_m, overlap)",
+        shape=(m, K, bm, int(fused)),  # (not N: only A travels)
+        label="(a_shard rows, K, block_m, overlap)",
         variants=AG_GEMM_FORMS,
     )
     b = b.contiguous()
