@@ -26,14 +26,16 @@ Timing, per (configuration, size), on every PE; float16 and bfloat16:
 - the reference, the same two ways in the same run: for a collective torch's device copy of the bytes of
   its floor (floor_bytes: half of what the kernel must read and write on one PE, as a copy of B bytes
   reads B and writes B), `us / ref_us` its time in copies of its floor; for a GEMM torch.matmul on the
-  gathered shapes.
+  gathered shapes, and beside it (`seq`, `seq_us`) the sequential torch path its targets are set against:
+  a device copy of the collective's floor bytes (for all_gather_into_tensor or reduce_scatter_tensor) and
+  torch.matmul, one after the other.
 Every call's result is checked against torch (after the warm call, and after a replay with new inputs).
 
 Each PE writes OUT/sweep-pe<N>.json after every row, and a rerun skips the rows PE 0's file already holds
 (resumes a cut run). --merge writes OUT/gpu-<date>.json: a list, first a header object (device, MPS share,
 stack, commit), then one object per (configuration, size, dtype, mode) with `kernel`, `variant`, `knobs`,
 `bytes` (per-PE input), `dtype`, `n_pes`, `mode`, `us` (the slowest PE's mean), `median_us`, `us_per_pe`,
-`ref` and `ref_us`. --cpu runs the same code on the host backend under TRITON_INTERPRET=1 (perf_counter,
+`ref` and `ref_us` (a GEMM's also `seq` and `seq_us`). --cpu runs the same code on the host backend under TRITON_INTERPRET=1 (perf_counter,
 unishmem.testing.capture() replays of one call, tiny sizes): the code paths, not speeds.
 """
 
@@ -239,6 +241,26 @@ class Sweep(times.InStep):
         dst = torch.empty_like(src)
         return f"device copy of {floor} bytes (the floor)", lambda: dst.copy_(src)
 
+    def sequential(self, kernel: str, whole: int, dtype):
+        """(what it is, a call of it): the sequential torch path a GEMM's target is set against, its
+        collective stood for by a device copy of the collective's floor bytes (floor_bytes): ag_gemm's
+        gathered A copied, then torch.matmul; gemm_rs's torch.matmul, then its reduce_scatter's copy."""
+        torch, rt = self.torch, self.rt
+        n = rt.n_pes
+        item = torch.tensor([], dtype=dtype).element_size()
+        d, m = times.gemm_dims(whole, n, item)
+        a, b = (torch.ones(shape, dtype=dtype, device=rt.device) for shape in ((n * m, d), (d, d)))
+        c = torch.empty((n * m, d), dtype=dtype, device=rt.device)
+        if kernel == "ag_gemm":
+            shard = torch.ones((n * m, d), dtype=dtype, device=rt.device)
+            what = f"device copy of {n * m * d * item} bytes, then torch.matmul [{n * m}, {d}] x [{d}, {d}]"
+            return what, lambda: (a.copy_(shard), torch.matmul(a, b, out=c))
+        floor = floor_bytes("reduce_scatter", "", n * m * d * item, n)
+        src = torch.empty(floor // item, dtype=dtype, device=rt.device)
+        dst = torch.empty_like(src)
+        what = f"torch.matmul [{n * m}, {d}] x [{d}, {d}], then a device copy of {floor} bytes"
+        return what, lambda: (torch.matmul(a, b, out=c), dst.copy_(src))
+
     def row(self, kernel: str, variant: str, knobs: dict, size: int, dtype_name: str) -> list[dict]:
         torch, rt = self.torch, self.rt
         t0 = time.perf_counter()
@@ -266,10 +288,15 @@ class Sweep(times.InStep):
             self.together()
             checks = [times.compare(case.call(), case.expected(1), case.tol)]
             what, reference = self.reference(kernel, variant, size, whole, dtype)
+            seq_what, sequential = self.sequential(kernel, whole, dtype) if kernel in GEMMS else (None, None)
             rows = []
             for mode in ("graph", "eager"):
                 mine = self.device_time(case.call, mode == "graph")
                 ref = self.device_time(reference, mode == "graph")
+                seq = {} if sequential is None else {"seq": seq_what}
+                if sequential is not None:
+                    timed = self.device_time(sequential, mode == "graph")
+                    seq.update(seq_us=timed["us"], seq_median_us=timed["median_us"])
                 rows.append(
                     {
                         "kernel": kernel,
@@ -283,6 +310,7 @@ class Sweep(times.InStep):
                         "ref": what,
                         "ref_us": ref["us"],
                         "ref_median_us": ref["median_us"],
+                        **seq,
                         "pe": rt.my_pe,
                     }
                 )
@@ -365,6 +393,7 @@ def merge(out_dir: str) -> str:
                 "median_us": slowest["median_us"],
                 "us_per_pe": [r["us"] for r in group],
                 "ref_us": max(r["ref_us"] for r in group),
+                **({"seq": first["seq"], "seq_us": max(r["seq_us"] for r in group)} if "seq" in first else {}),
                 "check": "; ".join(sorted({r["check"] for r in group})),
             }
         )

@@ -147,6 +147,31 @@ def test_the_sweep_times_every_configuration_checks_it_and_resumes(tmp_path):
     assert len(json.load(open(path))["rows"]) == 14
 
 
+def test_the_sweep_times_each_gemm_form_beside_matmul_and_the_sequential_torch_path(tmp_path):
+    # the GEMMs' rows in the sweep's CPU mode: every form (NOTE [fuse or not]) checked against torch, beside
+    # torch.matmul on the gathered shapes and the sequential torch path their targets are set against (the
+    # collective's floor copy and torch.matmul, one after the other), in the merged JSON
+    sweep = sweep_script()
+    command = [SWEEP, str(tmp_path), "--cpu", "--kernels", "ag_gemm,gemm_rs", "--dtypes", "bfloat16"]
+    proc = launch(command, 2, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sweep.merge(str(tmp_path)).endswith(".json")
+    header, *rows = json.load(open(next(tmp_path.glob("gpu-*.json"))))
+    forms = {(r["kernel"], r["variant"]) for r in rows}
+    assert forms == {(k, v) for k, v, _ in sweep.configs(["ag_gemm", "gemm_rs"], cpu=True)}, forms
+    assert len(rows) == 2 * len(sweep.configs(["ag_gemm", "gemm_rs"], cpu=True)), len(rows)
+    # 8 KiB of bfloat16 per PE at 2 PEs, d = 64: ag_gemm's a_shard 64 rows (A gathered: 16 KiB), gemm_rs's
+    # a 64 rows (its reduce_scatter's floor: reads 8 KiB, writes 4)
+    gathered = "torch.matmul [128, 64] x [64, 64]"
+    for r in rows:
+        assert r["check"] == "ok" and r["us"] > 0 and r["ref_us"] > 0 and r["seq_us"] > 0, r
+        if r["kernel"] == "ag_gemm":
+            assert r["ref"] == gathered and r["seq"] == f"device copy of 16384 bytes, then {gathered}", r
+        else:
+            matmul = "torch.matmul [64, 64] x [64, 64]"
+            assert r["ref"] == matmul and r["seq"] == f"{matmul}, then a device copy of 6144 bytes", r
+
+
 def test_the_table_takes_the_fastest_right_configuration_per_size(tmp_path):
     # --table: per (architecture, PEs, kernel, size) the configuration with the least mean graphed time
     # over the dtypes, never one whose result was wrong; eager rows do not count
