@@ -3,9 +3,12 @@ matmuls of what every PE passed: all_gather(a_shard) @ b, and rows block my_pe o
 of a @ b_shard. Integer-valued operands make float32 (and float16) results exact; random float16
 operands are checked against a float64 reference with the tolerance stated below."""
 
+import contextlib
+
 import torch
 from spmd import raises, spmd
 
+import unishmem
 import unishmem.kernels as K
 from unishmem import _active
 
@@ -22,6 +25,63 @@ def ints(pe: int, shape, dtype, seed: int = 0):
     """PE pe's operand: integers in [-3, 3], the same wherever it is rebuilt."""
     g = torch.Generator().manual_seed(1000 * seed + pe)
     return torch.randint(-3, 4, shape, generator=g).to(dtype)
+
+
+def dry_run(call):
+    """The kernels a call launches and the torch operations it runs, from a dry capture (unishmem.testing)."""
+    import unishmem.testing
+
+    with unishmem.testing.capture(dry=True) as graph:
+        call()
+    return [launch.fn.__name__ for launch, *_ in graph.launches], graph.ops
+
+
+@contextlib.contextmanager
+def measured_defaults(rows: dict):
+    """The measured defaults (_tuned.TABLE, NOTE [measured defaults]) with `rows` put in for the block, then as
+    they were, and the workspaces (which hold the plans made under them) freed."""
+    from unishmem.kernels import _tuned
+
+    saved = dict(_tuned.TABLE)
+    _tuned.TABLE.update(rows)
+    try:
+        yield
+    finally:
+        _tuned.TABLE.clear()
+        _tuned.TABLE.update(saved)
+        unishmem.runtime().free_workspaces()
+
+
+def check_ag_gemm_sources(rt, seed: int, *args, **kwargs):
+    """ag_gemm(x, b, *args, **kwargs) against torch in float32, float16 and bfloat16 over three calls (the
+    workspace reused), x symmetric (read in place by the peers), plain (copied in) and strided."""
+    n, me = rt.n_pes, rt.my_pe
+    m, k, N = 40, 24, 45
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        shard = rt.empty((m, k), dtype=dtype)
+        for call in range(3):
+            s = seed + 10 * call
+            b = ints(99, (k, N), dtype, s)
+            shards = [ints(pe, (m, k), dtype, s + 1) for pe in range(n)]
+            ref = (torch.cat(shards).float() @ b.float()).to(dtype)  # exact: integers
+            for x in (shards[me], shard.copy_(shards[me]), shards[me].t().contiguous().t()):
+                assert torch.equal(K.ag_gemm(x, b, *args, **kwargs), ref), (dtype, call)
+        rt.barrier_all()  # no peer still reads it
+        rt.free(shard)
+
+
+def check_ag_gemm_gradients(rt, overlap=None):
+    """ag_gemm's gradients (a_shard's through gemm_rs, b's on this PE) against torch's on the gathered A,
+    every PE's loss the sum of the squares of its c."""
+    n, me = rt.n_pes, rt.my_pe
+    a = ints(me, (6, 16), torch.float32, 3).requires_grad_()
+    w = ints(99, (16, 8), torch.float32, 3).requires_grad_()
+    K.ag_gemm(a, w, overlap).square().sum().backward()
+    a_all = torch.cat([ints(pe, (6, 16), torch.float32, 3) for pe in range(n)]).requires_grad_()
+    w_ref = w.detach().clone().requires_grad_()
+    (a_all @ w_ref).square().sum().mul(n).backward()  # every PE's loss, summed through gemm_rs
+    assert torch.equal(a.grad, a_all.grad[me * 6 : (me + 1) * 6])
+    assert torch.equal(w.grad, w_ref.grad / n)
 
 
 def normal(pe: int, shape, seed: int = 0, dtype=torch.float16):
@@ -384,29 +444,9 @@ def test_ag_gemm_by_the_copy_engine_in_place_copied_in_strided_and_replayed(rt):
     from unishmem import _config
 
     n, me = rt.n_pes, rt.my_pe
-    m, k, N = 40, 24, 45
     with _config.setting("UNISHMEM_COPY_ENGINE", "1"):
-        for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            shard = rt.empty((m, k), dtype=dtype)
-            for call in range(3):
-                s = 200 + 10 * call
-                b = ints(99, (k, N), dtype, s)
-                shards = [ints(pe, (m, k), dtype, s + 1) for pe in range(n)]
-                ref = (torch.cat(shards).float() @ b.float()).to(dtype)  # exact: integers
-                strided = shards[me].t().contiguous().t()
-                for x in (shards[me], shard.copy_(shards[me]), strided):
-                    c = K.ag_gemm(x, b, True, block_m=16, block_n=16, block_k=16)
-                    assert torch.equal(c, ref), (dtype, call)
-            rt.barrier_all()  # no peer still reads it
-            rt.free(shard)
-        a = ints(me, (6, 16), torch.float32, 3).requires_grad_()
-        w = ints(99, (16, 8), torch.float32, 3).requires_grad_()
-        K.ag_gemm(a, w, True).square().sum().backward()
-        a_all = torch.cat([ints(pe, (6, 16), torch.float32, 3) for pe in range(n)]).requires_grad_()
-        w_ref = w.detach().clone().requires_grad_()
-        (a_all @ w_ref).square().sum().mul(n).backward()  # every PE's loss, summed through gemm_rs
-        assert torch.equal(a.grad, a_all.grad[me * 6 : (me + 1) * 6])
-        assert torch.equal(w.grad, w_ref.grad / n)
+        check_ag_gemm_sources(rt, 200, True, block_m=16, block_n=16, block_k=16)
+        check_ag_gemm_gradients(rt, True)
         # what a warm call runs: two handshakes around the launch, which gathers nothing itself
         x = ints(me, (4 * n, 8), torch.float32)
         b = ints(98, (8, 12), torch.float32)
@@ -454,46 +494,21 @@ def test_ag_gemm_chunked_overlaps_torch_matmul_with_the_copy_engine(rt):
 
     n, me = rt.n_pes, rt.my_pe
 
-    def forms(call):
-        with unishmem.testing.capture(dry=True) as graph:
-            call()
-        return [launch.fn.__name__ for launch, *_ in graph.launches], graph.ops
-
     big_rows = _tuned.FUSED_MAX_BYTES // 4 // 64  # FUSED_MAX_BYTES of float32 per PE
     big = ints(me, (big_rows, 64), torch.float32)
     w = ints(98, (64, 8), torch.float32)
     big_ref = torch.cat([ints(pe, (big_rows, 64), torch.float32) for pe in range(n)]) @ w
     with _config.setting("UNISHMEM_COPY_ENGINE", "1"):
-        launches, ops = forms(lambda: K.ag_gemm(big, w))
+        launches, ops = dry_run(lambda: K.ag_gemm(big, w))
         assert launches == ["handshake", "handshake"] and ops.count("mm") == n, (launches, ops)
         assert torch.equal(K.ag_gemm(big, w), big_ref)
-        assert forms(lambda: K.ag_gemm(big, w, True))[0] == ["handshake", "_ag_gemm", "handshake"]
+        assert dry_run(lambda: K.ag_gemm(big, w, True))[0] == ["handshake", "_ag_gemm", "handshake"]
     rt.free_workspaces()
     with _config.setting("UNISHMEM_COPY_ENGINE", "0"):
-        assert forms(lambda: K.ag_gemm(big, w))[0] == ["_pull_gather"]  # then torch.matmul
-    saved = dict(_tuned.TABLE)
-    try:
-        _tuned.TABLE[("cpu", n, "ag_gemm", 8192)] = {"variant": "chunked"}  # (a_shard of a few KiB)
-        m, k, N = 40, 24, 45
-        for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            shard = rt.empty((m, k), dtype=dtype)
-            for call in range(3):
-                s = 300 + 10 * call
-                b = ints(99, (k, N), dtype, s)
-                shards = [ints(pe, (m, k), dtype, s + 1) for pe in range(n)]
-                ref = (torch.cat(shards).float() @ b.float()).to(dtype)  # exact: integers
-                for x in (shards[me], shard.copy_(shards[me]), shards[me].t().contiguous().t()):
-                    assert torch.equal(K.ag_gemm(x, b), ref), (dtype, call)
-            rt.barrier_all()  # no peer still reads it
-            rt.free(shard)
-        a = ints(me, (6, 16), torch.float32, 3).requires_grad_()
-        w = ints(99, (16, 8), torch.float32, 3).requires_grad_()
-        K.ag_gemm(a, w).square().sum().backward()
-        a_all = torch.cat([ints(pe, (6, 16), torch.float32, 3) for pe in range(n)]).requires_grad_()
-        w_ref = w.detach().clone().requires_grad_()
-        (a_all @ w_ref).square().sum().mul(n).backward()  # every PE's loss, summed through gemm_rs
-        assert torch.equal(a.grad, a_all.grad[me * 6 : (me + 1) * 6])
-        assert torch.equal(w.grad, w_ref.grad / n)
+        assert dry_run(lambda: K.ag_gemm(big, w))[0] == ["_pull_gather"]  # then torch.matmul
+    with measured_defaults({("cpu", n, "ag_gemm", 8192): {"variant": "chunked"}}):  # (a_shard of a few KiB)
+        check_ag_gemm_sources(rt, 300)
+        check_ag_gemm_gradients(rt)
         x = ints(me, (4 * n, 8), torch.float32)
         b = ints(98, (8, 12), torch.float32)
         K.ag_gemm(x, b)  # warm: the workspace is made outside the capture
@@ -505,10 +520,6 @@ def test_ag_gemm_chunked_overlaps_torch_matmul_with_the_copy_engine(rt):
             x.copy_(ints(me, x.shape, x.dtype, seed))
             graph.replay()
             assert torch.equal(out, torch.cat([ints(pe, x.shape, x.dtype, seed) for pe in range(n)]) @ b), seed
-    finally:
-        _tuned.TABLE.clear()
-        _tuned.TABLE.update(saved)
-        rt.free_workspaces()
 
 
 @spmd
@@ -523,27 +534,20 @@ def test_gemm_rs_chunked_pushes_each_owners_block_by_the_copy_engine(rt):
 
     n, me = rt.n_pes, rt.my_pe
 
-    def forms(call):
-        with unishmem.testing.capture(dry=True) as graph:
-            call()
-        return [launch.fn.__name__ for launch, *_ in graph.launches], graph.ops
-
     big = torch.zeros(_tuned.FUSED_MAX_BYTES // 4 // 64 // n * n, 64)  # FUSED_MAX_BYTES of float32 per PE
     w = torch.zeros(64, 8)
     with _config.setting("UNISHMEM_COPY_ENGINE", "1"):
         K.gemm_rs(big, w)  # (its workspace made outside the capture)
-        launches, ops = forms(lambda: K.gemm_rs(big, w))
+        launches, ops = dry_run(lambda: K.gemm_rs(big, w))
         assert launches == ["handshake", "handshake"], launches
         assert ops == ["mm", "copy_"] * (n - 1) + ["mm", "sum"], ops
     rt.free_workspaces()
     with _config.setting("UNISHMEM_COPY_ENGINE", "0"):
-        assert forms(lambda: K.gemm_rs(big, w))[0] == ["_pull_reduce"]  # after torch.matmul
+        assert dry_run(lambda: K.gemm_rs(big, w))[0] == ["_pull_reduce"]  # after torch.matmul
     if n > 1:
         with _config.setting("UNISHMEM_COPY_ENGINE", "1" if me == 1 else "0"):
             raises(lambda: K.gemm_rs(big, w), f"[{len(big)}, 8, 128, 16, 0] (unfused), member 1 torch.float32")
-    saved = dict(_tuned.TABLE)
-    try:
-        _tuned.TABLE[("cpu", n, "gemm_rs", 8192)] = {"variant": "chunked"}  # (a of a few KiB)
+    with measured_defaults({("cpu", n, "gemm_rs", 8192): {"variant": "chunked"}}):  # (a of a few KiB)
         m, N = 40, 45
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             for call in range(3):
@@ -573,7 +577,3 @@ def test_gemm_rs_chunked_pushes_each_owners_block_by_the_copy_engine(rt):
             graph.replay()
             full = sum(ints(pe, x.shape, x.dtype, seed) @ ints(pe, (8, 12), torch.float32, 1) for pe in range(n))
             assert torch.equal(out, full.chunk(n)[me]), seed
-    finally:
-        _tuned.TABLE.clear()
-        _tuned.TABLE.update(saved)
-        rt.free_workspaces()
