@@ -275,7 +275,7 @@ class Sweep(times.InStep):
         n = rt.n_pes
         # make_case's size is the whole buffer: all_gather's output and ag_gemm's gathered A, the others' input
         whole = size * n if kernel in ("all_gather", "ag_gemm") else size
-        overlap = True if variant.startswith("fused") else False
+        overlap: bool | None = variant.startswith("fused")
         if variant == "chunked":  # what picks it: a measured default of this size (NOTE [fuse or not])
             from unishmem.kernels import _tuned
 

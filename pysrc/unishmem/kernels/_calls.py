@@ -126,3 +126,11 @@ def handshake(ready, done, state, members, my_index, n, DONE: tl.constexpr):
     shl.wait_until_all(words, n, shl.CMP_GE, epoch)
     if DONE:
         end_call(state, epoch)
+
+
+def handshakes(ws, n: int):
+    """(ready, done): the two handshake launches of a workspace with ready, done and state buffers, on its
+    team of n members, bound once (one program each)."""
+    b = ws.buffers
+    args = (b["ready"], b["done"], b["state"], ws.members, ws.my_index, n)
+    return tuple(handshake.bind((1,), *args, DONE=flag) for flag in (False, True))

@@ -79,7 +79,17 @@ from .._workspaces import Workspace, size_class, workspace
 from ..enums import REDUCE_OPS
 from ..triton_support import PER_CALL
 from . import _tuned
-from ._calls import STATE_WORDS, begin_call, copied_in, copy_block, copy_in, end_call, handshake, last_to_count
+from ._calls import (
+    STATE_WORDS,
+    begin_call,
+    copied_in,
+    copy_block,
+    copy_in,
+    end_call,
+    handshake,
+    handshakes,
+    last_to_count,
+)
 from ._frame import (
     MAX_PIECES,
     PeerViews,
@@ -842,9 +852,7 @@ def _knobs(row: dict, variant: str) -> dict:
 def _copy_engine_launch(core, ws: Workspace, team, numel: int, to_all: bool):
     """launch(x, src, stage, out) of all_gather (to_all: all_to_all) by the copy engine (NOTE [copy
     engine]): the ready handshake, a device copy from each member's view of src, the done handshake."""
-    b = ws.buffers
-    args = (b["ready"], b["done"], b["state"], ws.members, ws.my_index, team.n_pes)
-    ready, done = (handshake.bind((1,), *args, DONE=flag) for flag in (False, True))
+    ready, done = handshakes(ws, team.n_pes)
     pes = [team.translate_pe(i, core.team_world) for i in range(team.n_pes)]
     first = team.my_pe * numel if to_all else 0  # where this PE's part of a member's src starts
     views = PeerViews(core, pes, first, numel)

@@ -123,7 +123,7 @@ from .. import language as shl
 from .._workspaces import size_class, workspace
 from ..triton_support import PER_CALL
 from . import _tuned
-from ._calls import COPY_BLOCK, STATE_WORDS, begin_call, copied_in, copy_block, end_call, handshake, last_to_count_of
+from ._calls import COPY_BLOCK, STATE_WORDS, begin_call, copied_in, copy_block, end_call, handshakes, last_to_count_of
 from ._frame import (
     PeerViews,
     Plan,
@@ -458,8 +458,7 @@ def _chunked_rs(core, ws, team, m: int):
     owner's partial block by torch.matmul and pushed to its owner by a device copy on the side stream,
     this PE's own into its receive slot, the done handshake, and the sum of the received blocks into c."""
     buf, n, me = ws.buffers, team.n_pes, ws.my_index
-    handshakes = (buf["ready"], buf["done"], buf["state"], ws.members, me, n)
-    ready, done = (handshake.bind((1,), *handshakes, DONE=flag) for flag in (False, True))
+    ready, done = handshakes(ws, n)
     owners = [(me + j) % n for j in range(1, n)]  # owner my+1 first: each owner hears from its peers in turn
     partials = [buf["stage"][i, :m] for i in owners]
     slots = [core.peer(buf["recv"], team.translate_pe(i, core.team_world))[me, :m] for i in owners]
@@ -857,14 +856,11 @@ def _copy_engine_gather(core, ws, team, bound, m: int, K: int):
     copy engine]): a_shard staged where it must be (a torch copy), the ready handshake, then on the side
     stream each peer's shard copied from its view of src and its word set to the epoch, while the launch
     (`bound`) multiplies on the current stream; the done handshake once both are through."""
-    buf, n, me = ws.buffers, team.n_pes, ws.my_index
-    handshakes = (buf["ready"], buf["done"], buf["state"], ws.members, me, n)
-    ready, done = (handshake.bind((1,), *handshakes, DONE=flag) for flag in (False, True))
-    order = [(me - j) % n for j in range(1, n)]  # the tiles' order: member my-1, my-2, ...
-    views = PeerViews(core, [team.translate_pe(i, core.team_world) for i in order], 0, m * K)
-    gathered = [buf["a"][0, i * m : (i + 1) * m].view(-1) for i in order]
-    words = [buf["sig"][i : i + 1] for i in order]
-    epoch = buf["ready"][me : me + 1]  # this PE's own ready word, SET to the call's epoch by the handshake
+    ready, done = handshakes(ws, team.n_pes)
+    order, views, gathered = _peer_shards(core, ws, team, m, K)
+    words = [ws.buffers["sig"][i : i + 1] for i in order]
+    me = ws.my_index
+    epoch = ws.buffers["ready"][me : me + 1]  # this PE's own ready word, SET to the call's epoch by the handshake
     side = SideStream(core.device)
 
     def launch(a_shard, src, stage, c, b):
@@ -873,7 +869,7 @@ def _copy_engine_gather(core, ws, team, bound, m: int, K: int):
         ready()
         with side.fork():
             for rows, peer_rows, word in zip(gathered, views.of(src), words):
-                rows.copy_(peer_rows)
+                rows.view(-1).copy_(peer_rows)
                 word.copy_(epoch)  # an 8-byte device copy after the shard's, on the same stream
         bound(a_shard, src, 0, b, c)
         side.join()
@@ -882,17 +878,24 @@ def _copy_engine_gather(core, ws, team, bound, m: int, K: int):
     return launch
 
 
+def _peer_shards(core, ws, team, m: int, K: int):
+    """(order, views, gathered) for the copy engine's gathers of A (NOTE [ag_gemm copy engine], [ag_gemm
+    chunked]): the peers in the fused kernel's tile order (member my-1, my-2, ...), their views of a
+    source's m rows of K (PeerViews), and where each one's shard goes in the workspace's A ([m, K])."""
+    n, me = team.n_pes, ws.my_index
+    order = [(me - j) % n for j in range(1, n)]
+    views = PeerViews(core, [team.translate_pe(i, core.team_world) for i in order], 0, m * K)
+    return order, views, [ws.buffers["a"][0, i * m : (i + 1) * m] for i in order]
+
+
 def _chunked(core, ws, team, m: int, K: int):
     """launch(a_shard, src, stage, c, b) of ag_gemm chunked (NOTE [ag_gemm chunked]): a_shard staged where it
     must be, the ready handshake, each peer's shard copied on the side stream and marked, torch.matmul of
     each shard into its rows of c once its copy is through (the local one first), the done handshake."""
-    buf, n, me = ws.buffers, team.n_pes, ws.my_index
-    handshakes = (buf["ready"], buf["done"], buf["state"], ws.members, me, n)
-    ready, done = (handshake.bind((1,), *handshakes, DONE=flag) for flag in (False, True))
-    order = [(me - j) % n for j in range(1, n)]  # as the fused kernel's tiles: member my-1, my-2, ...
-    views = PeerViews(core, [team.translate_pe(i, core.team_world) for i in order], 0, m * K)
-    gathered = [buf["a"][0, i * m : (i + 1) * m] for i in order]
-    side = SideStream(core.device, marks=n - 1)
+    me = ws.my_index
+    ready, done = handshakes(ws, team.n_pes)
+    order, views, gathered = _peer_shards(core, ws, team, m, K)
+    side = SideStream(core.device, marks=team.n_pes - 1)
 
     def launch(a_shard, src, stage, c, b):
         if stage:
